@@ -1,0 +1,45 @@
+# strata — thin front end over CMake/Ninja and the lab.  See README.md.
+BUILD      ?= build
+JOBS       ?= $(shell nproc)
+CMAKE_ARGS ?=
+VENV       := .venv
+LAB        := $(VENV)/bin/strata-lab
+
+.PHONY: all setup build test test-native test-sanitize test-lab bench clean
+
+all: build
+
+setup:
+	@scripts/setup.sh
+
+build: setup
+	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+# Every test: the native suites (GoogleTest under ctest), the sanitizer builds and the lab's pytest.
+test: build
+	@$(MAKE) --no-print-directory test-native test-sanitize test-lab
+
+test-native:
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+# ASan+UBSan over everything that can be sanitized (the allocator through its strata_* API,
+# pools, GPU resources on the simulated device), TSan over the multithreaded stress tests.
+test-sanitize:
+	@cmake -S . -B $(BUILD)-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSTRATA_SANITIZE=address,undefined >/dev/null
+	@cmake --build $(BUILD)-asan -j $(JOBS)
+	ctest --test-dir $(BUILD)-asan --output-on-failure -j $(JOBS) -L sanitize
+	@cmake -S . -B $(BUILD)-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATA_SANITIZE=thread >/dev/null
+	@cmake --build $(BUILD)-tsan -j $(JOBS)
+	ctest --test-dir $(BUILD)-tsan --output-on-failure -j $(JOBS) -L tsan
+
+test-lab:
+	@if [ -d lab/tests ]; then $(VENV)/bin/python -m pytest -q lab/tests; fi
+
+# The main job: strata against the peer allocators, ending in a table and a report.
+bench: build
+	@if [ -x $(LAB) ]; then $(LAB) run --suite default --report; \
+	 else $(VENV)/bin/python bench/e1_compare.py; fi
+
+clean:
+	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan

@@ -1,0 +1,81 @@
+/* strata — public C API.
+ *
+ * Every function here is also reachable when strata replaces malloc (LD_PRELOAD or static link):
+ * the standard names (malloc, free, ...) forward to the strata_* functions below.
+ * Statistics and options are process-wide.
+ */
+#ifndef STRATA_STRATA_H
+#define STRATA_STRATA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define STRATA_VERSION_STRING "0.1.0"
+
+/* Allocation: the same contracts as the C/POSIX functions of the same name (errno included). */
+void*  strata_malloc(size_t size);
+void*  strata_calloc(size_t count, size_t size);
+void*  strata_realloc(void* p, size_t size);
+void*  strata_reallocarray(void* p, size_t count, size_t size);
+void   strata_free(void* p);
+void   strata_free_sized(void* p, size_t size);
+void   strata_free_aligned_sized(void* p, size_t alignment, size_t size);
+int    strata_posix_memalign(void** out, size_t alignment, size_t size);
+void*  strata_aligned_alloc(size_t alignment, size_t size);
+void*  strata_memalign(size_t alignment, size_t size);
+void*  strata_valloc(size_t size);
+void*  strata_pvalloc(size_t size);
+size_t strata_usable_size(const void* p);
+
+/* Returns free memory to the OS now (force) or what is past its purge delay (!force), and
+ * reclaims segments abandoned by exited threads. */
+void strata_collect(bool force);
+
+/* Process-wide statistics.  Byte counts are of blocks handed out (in_use), of memory backed by
+ * the OS (committed, i.e. mapped and not purged) and of address space reserved (reserved). */
+typedef struct strata_stats {
+  uint64_t in_use_bytes;       /* bytes in live blocks (size-class rounded) */
+  uint64_t committed_bytes;    /* bytes the OS backs for strata now */
+  uint64_t committed_peak;     /* high-water mark of committed_bytes */
+  uint64_t reserved_bytes;     /* address space mapped */
+  uint64_t malloc_count;       /* allocations (all entry points) */
+  uint64_t free_count;         /* deallocations */
+  uint64_t remote_free_count;  /* frees by a thread other than the owner */
+  uint64_t huge_count;         /* live direct mappings */
+  uint64_t mmap_calls, munmap_calls, madvise_calls;
+  uint64_t segments;           /* live segments */
+  uint64_t abandoned_segments; /* segments of exited threads not yet reclaimed */
+  uint64_t reclaimed_segments; /* segments taken over from exited threads (cumulative) */
+  uint64_t threads;            /* thread heaps alive */
+  uint64_t bad_free_count;     /* invalid or double frees detected */
+} strata_stats_t;
+
+void strata_stats_get(strata_stats_t* out);
+/* Prints the statistics (with per-size-class counts) to stderr. */
+void strata_stats_print(void);
+/* Writes the statistics as one JSON object into buf (NUL-terminated, truncated to len).
+ * Returns the length the whole document needs, excluding the NUL. */
+size_t strata_stats_json(char* buf, size_t len);
+/* The effective options, as JSON: {"STRATA_PURGE_DELAY": 10, ...}.  Same contract as above. */
+size_t strata_options_json(char* buf, size_t len);
+
+const char* strata_version(void);
+
+/* NUMA placement of the memory strata maps (STRATA_NUMA=local|interleave|bind:<nodes>).
+ * strata_numa_set_policy returns 0, or -1 with errno set (EINVAL for a malformed spec or a node
+ * that does not exist).  strata_numa_node_of returns the node the page holding p sits on, or -1
+ * with errno set (e.g. the page is not backed yet).  Policies apply to segments mapped after the
+ * call. */
+int strata_numa_set_policy(const char* spec);
+int strata_numa_node_of(const void* p);
+int strata_numa_node_count(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,242 @@
+// The strata_* entry points: every allocation function a program can reach, with C/POSIX/glibc
+// semantics, built on the fast paths in alloc.h.
+#include "core/alloc.h"
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/init.h"
+#include "core/segment.h"
+#include "core/stats.h"
+#include "os/os.h"
+#include "strata/strata.h"
+
+namespace strata::detail {
+
+STRATA_NOINLINE void* malloc_huge(size_t size, size_t alignment) noexcept {
+  global_init();
+  return huge_alloc(size, alignment);
+}
+
+namespace {
+
+enum class lookup_status { ok, invalid, huge };
+
+struct lookup {
+  lookup_status status;
+  segment* seg;
+  page* pg;
+  block* b;  // the block start (differs from p for aligned pointers)
+};
+
+// Finds the block p points to, or says why p is not a live strata block.
+lookup find_block(segment* seg, void* p) noexcept {
+  if (seg == nullptr) {
+    seg = huge_segment_containing(p);
+    if (seg == nullptr) return {lookup_status::invalid, nullptr, nullptr, nullptr};
+  }
+  if (seg->kind == segment_kind::huge) {
+    if (p != seg->pages[0].start) return {lookup_status::invalid, seg, nullptr, nullptr};
+    return {lookup_status::huge, seg, nullptr, static_cast<block*>(p)};
+  }
+  page* pg = page_of(seg, p);
+  uint8_t flags = flags_of(pg);
+  if (!(flags & page_flag::in_use)) return {lookup_status::invalid, seg, pg, nullptr};
+  size_t offset = static_cast<size_t>(static_cast<uint8_t*>(p) - pg->start);
+  if (offset >= pg->carved_bytes.load(std::memory_order_relaxed)) return {lookup_status::invalid, seg, pg, nullptr};
+  if (!is_block_start(pg, p)) {
+    if (!(flags & page_flag::has_aligned)) return {lookup_status::invalid, seg, pg, nullptr};
+    offset -= offset % pg->block_size;
+  }
+  return {lookup_status::ok, seg, pg, reinterpret_cast<block*>(pg->start + offset)};
+}
+
+void free_remote(segment* seg, page* pg, block* b) noexcept {
+  heap* owner = seg->owner.load(std::memory_order_acquire);
+  size_t cls = pg->size_class;
+  b->canary = canary_of(b);
+  block* head = pg->thread_free.load(std::memory_order_relaxed);
+  do {
+    b->next = head;
+  } while (!pg->thread_free.compare_exchange_weak(head, b, std::memory_order_release, std::memory_order_relaxed));
+  // Heaps are never unmapped, so the hint is safe even if the owner exited meanwhile.
+  if (owner) owner->remote_hint[cls].store(1, std::memory_order_release);
+  heap* h = tl_heap;
+  if (h != &empty_heap) {
+    h->free_count[cls].add();
+    h->remote_frees.add();
+  } else {
+    g_retired.free_count[cls].fetch_add(1, std::memory_order_relaxed);
+    g_retired.remote_frees.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+size_t usable_of(const lookup& l, const void* p) noexcept {
+  if (l.status == lookup_status::huge) return l.seg->huge_size;
+  return l.pg->block_size - static_cast<size_t>(static_cast<const uint8_t*>(p) - reinterpret_cast<uint8_t*>(l.b));
+}
+
+}  // namespace
+
+STRATA_NOINLINE void free_slow(segment* seg, void* p) noexcept {
+  if (p == nullptr) return;
+  lookup l = find_block(seg, p);
+  switch (l.status) {
+    case lookup_status::invalid:
+      report_bad_free(p, "free of a pointer strata did not allocate:");
+      return;
+    case lookup_status::huge:
+      huge_free(l.seg);
+      return;
+    case lookup_status::ok:
+      break;
+  }
+  block* b = l.b;
+  if (b->canary == canary_of(b)) {
+    report_bad_free(p, "double free of");
+    return;
+  }
+  heap* h = tl_heap;
+  if (l.seg->owner.load(std::memory_order_relaxed) == h) {
+    page* pg = l.pg;
+    b->next = pg->free;
+    b->canary = canary_of(b);
+    pg->free = b;
+    h->free_count[pg->size_class].add();
+    if (--pg->used == 0 || (flags_of(pg) & page_flag::in_full)) page_local_event(h, pg);
+  } else {
+    free_remote(l.seg, l.pg, b);
+  }
+}
+
+void* alloc_aligned(size_t alignment, size_t size) noexcept {
+  if (alignment <= min_block) return malloc_inline(size);
+  if (size <= large_max) {
+    // Blocks of a size that is a multiple of the alignment sit aligned in their 64 KiB-aligned
+    // page already.
+    size_t want = size < alignment ? alignment : size;
+    if (alignment <= slice_size && want <= large_max && class_size(size_class_of(want)) % alignment == 0)
+      return malloc_inline(want);
+    if (size + alignment - 1 <= large_max) {
+      void* p = malloc_inline(size + alignment - 1);
+      if (p == nullptr) return nullptr;
+      auto a = (reinterpret_cast<uintptr_t>(p) + alignment - 1) & ~(alignment - 1);
+      if (a != reinterpret_cast<uintptr_t>(p)) {
+        segment* seg = segment_of(p);
+        flags_set(page_of(seg, p), page_flag::has_aligned);
+      }
+      return reinterpret_cast<void*>(a);
+    }
+  }
+  return malloc_huge(size, alignment);
+}
+
+}  // namespace strata::detail
+
+using namespace strata::detail;
+
+namespace {
+bool is_power_of_two(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
+}  // namespace
+
+STRATA_EXPORT void* strata_malloc(size_t size) { return malloc_inline(size); }
+STRATA_EXPORT void strata_free(void* p) { free_inline(p); }
+STRATA_EXPORT void strata_free_sized(void* p, size_t) { free_inline(p); }
+STRATA_EXPORT void strata_free_aligned_sized(void* p, size_t, size_t) { free_inline(p); }
+
+STRATA_EXPORT void* strata_calloc(size_t count, size_t size) {
+  size_t bytes;
+  if (__builtin_mul_overflow(count, size, &bytes)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  void* p = malloc_inline(bytes);
+  // Huge mappings come fresh from the OS, already zero.
+  if (p != nullptr && bytes <= large_max) memset(p, 0, bytes);
+  return p;
+}
+
+STRATA_EXPORT size_t strata_usable_size(const void* p) {
+  if (p == nullptr) return 0;
+  segment* seg = segment_of(p);
+  lookup l = find_block(map_has_segment(seg) ? seg : nullptr, const_cast<void*>(p));
+  if (l.status == lookup_status::invalid) return 0;
+  return usable_of(l, p);
+}
+
+STRATA_EXPORT void* strata_realloc(void* p, size_t size) {
+  if (p == nullptr) return malloc_inline(size);
+  if (size == 0) {  // glibc: frees and returns NULL
+    free_inline(p);
+    return nullptr;
+  }
+  segment* seg = segment_of(p);
+  lookup l = find_block(map_has_segment(seg) ? seg : nullptr, p);
+  if (l.status == lookup_status::invalid) {
+    report_bad_free(p, "realloc of a pointer strata did not allocate:");
+    errno = EINVAL;
+    return nullptr;
+  }
+  size_t usable = usable_of(l, p);
+  if (size <= usable && size >= usable / 2) return p;  // fits without wasting half
+  void* q = malloc_inline(size);
+  if (q == nullptr) return nullptr;  // p is untouched, errno = ENOMEM
+  memcpy(q, p, size < usable ? size : usable);
+  free_inline(p);
+  return q;
+}
+
+STRATA_EXPORT void* strata_reallocarray(void* p, size_t count, size_t size) {
+  size_t bytes;
+  if (__builtin_mul_overflow(count, size, &bytes)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return strata_realloc(p, bytes);
+}
+
+STRATA_EXPORT int strata_posix_memalign(void** out, size_t alignment, size_t size) {
+  if (!is_power_of_two(alignment) || alignment % sizeof(void*) != 0) return EINVAL;
+  int saved = errno;
+  void* p = alloc_aligned(alignment, size);
+  errno = saved;
+  if (p == nullptr) return ENOMEM;
+  *out = p;
+  return 0;
+}
+
+STRATA_EXPORT void* strata_aligned_alloc(size_t alignment, size_t size) {
+  if (!is_power_of_two(alignment)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  return alloc_aligned(alignment, size);
+}
+
+STRATA_EXPORT void* strata_memalign(size_t alignment, size_t size) {
+  // glibc: a non-power-of-two alignment is rounded up to the next power of two.
+  if (alignment > (SIZE_MAX >> 1) + 1) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (!is_power_of_two(alignment)) alignment = alignment <= 1 ? 1 : size_t{1} << (64 - __builtin_clzll(alignment - 1));
+  return alloc_aligned(alignment, size);
+}
+
+STRATA_EXPORT void* strata_valloc(size_t size) { return alloc_aligned(strata::os::page_size(), size); }
+
+STRATA_EXPORT void* strata_pvalloc(size_t size) {
+  size_t ps = strata::os::page_size();
+  size_t rounded = size == 0 ? ps : (size + ps - 1) & ~(ps - 1);
+  if (rounded < size) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return alloc_aligned(ps, rounded);
+}
+
+STRATA_EXPORT void strata_collect(bool force) {
+  heap* h = force ? heap_get_or_create() : tl_heap;
+  if (h == nullptr || h == &empty_heap) return;
+  heap_collect(h, force);
+}

@@ -1,0 +1,343 @@
+// Thread heaps: creation and exit, page queues, and the slow paths behind malloc's and free's
+// fast paths (alloc.cpp).
+//
+// Each heap keeps, per size class, a queue of pages that may have free blocks (the first is
+// `direct`, the page malloc pops from) and a list of pages found full.  Other threads' frees land
+// on a page's thread_free list and set the heap's remote_hint for that class, so the owner only
+// looks at its full pages again when something was freed into them.
+#include "core/heap.h"
+
+#include <cerrno>
+#include <pthread.h>
+
+#include "core/init.h"
+#include "core/lock.h"
+#include "core/options.h"
+#include "core/segment.h"
+#include "os/os.h"
+
+namespace strata::detail {
+
+page empty_page{};
+constinit heap empty_heap;
+__thread heap* tl_heap __attribute__((tls_model("initial-exec"))) = &empty_heap;
+retired_totals g_retired;
+
+namespace {
+
+spin_lock registry_lock;
+heap* registry = nullptr;
+
+// ---- page lists ------------------------------------------------------------------------------
+void list_push_front(page_list& l, page* pg) noexcept {
+  pg->prev = nullptr;
+  pg->next = l.first;
+  if (l.first) l.first->prev = pg;
+  else l.last = pg;
+  l.first = pg;
+}
+
+void list_push_back(page_list& l, page* pg) noexcept {
+  pg->next = nullptr;
+  pg->prev = l.last;
+  if (l.last) l.last->next = pg;
+  else l.first = pg;
+  l.last = pg;
+}
+
+void list_remove(page_list& l, page* pg) noexcept {
+  if (pg->prev) pg->prev->next = pg->next;
+  else l.first = pg->next;
+  if (pg->next) pg->next->prev = pg->prev;
+  else l.last = pg->prev;
+  pg->next = pg->prev = nullptr;
+}
+
+page_list& list_of(heap* h, page* pg) noexcept {
+  return (flags_of(pg) & page_flag::in_full) ? h->full[pg->size_class] : h->queue[pg->size_class];
+}
+
+// Carves more blocks from the span: 16 KiB worth at a time (at least one block), so a page only
+// touches the memory it needs.
+bool page_extend(page* pg) noexcept {
+  if (pg->capacity >= pg->reserved) return false;
+  uint32_t bs = pg->block_size;
+  uint32_t n = bs >= 16384 ? 1 : 16384 / bs;
+  if (n > pg->reserved - pg->capacity) n = pg->reserved - pg->capacity;
+  uint8_t* first = pg->start + static_cast<size_t>(pg->capacity) * bs;
+  block* b = reinterpret_cast<block*>(first);
+  for (uint32_t i = 1; i < n; ++i) {
+    block* nb = reinterpret_cast<block*>(first + static_cast<size_t>(i) * bs);
+    b->next = nb;
+    b = nb;
+  }
+  b->next = pg->free;
+  pg->free = reinterpret_cast<block*>(first);
+  pg->capacity += n;
+  pg->carved_bytes.store(pg->capacity * bs, std::memory_order_relaxed);
+  return true;
+}
+
+inline void* page_pop(heap* h, page* pg) noexcept {
+  block* b = pg->free;
+  pg->free = b->next;
+  b->canary = 0;
+  pg->used++;
+  h->alloc_count[pg->size_class].add();
+  return b;
+}
+
+void page_free_span(heap* h, page* pg) noexcept {
+  list_remove(list_of(h, pg), pg);
+  if (h->direct[pg->size_class] == pg) {
+    page* next = h->queue[pg->size_class].first;
+    h->direct[pg->size_class] = next ? next : &empty_page;
+  }
+  span_free(h, pg);
+}
+
+// Empty pages kept as `direct` (to spare a span round trip on alloc/free churn) are let go, and
+// free slices purged, once the purge delay has passed.
+void heap_purge(heap* h, bool force) noexcept {
+  for (size_t c = 0; c < size_class_count; ++c) {
+    page* pg = h->direct[c];
+    if (pg != &empty_page && pg->used == 0 && pg->thread_free.load(std::memory_order_relaxed) == nullptr)
+      page_free_span(h, pg);
+  }
+  h->purge_due_ms = segments_purge(h, force);
+}
+
+inline void heap_maybe_purge(heap* h) noexcept {
+  if (h->purge_due_ms && os::now_ms() >= h->purge_due_ms) heap_purge(h, false);
+}
+
+void heap_schedule_purge(heap* h) noexcept {
+  int64_t delay = options::get(option::purge_delay);
+  if (delay < 0) return;
+  int64_t due = os::now_ms() + delay;
+  if (h->purge_due_ms == 0 || due < h->purge_due_ms) h->purge_due_ms = due;
+}
+
+void* heap_alloc_slow(heap* h, size_t cls) noexcept {
+  page_list& q = h->queue[cls];
+  // The direct page first, then the rest of the queue; pages without a free block go to the
+  // full list.
+  h->direct[cls] = &empty_page;
+  for (page* pg = q.first; pg;) {
+    page* next = pg->next;
+    page_collect(pg);
+    if (pg->free || page_extend(pg)) {
+      if (pg != q.first) {
+        list_remove(q, pg);
+        list_push_front(q, pg);
+      }
+      h->direct[cls] = pg;
+      return page_pop(h, pg);
+    }
+    list_remove(q, pg);
+    flags_set(pg, page_flag::in_full);
+    list_push_back(h->full[cls], pg);
+    pg = next;
+  }
+  // Full pages that other threads freed into since we last looked.
+  if (h->remote_hint[cls].exchange(0, std::memory_order_acq_rel)) {
+    page_list& f = h->full[cls];
+    for (page* pg = f.first; pg;) {
+      page* next = pg->next;
+      if (pg->thread_free.load(std::memory_order_relaxed) != nullptr) {
+        page_collect(pg);
+        list_remove(f, pg);
+        flags_clear(pg, page_flag::in_full);
+        if (pg->used == 0 && h->direct[cls] != &empty_page) {
+          span_free(h, pg);
+        } else {
+          list_push_back(q, pg);
+          if (h->direct[cls] == &empty_page) h->direct[cls] = pg;
+        }
+      }
+      pg = next;
+    }
+    if (page* pg = h->direct[cls]; pg != &empty_page) return page_pop(h, pg);
+  }
+  heap_maybe_purge(h);
+  page* pg = span_alloc(h, cls);
+  if (pg == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  list_push_front(q, pg);
+  h->direct[cls] = pg;
+  page_extend(pg);
+  return page_pop(h, pg);
+}
+
+// Thread exit: everything the heap holds goes back or is abandoned to whoever reclaims it.
+void heap_abandon(heap* h) noexcept {
+  for (size_t c = 0; c < size_class_count; ++c) {
+    h->direct[c] = &empty_page;
+    for (page_list* l : {&h->queue[c], &h->full[c]}) {
+      while (page* pg = l->first) {
+        list_remove(*l, pg);
+        flags_clear(pg, page_flag::in_full);
+        page_collect(pg);
+        if (pg->used == 0) span_free(h, pg);
+      }
+    }
+    h->remote_hint[c].store(0, std::memory_order_relaxed);
+  }
+  segments_abandon(h);
+  for (size_t c = 0; c < size_class_count; ++c) {
+    g_retired.alloc_count[c].fetch_add(h->alloc_count[c].get(), std::memory_order_relaxed);
+    g_retired.free_count[c].fetch_add(h->free_count[c].get(), std::memory_order_relaxed);
+    h->alloc_count[c].v.store(0, std::memory_order_relaxed);
+    h->free_count[c].v.store(0, std::memory_order_relaxed);
+  }
+  g_retired.remote_frees.fetch_add(h->remote_frees.get(), std::memory_order_relaxed);
+  h->remote_frees.v.store(0, std::memory_order_relaxed);
+  h->purge_due_ms = 0;
+  lock_guard g(registry_lock);
+  h->alive = false;
+}
+
+}  // namespace
+
+uint32_t page_collect(page* pg) noexcept {
+  block* tf = pg->thread_free.exchange(nullptr, std::memory_order_acquire);
+  if (tf == nullptr) return 0;
+  uint32_t n = 1;
+  block* tail = tf;
+  while (tail->next) {
+    tail = tail->next;
+    ++n;
+  }
+  tail->next = pg->free;
+  pg->free = tf;
+  pg->used -= n;
+  return n;
+}
+
+void page_adopt(heap* h, page* pg) noexcept {
+  size_t cls = pg->size_class;
+  if (pg->free || pg->capacity < pg->reserved) {
+    list_push_back(h->queue[cls], pg);
+    if (h->direct[cls] == &empty_page) h->direct[cls] = pg;
+  } else {
+    flags_set(pg, page_flag::in_full);
+    list_push_back(h->full[cls], pg);
+  }
+}
+
+void page_local_event(heap* h, page* pg) noexcept {
+  size_t cls = pg->size_class;
+  if (flags_of(pg) & page_flag::in_full) {
+    list_remove(h->full[cls], pg);
+    flags_clear(pg, page_flag::in_full);
+    list_push_back(h->queue[cls], pg);
+    if (h->direct[cls] == &empty_page) h->direct[cls] = pg;
+  }
+  if (pg->used == 0) {
+    if (pg == h->direct[cls])
+      heap_schedule_purge(h);
+    else
+      page_free_span(h, pg);
+  }
+  heap_maybe_purge(h);
+}
+
+void heap_thread_done(void* arg) noexcept {
+  auto* h = static_cast<heap*>(arg);
+  if (h == nullptr || h == &empty_heap) return;
+  tl_heap = &empty_heap;
+  heap_abandon(h);
+}
+
+heap* heap_get_or_create() noexcept {
+  heap* h = tl_heap;
+  if (h != &empty_heap) return h;
+  global_init();
+  {
+    lock_guard g(registry_lock);
+    for (heap* r = registry; r; r = r->next_in_registry) {
+      if (!r->alive) {
+        h = r;
+        break;
+      }
+    }
+    if (h == &empty_heap) {
+      size_t bytes = (sizeof(heap) + os::page_size() - 1) & ~(os::page_size() - 1);
+      auto* fresh = static_cast<heap*>(os::map_aligned(bytes, os::page_size()));
+      if (fresh == nullptr) return nullptr;
+      os::commit_add(static_cast<int64_t>(bytes));
+      for (auto& d : fresh->direct) d = &empty_page;
+      fresh->next_in_registry = registry;
+      registry = fresh;
+      h = fresh;
+    }
+    h->alive = true;
+  }
+  tl_heap = h;  // before pthread_setspecific, which may itself allocate
+  pthread_setspecific(thread_key(), h);
+  return h;
+}
+
+void* malloc_slow(size_t cls) noexcept {
+  heap* h = tl_heap;
+  if (STRATA_UNLIKELY(h == &empty_heap)) {
+    h = heap_get_or_create();
+    if (h == nullptr) {
+      errno = ENOMEM;
+      return nullptr;
+    }
+    page* pg = h->direct[cls];
+    if (pg->free) return page_pop(h, pg);
+  }
+  return heap_alloc_slow(h, cls);
+}
+
+void heap_collect(heap* h, bool force) noexcept {
+  if (force) {
+    while (segment_reclaim_one(h)) {
+    }
+  }
+  for (size_t c = 0; c < size_class_count; ++c) {
+    for (page_list* l : {&h->full[c], &h->queue[c]}) {
+      for (page* pg = l->first; pg;) {
+        page* next = pg->next;
+        page_collect(pg);
+        if (pg->used == 0 && (force || pg != h->direct[c])) {
+          page_free_span(h, pg);
+        } else if ((flags_of(pg) & page_flag::in_full) && pg->free) {
+          list_remove(*l, pg);
+          flags_clear(pg, page_flag::in_full);
+          list_push_back(h->queue[c], pg);
+          if (h->direct[c] == &empty_page) h->direct[c] = pg;
+        }
+        pg = next;
+      }
+    }
+  }
+  heap_purge(h, force);
+  if (force) segment_cache_trim(0);
+}
+
+heap* heap_registry_first() noexcept {
+  lock_guard g(registry_lock);
+  return registry;
+}
+
+void heap_locks_acquire() noexcept { registry_lock.lock(); }
+
+void heap_locks_release(bool in_child) noexcept {
+  if (!in_child) {
+    registry_lock.unlock();
+    return;
+  }
+  registry_lock.reset();
+  // Only the forking thread lives on in the child: the other threads' heaps are abandoned so
+  // their segments can be reclaimed.
+  for (heap* h = registry; h; h = h->next_in_registry) {
+    if (h->alive && h != tl_heap) heap_abandon(h);
+  }
+}
+
+}  // namespace strata::detail

@@ -1,0 +1,37 @@
+// Thread heaps: page queues and the slow paths of malloc and free.
+#pragma once
+#include "core/types.h"
+
+namespace strata::detail {
+
+// Slow path of malloc for size class cls (no free block on the direct page, or no heap yet).
+void* malloc_slow(size_t cls) noexcept;
+// A local free emptied the page or found it on the full list.
+void page_local_event(heap* h, page* pg) noexcept;
+// Moves the page's thread_free list onto its free list; returns the number of blocks moved.
+uint32_t page_collect(page* pg) noexcept;
+// Inserts a page (in use, not linked) into h's queue or full list as its state says.
+void page_adopt(heap* h, page* pg) noexcept;
+// The calling thread's heap, creating it if needed (nullptr when out of memory).
+heap* heap_get_or_create() noexcept;
+// Collects remote frees on every page of h, frees empty pages, purges; with force also
+// reclaims abandoned segments and purges at once.
+void heap_collect(heap* h, bool force) noexcept;
+
+// pthread key destructor: the exiting thread's heap is given back or abandoned.
+void heap_thread_done(void* h) noexcept;
+
+// Registry of every heap (for statistics and fork); heaps are never unmapped.
+heap* heap_registry_first() noexcept;
+void heap_locks_acquire() noexcept;
+void heap_locks_release(bool in_child) noexcept;
+
+// Totals of heaps that have exited (their counters are folded in here).
+struct retired_totals {
+  std::atomic<uint64_t> alloc_count[size_class_count];
+  std::atomic<uint64_t> free_count[size_class_count];
+  std::atomic<uint64_t> remote_frees;
+};
+extern retired_totals g_retired;
+
+}  // namespace strata::detail

@@ -1,0 +1,63 @@
+#include "core/init.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <sched.h>
+
+#include "core/heap.h"
+#include "core/types.h"
+#include "core/options.h"
+#include "core/segment.h"
+#include "core/stats.h"
+#include "os/numa.h"
+#include "os/os.h"
+
+namespace strata::detail {
+
+uint64_t g_secret = 0x5bd1e9955bd1e995ull;
+
+namespace {
+std::atomic<int> init_state{0};  // 0: not started, 1: running, 2: done
+pthread_key_t key;
+
+void before_fork() noexcept {
+  heap_locks_acquire();
+  segment_locks_acquire();
+}
+void after_fork_parent() noexcept {
+  segment_locks_release(false);
+  heap_locks_release(false);
+}
+void after_fork_child() noexcept {
+  segment_locks_release(true);
+  heap_locks_release(true);
+}
+
+void at_exit() noexcept { stats_report_at_exit(); }
+}  // namespace
+
+pthread_key_t thread_key() noexcept { return key; }
+
+__thread bool initialising = false;
+
+void global_init() noexcept {
+  if (STRATA_LIKELY(init_state.load(std::memory_order_acquire) == 2)) return;
+  int expected = 0;
+  if (!init_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+    // Another thread is initialising: wait for it (a nested call from our own init passes).
+    while (!initialising && init_state.load(std::memory_order_acquire) != 2) sched_yield();
+    return;
+  }
+  initialising = true;
+  options::init();
+  g_secret = os::random_seed();
+  pthread_key_create(&key, heap_thread_done);
+  os::numa_init();
+  init_state.store(2, std::memory_order_release);
+  // These may allocate; the state is already "running" so nested calls pass straight through.
+  pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+  atexit(at_exit);
+  initialising = false;
+}
+
+}  // namespace strata::detail

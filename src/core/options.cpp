@@ -1,0 +1,103 @@
+#include "core/options.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <unistd.h>
+
+#include "core/report.h"
+
+namespace strata::options {
+namespace {
+
+enum class kind { flag, integer, text };
+
+struct descriptor {
+  const char* env;
+  kind type;
+  int64_t def, lo, hi;
+  const char* help;
+};
+
+constexpr descriptor table[] = {
+#define STRATA_X(name, env, k, def, lo, hi, help) {"STRATA_" #env, kind::k, def, lo, hi, help},
+    STRATA_OPTIONS(STRATA_X)
+#undef STRATA_X
+};
+constexpr int count = static_cast<int>(option::count);
+
+int64_t values[count] = {
+#define STRATA_X(name, env, k, def, lo, hi, help) def,
+    STRATA_OPTIONS(STRATA_X)
+#undef STRATA_X
+};
+const char* texts[count] = {};
+
+bool parse_flag(const char* s, int64_t* out) {
+  static constexpr const char* yes[] = {"1", "true", "yes", "on"};
+  static constexpr const char* no[] = {"0", "false", "no", "off"};
+  for (const char* y : yes)
+    if (strcasecmp(s, y) == 0) return *out = 1, true;
+  for (const char* n : no)
+    if (strcasecmp(s, n) == 0) return *out = 0, true;
+  return false;
+}
+
+bool parse_integer(const char* s, const descriptor& d, int64_t* out) {
+  if (*s == 0) return false;
+  char* end = nullptr;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno != 0 || *end != 0 || v < d.lo || v > d.hi) return false;
+  *out = v;
+  return true;
+}
+
+}  // namespace
+
+void init() noexcept {
+  int saved = errno;
+  for (int i = 0; i < count; ++i) {
+    const descriptor& d = table[i];
+    const char* s = getenv(d.env);
+    if (s == nullptr) continue;
+    int64_t v = 0;
+    bool ok = true;
+    switch (d.type) {
+      case kind::flag: ok = parse_flag(s, &v); break;
+      case kind::integer: ok = parse_integer(s, d, &v); break;
+      case kind::text: texts[i] = s; continue;
+    }
+    if (ok) {
+      values[i] = v;
+    } else if (d.type == kind::flag) {
+      report::message("strata: warning: %s=\"%s\" is not a flag (use 0/1, true/false, yes/no, on/off); keeping the default %lld\n",
+                      d.env, s, static_cast<long long>(d.def));
+    } else {
+      report::message("strata: warning: %s=\"%s\" is not an integer in [%lld, %lld]; keeping the default %lld\n",
+                      d.env, s, static_cast<long long>(d.lo), static_cast<long long>(d.hi),
+                      static_cast<long long>(d.def));
+    }
+  }
+  errno = saved;
+}
+
+int64_t get(option o) noexcept { return values[static_cast<int>(o)]; }
+const char* get_text(option o) noexcept { return texts[static_cast<int>(o)]; }
+void set(option o, int64_t value) noexcept { values[static_cast<int>(o)] = value; }
+
+size_t to_json(char* buf, size_t len) noexcept {
+  report::json_writer w(buf, len);
+  w.open();
+  for (int i = 0; i < count; ++i) {
+    if (table[i].type == kind::text)
+      w.field_text(table[i].env, texts[i]);
+    else
+      w.field_int(table[i].env, values[i]);
+  }
+  w.close();
+  return w.finish();
+}
+
+}  // namespace strata::options

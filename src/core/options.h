@@ -1,0 +1,40 @@
+// strata options: one table (X-macro) declares every option once — its enum name, its
+// STRATA_* environment variable, its type, default, bounds and help text.  Everything else
+// (parsing, the README's table, strata_options_json) is generated from it.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace strata {
+
+// X(name, ENV_SUFFIX, kind, default, min, max, help)
+//   kind: flag (0/1, also true/false/yes/no/on/off), integer (decimal, in [min, max]), text.
+#define STRATA_OPTIONS(X)                                                                          \
+  X(show_stats, SHOW_STATS, flag, 0, 0, 1, "print statistics to stderr at exit")                  \
+  X(stats_file, STATS_FILE, text, 0, 0, 0, "write statistics as JSON to this path at exit")        \
+  X(verbose, VERBOSE, flag, 0, 0, 1, "print diagnostics about the allocator's decisions")          \
+  X(purge_delay, PURGE_DELAY, integer, 10, -1, 3600000,                                            \
+    "milliseconds before free memory goes back to the OS (0: at once, -1: never)")                 \
+  X(segment_cache, SEGMENT_CACHE, integer, 4, 0, 1024, "empty segments kept mapped for reuse")     \
+  X(abort_on_error, ABORT_ON_ERROR, flag, 0, 0, 1,                                                 \
+    "abort on an invalid or double free instead of reporting it and going on")                    \
+  X(numa, NUMA, text, 0, 0, 0, "NUMA placement of strata's memory: local | interleave | bind:<nodes>")
+
+enum class option : int {
+#define STRATA_X(name, env, kind, def, lo, hi, help) name,
+  STRATA_OPTIONS(STRATA_X)
+#undef STRATA_X
+      count
+};
+
+namespace options {
+// Reads every STRATA_* variable once; a bad value warns (naming the variable) and keeps the
+// default.  Safe to call before the C library is fully initialised: uses only getenv and write.
+void init() noexcept;
+int64_t get(option o) noexcept;            // flag / integer options
+const char* get_text(option o) noexcept;   // text options; nullptr when unset
+void set(option o, int64_t value) noexcept;  // for tests and the strata_* API
+size_t to_json(char* buf, size_t len) noexcept;
+}  // namespace options
+
+}  // namespace strata

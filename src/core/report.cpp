@@ -1,0 +1,102 @@
+#include "core/report.h"
+
+#include <cerrno>
+#include <cstdarg>
+#include <cstdio>
+#include <unistd.h>
+
+namespace strata::report {
+namespace {
+void vto_fd(int fd, const char* fmt, va_list ap) noexcept {
+  int saved = errno;
+  char line[1024];
+  int n = vsnprintf(line, sizeof line, fmt, ap);
+  if (n > static_cast<int>(sizeof line) - 1) n = sizeof line - 1;
+  for (int off = 0; n > off;) {
+    ssize_t w = write(fd, line + off, static_cast<size_t>(n - off));
+    if (w <= 0) break;
+    off += static_cast<int>(w);
+  }
+  errno = saved;
+}
+}  // namespace
+
+void message(const char* fmt, ...) noexcept {
+  va_list ap;
+  va_start(ap, fmt);
+  vto_fd(2, fmt, ap);
+  va_end(ap);
+}
+
+void to_fd(int fd, const char* fmt, ...) noexcept {
+  va_list ap;
+  va_start(ap, fmt);
+  vto_fd(fd, fmt, ap);
+  va_end(ap);
+}
+
+void json_writer::printf(const char* fmt, ...) noexcept {
+  va_list ap;
+  va_start(ap, fmt);
+  size_t room = pos_ < len_ ? len_ - pos_ : 0;
+  int n = vsnprintf(room ? buf_ + pos_ : nullptr, room, fmt, ap);
+  va_end(ap);
+  if (n > 0) pos_ += static_cast<size_t>(n);
+}
+
+void json_writer::raw(const char* s) noexcept { printf("%s", s); }
+
+void json_writer::comma() noexcept {
+  if (!first_) raw(",");
+  first_ = false;
+}
+
+void json_writer::key(const char* k) noexcept {
+  comma();
+  printf("\"%s\":", k);
+  first_ = true;
+}
+
+void json_writer::field_int(const char* k, int64_t v) noexcept {
+  key(k);
+  printf("%lld", static_cast<long long>(v));
+  first_ = false;
+}
+
+void json_writer::field_uint(const char* k, uint64_t v) noexcept {
+  key(k);
+  printf("%llu", static_cast<unsigned long long>(v));
+  first_ = false;
+}
+
+void json_writer::field_double(const char* k, double v) noexcept {
+  key(k);
+  printf("%.6g", v);
+  first_ = false;
+}
+
+void json_writer::field_text(const char* k, const char* v) noexcept {
+  key(k);
+  if (v == nullptr) {
+    raw("null");
+  } else {
+    raw("\"");
+    for (const char* c = v; *c; ++c) {
+      if (*c == '"' || *c == '\\')
+        printf("\\%c", *c);
+      else if (static_cast<unsigned char>(*c) < 0x20)
+        printf("\\u%04x", *c);
+      else
+        printf("%c", *c);
+    }
+    raw("\"");
+  }
+  first_ = false;
+}
+
+size_t json_writer::finish() noexcept {
+  if (len_ > 0) buf_[pos_ < len_ ? pos_ : len_ - 1] = 0;
+  return pos_;
+}
+
+}  // namespace strata::report

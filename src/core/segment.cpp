@@ -1,0 +1,391 @@
+// Segments: mapping, carving spans (pages) out of them, purging free slices after a delay,
+// abandoning and reclaiming them across thread exits, the empty-segment cache, huge mappings.
+#include "core/segment.h"
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/heap.h"
+#include "core/lock.h"
+#include "core/options.h"
+#include "os/numa.h"
+#include "os/os.h"
+
+namespace strata::detail {
+
+segment_map g_map;
+
+namespace {
+
+spin_lock abandoned_lock;
+segment* abandoned_list = nullptr;
+std::atomic<uint64_t> abandoned_count{0}, reclaimed_count{0};
+
+spin_lock cache_lock;
+segment* cache_list = nullptr;
+size_t cache_count = 0;
+
+std::atomic<uint64_t> live_segments{0}, huge_live{0}, huge_bytes{0};
+
+// ---- the segment map -------------------------------------------------------------------------
+void map_mark(segment* seg, size_t bytes, bool set) noexcept {
+  uintptr_t first = reinterpret_cast<uintptr_t>(seg) >> segment_shift;
+  uintptr_t chunks = (bytes + segment_size - 1) >> segment_shift;
+  for (uintptr_t c = first; c < first + chunks && c < map_chunks; ++c) {
+    auto& word = (c == first ? g_map.start : g_map.continuation)[c / 64];
+    uint64_t bit = uint64_t{1} << (c % 64);
+    if (set)
+      word.fetch_or(bit, std::memory_order_release);
+    else
+      word.fetch_and(~bit, std::memory_order_release);
+  }
+}
+
+// ---- slice bitmaps ---------------------------------------------------------------------------
+void bits_assign(uint64_t* bits, size_t from, size_t n, bool value) noexcept {
+  for (size_t i = from; i < from + n; ++i) {
+    uint64_t bit = uint64_t{1} << (i % 64);
+    if (value)
+      bits[i / 64] |= bit;
+    else
+      bits[i / 64] &= ~bit;
+  }
+}
+
+size_t bits_count(const uint64_t* bits, size_t from, size_t n) noexcept {
+  size_t count = 0;
+  for (size_t i = from; i < from + n; ++i) count += (bits[i / 64] >> (i % 64)) & 1;
+  return count;
+}
+
+// The first index >= from whose bit equals `value`, or slices_per_segment.
+size_t bits_next(const uint64_t* bits, size_t from, bool value) noexcept {
+  if (from >= slices_per_segment) return slices_per_segment;
+  size_t w = from / 64;
+  uint64_t word = (value ? bits[w] : ~bits[w]) & (~uint64_t{0} << (from % 64));
+  while (word == 0) {
+    if (++w == bitmap_words) return slices_per_segment;
+    word = value ? bits[w] : ~bits[w];
+  }
+  return w * 64 + static_cast<size_t>(__builtin_ctzll(word));
+}
+
+// First fit: the start of a run of n free slices, or -1.
+long find_free_run(const segment* seg, size_t n) noexcept {
+  size_t i = 1;
+  while (i + n <= slices_per_segment) {
+    size_t start = bits_next(seg->free_bits, i, true);
+    if (start + n > slices_per_segment) return -1;
+    size_t end = bits_next(seg->free_bits, start, false);
+    if (end - start >= n) return static_cast<long>(start);
+    i = end;
+  }
+  return -1;
+}
+
+// Purges every run of free, dirty slices.
+void purge_free_dirty(segment* seg) noexcept {
+  uint64_t both[bitmap_words];
+  for (size_t w = 0; w < bitmap_words; ++w) both[w] = seg->free_bits[w] & seg->dirty_bits[w];
+  size_t i = 0;
+  while ((i = bits_next(both, i, true)) < slices_per_segment) {
+    size_t end = bits_next(both, i, false);
+    os::purge(slice_address(seg, i), (end - i) * slice_size);
+    os::commit_add(-static_cast<int64_t>((end - i) * slice_size));
+    bits_assign(seg->dirty_bits, i, end - i, false);
+    i = end;
+  }
+  seg->purge_due_ms = 0;
+}
+
+void heap_link_segment(heap* h, segment* seg) noexcept {
+  seg->prev = nullptr;
+  seg->next = h->segments;
+  if (h->segments) h->segments->prev = seg;
+  h->segments = seg;
+}
+
+void heap_unlink_segment(heap* h, segment* seg) noexcept {
+  if (seg->prev) seg->prev->next = seg->next;
+  else h->segments = seg->next;
+  if (seg->next) seg->next->prev = seg->prev;
+  seg->next = seg->prev = nullptr;
+}
+
+void segment_reset_header(segment* seg) noexcept {
+  seg->kind = segment_kind::normal;
+  seg->used_slices = 0;
+  seg->mapped_size = segment_size;
+  seg->huge_size = 0;
+  seg->purge_due_ms = 0;
+  for (size_t w = 0; w < bitmap_words; ++w) seg->free_bits[w] = ~uint64_t{0};
+  seg->free_bits[0] &= ~uint64_t{1};  // slice 0 holds this header
+}
+
+segment* segment_new(heap* h) noexcept {
+  segment* seg = nullptr;
+  {
+    lock_guard g(cache_lock);
+    if (cache_list) {
+      seg = cache_list;
+      cache_list = seg->next;
+      --cache_count;
+    }
+  }
+  if (seg == nullptr) {
+    seg = static_cast<segment*>(os::map_aligned(segment_size, segment_size));
+    if (seg == nullptr) return nullptr;
+    os::numa_place(seg, segment_size);
+    segment_reset_header(seg);
+    bits_assign(seg->dirty_bits, 0, 1, true);
+    os::commit_add(static_cast<int64_t>(slice_size));
+    map_mark(seg, segment_size, true);
+    live_segments.fetch_add(1, std::memory_order_relaxed);
+  }
+  seg->owner.store(h, std::memory_order_release);
+  heap_link_segment(h, seg);
+  return seg;
+}
+
+// An empty segment leaves its heap: into the cache (purged) or back to the OS.
+void segment_release(heap* h, segment* seg) noexcept {
+  heap_unlink_segment(h, seg);
+  seg->owner.store(nullptr, std::memory_order_release);
+  purge_free_dirty(seg);
+  {
+    lock_guard g(cache_lock);
+    if (cache_count < static_cast<size_t>(options::get(option::segment_cache))) {
+      seg->next = cache_list;
+      cache_list = seg;
+      ++cache_count;
+      return;
+    }
+  }
+  map_mark(seg, segment_size, false);
+  os::commit_add(-static_cast<int64_t>(slice_size));
+  live_segments.fetch_sub(1, std::memory_order_relaxed);
+  os::unmap(seg, segment_size);
+}
+
+page* span_init(segment* seg, size_t idx, size_t cls) noexcept {
+  size_t n = page_slices(cls);
+  page* pg = &seg->pages[idx];
+  for (size_t k = 1; k < n; ++k) pg[k].slice_offset = static_cast<uint16_t>(k);
+  size_t bs = class_size(cls);
+  pg->free = nullptr;
+  pg->used = 0;
+  pg->capacity = 0;
+  pg->reserved = static_cast<uint32_t>((n * slice_size) / bs);
+  pg->block_size = static_cast<uint32_t>(bs);
+  pg->div_magic = UINT64_MAX / bs + 1;
+  pg->start = slice_address(seg, idx);
+  pg->thread_free.store(nullptr, std::memory_order_relaxed);
+  pg->next = pg->prev = nullptr;
+  pg->slice_count = static_cast<uint16_t>(n);
+  pg->slice_offset = 0;
+  pg->size_class = static_cast<uint8_t>(cls);
+  pg->carved_bytes.store(0, std::memory_order_relaxed);
+  pg->flags.store(page_flag::in_use, std::memory_order_relaxed);
+  bits_assign(seg->free_bits, idx, n, false);
+  size_t fresh = n - bits_count(seg->dirty_bits, idx, n);
+  if (fresh) os::commit_add(static_cast<int64_t>(fresh * slice_size));
+  bits_assign(seg->dirty_bits, idx, n, true);
+  seg->used_slices += static_cast<uint32_t>(n);
+  return pg;
+}
+
+page* span_alloc_in(heap* h, size_t cls) noexcept {
+  size_t n = page_slices(cls);
+  for (segment* seg = h->segments; seg; seg = seg->next) {
+    if (usable_slices - seg->used_slices < n) continue;
+    long idx = find_free_run(seg, n);
+    if (idx >= 0) return span_init(seg, static_cast<size_t>(idx), cls);
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+page* span_alloc(heap* h, size_t cls) noexcept {
+  if (page* pg = span_alloc_in(h, cls)) return pg;
+  while (segment_reclaim_one(h)) {
+    if (page* pg = span_alloc_in(h, cls)) return pg;
+  }
+  segment* seg = segment_new(h);
+  if (seg == nullptr) return nullptr;
+  return span_init(seg, 1, cls);
+}
+
+static void span_release(heap* h, page* pg, bool allow_segment_release) noexcept {
+  segment* seg = segment_of(pg);
+  size_t idx = slice_index(seg, pg), n = pg->slice_count;
+  for (size_t k = 0; k < n; ++k) {
+    pg[k].flags.store(0, std::memory_order_relaxed);
+    pg[k].slice_offset = 0;
+  }
+  pg->block_size = 0;
+  pg->carved_bytes.store(0, std::memory_order_relaxed);
+  pg->free = nullptr;
+  pg->next = pg->prev = nullptr;
+  bits_assign(seg->free_bits, idx, n, true);
+  seg->used_slices -= static_cast<uint32_t>(n);
+  int64_t delay = options::get(option::purge_delay);
+  if (delay == 0) {
+    purge_free_dirty(seg);
+  } else if (delay > 0 && seg->purge_due_ms == 0) {
+    seg->purge_due_ms = os::now_ms() + delay;
+    if (h->purge_due_ms == 0 || seg->purge_due_ms < h->purge_due_ms) h->purge_due_ms = seg->purge_due_ms;
+  }
+  if (allow_segment_release && seg->used_slices == 0 && !(h->segments == seg && seg->next == nullptr))
+    segment_release(h, seg);
+}
+
+void span_free(heap* h, page* pg) noexcept { span_release(h, pg, true); }
+
+int64_t segments_purge(heap* h, bool force) noexcept {
+  int64_t now = os::now_ms(), next_due = 0;
+  for (segment* seg = h->segments; seg; seg = seg->next) {
+    if (seg->purge_due_ms == 0) continue;
+    if (force || seg->purge_due_ms <= now)
+      purge_free_dirty(seg);
+    else if (next_due == 0 || seg->purge_due_ms < next_due)
+      next_due = seg->purge_due_ms;
+  }
+  return next_due;
+}
+
+void segments_abandon(heap* h) noexcept {
+  while (segment* seg = h->segments) {
+    if (seg->used_slices == 0) {
+      segment_release(h, seg);
+      continue;
+    }
+    heap_unlink_segment(h, seg);
+    purge_free_dirty(seg);
+    seg->owner.store(nullptr, std::memory_order_release);
+    lock_guard g(abandoned_lock);
+    seg->next = abandoned_list;
+    abandoned_list = seg;
+    abandoned_count.fetch_add(1, std::memory_order_relaxed);
+  }
+  h->purge_due_ms = 0;
+}
+
+bool segment_reclaim_one(heap* h) noexcept {
+  segment* seg;
+  {
+    lock_guard g(abandoned_lock);
+    seg = abandoned_list;
+    if (seg == nullptr) return false;
+    abandoned_list = seg->next;
+    abandoned_count.fetch_sub(1, std::memory_order_relaxed);
+  }
+  seg->owner.store(h, std::memory_order_release);
+  heap_link_segment(h, seg);
+  reclaimed_count.fetch_add(1, std::memory_order_relaxed);
+  // Take over its pages, with what other threads freed into them meanwhile.
+  for (size_t idx = 1; idx < slices_per_segment;) {
+    page* pg = &seg->pages[idx];
+    if (!(flags_of(pg) & page_flag::in_use)) {
+      ++idx;
+      continue;
+    }
+    idx += pg->slice_count;
+    page_collect(pg);
+    pg->next = pg->prev = nullptr;
+    flags_clear(pg, page_flag::in_full);
+    if (pg->used == 0)
+      span_release(h, pg, false);
+    else
+      page_adopt(h, pg);
+  }
+  if (seg->used_slices == 0 && !(h->segments == seg && seg->next == nullptr)) segment_release(h, seg);
+  return true;
+}
+
+void segment_cache_trim(size_t keep) noexcept {
+  for (;;) {
+    segment* seg;
+    {
+      lock_guard g(cache_lock);
+      if (cache_count <= keep) return;
+      seg = cache_list;
+      cache_list = seg->next;
+      --cache_count;
+    }
+    map_mark(seg, segment_size, false);
+    os::commit_add(-static_cast<int64_t>(slice_size));
+    live_segments.fetch_sub(1, std::memory_order_relaxed);
+    os::unmap(seg, segment_size);
+  }
+}
+
+// ---- huge -----------------------------------------------------------------------------------
+void* huge_alloc(size_t size, size_t alignment) noexcept {
+  size_t align = alignment < min_block ? min_block : alignment;
+  size_t offset = (slice_size + align - 1) & ~(align - 1);  // the header fits in slice 0
+  size_t ps = os::page_size();
+  if (offset < slice_size || size > SIZE_MAX / 2 - offset) return errno = ENOMEM, nullptr;
+  size_t total = (offset + size + ps - 1) & ~(ps - 1);
+  auto* seg = static_cast<segment*>(os::map_aligned(total, segment_size));
+  if (seg == nullptr) return errno = ENOMEM, nullptr;
+  os::numa_place(seg, total);
+  seg->kind = segment_kind::huge;
+  seg->mapped_size = total;
+  seg->huge_size = total - offset;
+  seg->pages[0].start = reinterpret_cast<uint8_t*>(seg) + offset;
+  seg->owner.store(nullptr, std::memory_order_relaxed);
+  os::commit_add(static_cast<int64_t>(total));
+  huge_live.fetch_add(1, std::memory_order_relaxed);
+  huge_bytes.fetch_add(seg->huge_size, std::memory_order_relaxed);
+  live_segments.fetch_add(1, std::memory_order_relaxed);
+  map_mark(seg, total, true);
+  return seg->pages[0].start;
+}
+
+void huge_free(segment* seg) noexcept {
+  size_t total = seg->mapped_size;
+  map_mark(seg, total, false);
+  huge_live.fetch_sub(1, std::memory_order_relaxed);
+  huge_bytes.fetch_sub(seg->huge_size, std::memory_order_relaxed);
+  live_segments.fetch_sub(1, std::memory_order_relaxed);
+  os::commit_add(-static_cast<int64_t>(total));
+  os::unmap(seg, total);
+}
+
+segment* huge_segment_containing(const void* p) noexcept {
+  uintptr_t chunk = reinterpret_cast<uintptr_t>(p) >> segment_shift;
+  if (chunk >= map_chunks) return nullptr;
+  auto has = [](const std::atomic<uint64_t>* bits, uintptr_t c) {
+    return (bits[c / 64].load(std::memory_order_acquire) >> (c % 64)) & 1;
+  };
+  while (chunk > 0 && has(g_map.continuation, chunk)) --chunk;
+  if (!has(g_map.start, chunk)) return nullptr;
+  auto* seg = reinterpret_cast<segment*>(chunk << segment_shift);
+  if (seg->kind != segment_kind::huge) return nullptr;
+  if (reinterpret_cast<uintptr_t>(p) >= reinterpret_cast<uintptr_t>(seg) + seg->mapped_size) return nullptr;
+  return seg;
+}
+
+segment_totals segment_stats() noexcept {
+  return {live_segments.load(std::memory_order_relaxed), abandoned_count.load(std::memory_order_relaxed),
+          reclaimed_count.load(std::memory_order_relaxed), huge_live.load(std::memory_order_relaxed),
+          huge_bytes.load(std::memory_order_relaxed)};
+}
+
+void segment_locks_acquire() noexcept {
+  abandoned_lock.lock();
+  cache_lock.lock();
+}
+
+void segment_locks_release(bool in_child) noexcept {
+  if (in_child) {
+    abandoned_lock.reset();
+    cache_lock.reset();
+  } else {
+    cache_lock.unlock();
+    abandoned_lock.unlock();
+  }
+}
+
+}  // namespace strata::detail

@@ -1,0 +1,38 @@
+// Segments and spans: carving pages out of segments, returning them, purging, abandoning and
+// reclaiming segments, huge mappings.  Called from the heap's slow paths only.
+#pragma once
+#include "core/types.h"
+
+namespace strata::detail {
+
+// A page of `slices` slices for `cls` from h's segments (a reclaimed or new segment if none has
+// room).  nullptr when the OS refuses memory.
+page* span_alloc(heap* h, size_t cls) noexcept;
+// Gives a page's span back to its segment; may release the segment when it becomes empty.
+void span_free(heap* h, page* pg) noexcept;
+// Purges the free slices of h's segments whose delay has passed (all of them when force);
+// returns the earliest deadline still pending (0: none).
+int64_t segments_purge(heap* h, bool force) noexcept;
+// Moves every segment of h to the abandoned list (or releases it when empty).
+void segments_abandon(heap* h) noexcept;
+// Takes one abandoned segment into h; false when there is none.
+bool segment_reclaim_one(heap* h) noexcept;
+// Empties the global segment cache (unmapping), e.g. for strata_collect(true).
+void segment_cache_trim(size_t keep) noexcept;
+
+void* huge_alloc(size_t size, size_t alignment) noexcept;
+void huge_free(segment* seg) noexcept;
+// The segment holding p when p lies inside a huge mapping past its first chunk; else nullptr.
+segment* huge_segment_containing(const void* p) noexcept;
+
+// Statistics over segments.
+struct segment_totals {
+  uint64_t segments, abandoned, reclaimed, huge_count, huge_bytes;
+};
+segment_totals segment_stats() noexcept;
+
+// fork(): hold the global locks across the fork so the child finds them consistent.
+void segment_locks_acquire() noexcept;
+void segment_locks_release(bool in_child) noexcept;
+
+}  // namespace strata::detail

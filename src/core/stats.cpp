@@ -1,0 +1,164 @@
+#include "core/stats.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "core/heap.h"
+#include "core/options.h"
+#include "core/report.h"
+#include "core/segment.h"
+#include "os/os.h"
+
+namespace strata::detail {
+
+namespace {
+std::atomic<uint64_t> bad_frees{0};
+constexpr uint64_t bad_free_reports_max = 32;  // then only counted (and summarised at exit)
+}  // namespace
+
+void report_bad_free(const void* p, const char* what) noexcept {
+  uint64_t n = bad_frees.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (n <= bad_free_reports_max)
+    report::message("strata: error: %s %p (ignored; STRATA_ABORT_ON_ERROR=1 aborts instead)\n", what, p);
+  if (options::get(option::abort_on_error)) abort();
+}
+
+void stats_collect(strata_stats_t* out, uint64_t* class_allocs, uint64_t* class_frees) noexcept {
+  *out = strata_stats_t{};
+  uint64_t allocs[size_class_count], frees[size_class_count];
+  uint64_t remote = g_retired.remote_frees.load(std::memory_order_relaxed);
+  for (size_t c = 0; c < size_class_count; ++c) {
+    allocs[c] = g_retired.alloc_count[c].load(std::memory_order_relaxed);
+    frees[c] = g_retired.free_count[c].load(std::memory_order_relaxed);
+  }
+  for (heap* h = heap_registry_first(); h; h = h->next_in_registry) {
+    if (h->alive) out->threads++;
+    for (size_t c = 0; c < size_class_count; ++c) {
+      allocs[c] += h->alloc_count[c].get();
+      frees[c] += h->free_count[c].get();
+    }
+    remote += h->remote_frees.get();
+  }
+  int64_t in_use = 0;
+  for (size_t c = 0; c < size_class_count; ++c) {
+    out->malloc_count += allocs[c];
+    out->free_count += frees[c];
+    in_use += static_cast<int64_t>(allocs[c] - frees[c]) * static_cast<int64_t>(class_size(c));
+    if (class_allocs) class_allocs[c] = allocs[c];
+    if (class_frees) class_frees[c] = frees[c];
+  }
+  segment_totals seg = segment_stats();
+  out->in_use_bytes = static_cast<uint64_t>(in_use > 0 ? in_use : 0) + seg.huge_bytes;
+  out->huge_count = seg.huge_count;
+  out->segments = seg.segments;
+  out->abandoned_segments = seg.abandoned;
+  out->reclaimed_segments = seg.reclaimed;
+  out->remote_free_count = remote;
+  out->committed_bytes = static_cast<uint64_t>(os::stats.committed.load(std::memory_order_relaxed));
+  out->committed_peak = static_cast<uint64_t>(os::stats.committed_peak.load(std::memory_order_relaxed));
+  out->reserved_bytes = static_cast<uint64_t>(os::stats.reserved.load(std::memory_order_relaxed));
+  out->mmap_calls = os::stats.mmap_calls.load(std::memory_order_relaxed);
+  out->munmap_calls = os::stats.munmap_calls.load(std::memory_order_relaxed);
+  out->madvise_calls = os::stats.madvise_calls.load(std::memory_order_relaxed);
+  out->bad_free_count = bad_frees.load(std::memory_order_relaxed);
+}
+
+static size_t stats_json(char* buf, size_t len) noexcept {
+  strata_stats_t s;
+  uint64_t allocs[size_class_count], frees[size_class_count];
+  stats_collect(&s, allocs, frees);
+  report::json_writer w(buf, len);
+  w.open();
+  w.field_text("allocator", "strata");
+  w.field_text("version", STRATA_VERSION_STRING);
+  w.field_uint("in_use_bytes", s.in_use_bytes);
+  w.field_uint("committed_bytes", s.committed_bytes);
+  w.field_uint("committed_peak", s.committed_peak);
+  w.field_uint("reserved_bytes", s.reserved_bytes);
+  w.field_double("fragmentation",
+                 s.committed_bytes ? 1.0 - static_cast<double>(s.in_use_bytes) / static_cast<double>(s.committed_bytes) : 0.0);
+  w.field_uint("malloc_count", s.malloc_count);
+  w.field_uint("free_count", s.free_count);
+  w.field_uint("remote_free_count", s.remote_free_count);
+  w.field_uint("huge_count", s.huge_count);
+  w.field_uint("segments", s.segments);
+  w.field_uint("abandoned_segments", s.abandoned_segments);
+  w.field_uint("reclaimed_segments", s.reclaimed_segments);
+  w.field_uint("threads", s.threads);
+  w.field_uint("bad_free_count", s.bad_free_count);
+  w.open_object("os");
+  w.field_uint("mmap", s.mmap_calls);
+  w.field_uint("munmap", s.munmap_calls);
+  w.field_uint("madvise", s.madvise_calls);
+  w.close();
+  w.open_array("size_classes");
+  for (size_t c = 0; c < size_class_count; ++c) {
+    if (allocs[c] == 0 && frees[c] == 0) continue;
+    w.array_object();
+    w.field_uint("block_size", class_size(c));
+    w.field_uint("allocs", allocs[c]);
+    w.field_uint("frees", frees[c]);
+    w.close();
+  }
+  w.close_array();
+  w.close();
+  return w.finish();
+}
+
+static void stats_print_to(int fd) noexcept {
+  strata_stats_t s;
+  uint64_t allocs[size_class_count], frees[size_class_count];
+  stats_collect(&s, allocs, frees);
+  auto mib = [](uint64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); };
+  report::to_fd(fd, "strata %s statistics (pid %d)\n", STRATA_VERSION_STRING, static_cast<int>(getpid()));
+  report::to_fd(fd, "  in use     %10.2f MiB   committed %10.2f MiB (peak %.2f MiB)   reserved %.2f MiB\n",
+                mib(s.in_use_bytes), mib(s.committed_bytes), mib(s.committed_peak), mib(s.reserved_bytes));
+  report::to_fd(fd, "  mallocs    %10llu       frees     %10llu (remote %llu)   bad frees %llu\n",
+                static_cast<unsigned long long>(s.malloc_count), static_cast<unsigned long long>(s.free_count),
+                static_cast<unsigned long long>(s.remote_free_count), static_cast<unsigned long long>(s.bad_free_count));
+  report::to_fd(fd, "  segments   %10llu       huge      %10llu   abandoned %llu   reclaimed %llu   threads %llu\n",
+                static_cast<unsigned long long>(s.segments), static_cast<unsigned long long>(s.huge_count),
+                static_cast<unsigned long long>(s.abandoned_segments), static_cast<unsigned long long>(s.reclaimed_segments),
+                static_cast<unsigned long long>(s.threads));
+  report::to_fd(fd, "  os calls   mmap %llu   munmap %llu   madvise %llu\n",
+                static_cast<unsigned long long>(s.mmap_calls), static_cast<unsigned long long>(s.munmap_calls),
+                static_cast<unsigned long long>(s.madvise_calls));
+  report::to_fd(fd, "  %10s %14s %14s %14s\n", "block", "allocs", "frees", "live");
+  for (size_t c = 0; c < size_class_count; ++c) {
+    if (allocs[c] == 0) continue;
+    report::to_fd(fd, "  %10zu %14llu %14llu %14lld\n", class_size(c), static_cast<unsigned long long>(allocs[c]),
+                  static_cast<unsigned long long>(frees[c]), static_cast<long long>(allocs[c] - frees[c]));
+  }
+}
+
+void stats_report_at_exit() noexcept {
+  if (options::get(option::show_stats)) stats_print_to(2);
+  if (const char* path = options::get_text(option::stats_file); path && *path) {
+    char doc[16384];
+    size_t n = stats_json(doc, sizeof doc);
+    if (n >= sizeof doc) n = sizeof doc - 1;
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      report::message("strata: warning: STRATA_STATS_FILE=%s cannot be opened\n", path);
+      return;
+    }
+    for (size_t off = 0; off < n;) {
+      ssize_t wr = write(fd, doc + off, n - off);
+      if (wr <= 0) break;
+      off += static_cast<size_t>(wr);
+    }
+    close(fd);
+  }
+}
+
+}  // namespace strata::detail
+
+using namespace strata::detail;
+
+STRATA_EXPORT void strata_stats_get(strata_stats_t* out) { stats_collect(out, nullptr, nullptr); }
+STRATA_EXPORT void strata_stats_print(void) { stats_print_to(2); }
+STRATA_EXPORT size_t strata_stats_json(char* buf, size_t len) { return stats_json(buf, len); }
+STRATA_EXPORT size_t strata_options_json(char* buf, size_t len) { return strata::options::to_json(buf, len); }
+STRATA_EXPORT const char* strata_version(void) { return STRATA_VERSION_STRING; }

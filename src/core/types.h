@@ -1,0 +1,176 @@
+// strata's core types.
+//
+// Glossary (each noun means one thing everywhere in src/core):
+//   block    — one allocation handed to the user; while free it holds the next-free link and a
+//              canary that marks it as free (double-free detection).
+//   size class — the rounded block size a request is served with (size_class.h).
+//   slice    — the 64 KiB unit a segment is cut into.
+//   page     — a run of slices (a span) holding blocks of one size class; its metadata lives in
+//              the segment header, in the entry of the span's first slice.
+//   segment  — a 32 MiB-aligned mapping: a header (slice 0: the page table) and 511 slices.
+//              A pointer's segment is found by masking its low 25 bits, its page by indexing
+//              the header: free() finds its metadata in O(1).
+//   huge     — a request above the largest size class: a segment of its own, sized to fit.
+//   heap     — one thread's allocator state: the pages it allocates from, by size class, and
+//              the segments it owns.  Only the owning thread touches a heap's pages' free
+//              lists; other threads push frees onto a page's atomic thread_free list.
+//   abandoned — a segment whose owner thread exited while blocks in it were live; any thread
+//              may reclaim it (and with it the frees other threads made in the meantime).
+#pragma once
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "core/size_class.h"
+
+#define STRATA_LIKELY(x) __builtin_expect(!!(x), 1)
+#define STRATA_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define STRATA_NOINLINE __attribute__((noinline))
+#define STRATA_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace strata::detail {
+
+constexpr size_t segment_shift = 25;
+constexpr size_t segment_size = size_t{1} << segment_shift;  // 32 MiB
+constexpr size_t slice_shift = 16;
+constexpr size_t slice_size = size_t{1} << slice_shift;  // 64 KiB
+constexpr size_t slices_per_segment = segment_size / slice_size;  // 512; slice 0 is the header
+constexpr size_t bitmap_words = slices_per_segment / 64;
+
+struct block {
+  block* next;
+  uintptr_t canary;  // == canary_of(this) while the block is free
+};
+
+struct heap;
+
+namespace page_flag {
+constexpr uint8_t in_use = 1;       // the span holds blocks
+constexpr uint8_t in_full = 2;      // on the heap's full list (no free block when last looked)
+constexpr uint8_t has_aligned = 4;  // an aligned pointer inside a block was handed out
+}  // namespace page_flag
+
+struct page {
+  block* free;                     // owner-only free list: malloc pops, local free pushes
+  uint32_t used;                   // blocks out (not on free; may be on thread_free)
+  uint32_t capacity;               // blocks carved from the span so far (carved lazily)
+  std::atomic<uint32_t> carved_bytes;  // capacity * block_size (read by freeing threads)
+  uint32_t reserved;               // blocks the span can hold
+  uint32_t block_size;
+  uint64_t div_magic;              // UINT64_MAX / block_size + 1: O(1) "is a block start" test
+  uint8_t* start;                  // first block
+  std::atomic<block*> thread_free;  // frees by other threads (LIFO, one CAS each)
+  page* next;                      // in the heap's queue or full list of this size class
+  page* prev;
+  uint16_t slice_count;            // span length (first slice of a span)
+  uint16_t slice_offset;           // distance back to the span's first slice
+  uint8_t size_class;
+  std::atomic<uint8_t> flags;      // page_flag bits; written by the owner, read by any thread
+};
+static_assert(sizeof(page) == 80);
+
+enum class segment_kind : uint32_t { normal, huge };
+
+struct segment {
+  std::atomic<heap*> owner;        // null while abandoned, cached or huge
+  segment* next;                   // heap's list, abandoned list or cache
+  segment* prev;
+  segment_kind kind;
+  uint32_t used_slices;            // slices in pages (the header not counted)
+  size_t mapped_size;              // bytes mapped (huge: the whole mapping)
+  size_t huge_size;                // huge: usable bytes from the block start
+  int64_t purge_due_ms;            // when dirty free slices are to be purged (0: none)
+  uint64_t free_bits[bitmap_words];   // 1 = slice free
+  uint64_t dirty_bits[bitmap_words];  // 1 = slice may hold physical memory
+  page pages[slices_per_segment];
+};
+static_assert(sizeof(segment) <= slice_size, "the segment header must fit in slice 0");
+
+constexpr size_t usable_slices = slices_per_segment - 1;
+
+inline segment* segment_of(const void* p) noexcept {
+  return reinterpret_cast<segment*>(reinterpret_cast<uintptr_t>(p) & ~(segment_size - 1));
+}
+
+inline page* page_of(segment* seg, const void* p) noexcept {
+  size_t idx = (reinterpret_cast<uintptr_t>(p) - reinterpret_cast<uintptr_t>(seg)) >> slice_shift;
+  page* pg = &seg->pages[idx];
+  return pg - pg->slice_offset;
+}
+
+inline uint8_t* slice_address(segment* seg, size_t idx) noexcept {
+  return reinterpret_cast<uint8_t*>(seg) + (idx << slice_shift);
+}
+
+inline size_t slice_index(segment* seg, const page* pg) noexcept {
+  return static_cast<size_t>(pg - seg->pages);
+}
+
+// Lemire's divisibility test: offset is a multiple of block_size iff offset * M <= M - 1
+// (offset < 2^32, M = UINT64_MAX / block_size + 1).
+inline bool is_block_start(const page* pg, const void* p) noexcept {
+  uint32_t offset = static_cast<uint32_t>(static_cast<const uint8_t*>(p) - pg->start);
+  return static_cast<uint64_t>(offset) * pg->div_magic <= pg->div_magic - 1;
+}
+
+inline uint8_t flags_of(const page* pg) noexcept { return pg->flags.load(std::memory_order_relaxed); }
+inline void flags_set(page* pg, uint8_t f) noexcept { pg->flags.store(flags_of(pg) | f, std::memory_order_relaxed); }
+inline void flags_clear(page* pg, uint8_t f) noexcept {
+  pg->flags.store(static_cast<uint8_t>(flags_of(pg) & ~f), std::memory_order_relaxed);
+}
+
+// ---- the segment map: which 32 MiB chunks of the address space are strata's ----------------
+constexpr size_t address_bits = 47;
+constexpr size_t map_chunks = size_t{1} << (address_bits - segment_shift);
+struct segment_map {
+  std::atomic<uint64_t> start[map_chunks / 64];         // a segment starts here
+  std::atomic<uint64_t> continuation[map_chunks / 64];  // inside a huge segment, past its start
+};
+extern segment_map g_map;
+
+inline bool map_has_segment(const void* seg) noexcept {
+  uintptr_t chunk = reinterpret_cast<uintptr_t>(seg) >> segment_shift;
+  if (STRATA_UNLIKELY(chunk >= map_chunks)) return false;
+  return (g_map.start[chunk / 64].load(std::memory_order_relaxed) >> (chunk % 64)) & 1;
+}
+
+// ---- per-thread heaps ------------------------------------------------------------------------
+// A counter written by one thread and read by any: relaxed load + store, no locked instruction.
+struct counter {
+  std::atomic<uint64_t> v{0};
+  void add(uint64_t n = 1) noexcept { v.store(v.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
+  uint64_t get() const noexcept { return v.load(std::memory_order_relaxed); }
+};
+
+struct page_list {
+  page* first = nullptr;
+  page* last = nullptr;
+};
+
+extern page empty_page;  // never has a free block: sends malloc to its slow path
+
+struct heap {
+  constexpr heap() noexcept : direct{} {
+    for (auto& d : direct) d = &empty_page;
+  }
+  page* direct[size_class_count];           // the page malloc pops from, per class
+  page_list queue[size_class_count];        // pages with (possibly) free blocks; direct is first
+  page_list full[size_class_count];         // pages found full
+  std::atomic<uint8_t> remote_hint[size_class_count];  // a remote free hit this class
+  segment* segments = nullptr;              // owned segments (normal kind)
+  heap* next_in_registry = nullptr;
+  bool alive = false;
+  int64_t purge_due_ms = 0;
+  // statistics (this thread's view; remote frees counted by the freeing thread)
+  counter alloc_count[size_class_count];
+  counter free_count[size_class_count];
+  counter remote_frees;
+};
+
+extern heap empty_heap;
+extern __thread heap* tl_heap;
+extern uint64_t g_secret;
+
+inline uintptr_t canary_of(const block* b) noexcept { return reinterpret_cast<uintptr_t>(b) ^ g_secret; }
+
+}  // namespace strata::detail

@@ -1,0 +1,99 @@
+#include "os/os.h"
+
+#include <cerrno>
+#include <ctime>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+namespace strata::os {
+
+counters stats;
+
+size_t page_size() noexcept {
+  static size_t cached = 0;
+  if (cached == 0) cached = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return cached;
+}
+
+void commit_add(int64_t bytes) noexcept {
+  int64_t now = stats.committed.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  int64_t peak = stats.committed_peak.load(std::memory_order_relaxed);
+  while (now > peak &&
+         !stats.committed_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+
+void* map_aligned(size_t size, size_t alignment) noexcept {
+  // Try the exact size first: the kernel often hands out aligned addresses for large maps.
+  stats.mmap_calls.fetch_add(1, std::memory_order_relaxed);
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  if ((reinterpret_cast<uintptr_t>(p) & (alignment - 1)) == 0) {
+    stats.reserved.fetch_add(static_cast<int64_t>(size), std::memory_order_relaxed);
+    return p;
+  }
+  // Otherwise over-map by the alignment and trim both ends.
+  stats.munmap_calls.fetch_add(1, std::memory_order_relaxed);
+  munmap(p, size);
+  size_t over = size + alignment;
+  if (over < size) return errno = ENOMEM, nullptr;
+  stats.mmap_calls.fetch_add(1, std::memory_order_relaxed);
+  p = mmap(nullptr, over, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  uintptr_t start = reinterpret_cast<uintptr_t>(p);
+  uintptr_t aligned = (start + alignment - 1) & ~(alignment - 1);
+  if (aligned > start) {
+    stats.munmap_calls.fetch_add(1, std::memory_order_relaxed);
+    munmap(p, aligned - start);
+  }
+  uintptr_t end = start + over, used_end = aligned + size;
+  if (end > used_end) {
+    stats.munmap_calls.fetch_add(1, std::memory_order_relaxed);
+    munmap(reinterpret_cast<void*>(used_end), end - used_end);
+  }
+  stats.reserved.fetch_add(static_cast<int64_t>(size), std::memory_order_relaxed);
+  return reinterpret_cast<void*>(aligned);
+}
+
+void unmap(void* p, size_t size) noexcept {
+  stats.munmap_calls.fetch_add(1, std::memory_order_relaxed);
+  stats.reserved.fetch_sub(static_cast<int64_t>(size), std::memory_order_relaxed);
+  int saved = errno;
+  munmap(p, size);
+  errno = saved;
+}
+
+void purge(void* p, size_t size) noexcept {
+  stats.madvise_calls.fetch_add(1, std::memory_order_relaxed);
+  int saved = errno;
+  madvise(p, size, MADV_DONTNEED);
+  errno = saved;
+}
+
+int64_t now_ms() noexcept {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
+uint64_t random_seed() noexcept {
+  uint64_t v = 0;
+  int saved = errno;
+  if (getrandom(&v, sizeof v, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof v)) {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    v = (reinterpret_cast<uintptr_t>(&v) * 0x9E3779B97F4A7C15ull) ^
+        static_cast<uint64_t>(ts.tv_nsec) ^ (static_cast<uint64_t>(getpid()) << 32);
+  }
+  errno = saved;
+  return v | 1;
+}
+
+}  // namespace strata::os
+
+// Fallbacks until src/os/numa.cpp provides the NUMA layer (its strong definitions win).
+namespace strata::os {
+__attribute__((weak)) void numa_init() noexcept {}
+__attribute__((weak)) void numa_place(void*, size_t) noexcept {}
+}  // namespace strata::os

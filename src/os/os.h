@@ -1,0 +1,35 @@
+// The platform layer: the only code that talks to the kernel about memory (mmap, munmap,
+// madvise).  Every call is counted for the statistics.
+#pragma once
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace strata::os {
+
+// Maps `size` bytes (a multiple of the page size) of read-write anonymous memory whose address is
+// a multiple of `alignment` (a power of two >= the page size).  Returns nullptr on failure with
+// errno left as mmap set it.  The memory is reserved and committed lazily by the kernel.
+void* map_aligned(size_t size, size_t alignment) noexcept;
+// Unmaps a range returned by map_aligned (the whole range).
+void unmap(void* p, size_t size) noexcept;
+// Gives the physical pages of [p, p+size) back to the OS; the range stays mapped and reads as
+// zero afterwards (MADV_DONTNEED).
+void purge(void* p, size_t size) noexcept;
+size_t page_size() noexcept;
+// Milliseconds of a coarse monotonic clock (cheap: vDSO).
+int64_t now_ms() noexcept;
+// A random 64-bit value for canaries (getrandom, falling back to addresses and time).
+uint64_t random_seed() noexcept;
+
+struct counters {
+  std::atomic<uint64_t> mmap_calls{0}, munmap_calls{0}, madvise_calls{0};
+  std::atomic<int64_t> reserved{0};   // bytes mapped
+  std::atomic<int64_t> committed{0};  // bytes mapped and not purged (an upper bound on RSS)
+  std::atomic<int64_t> committed_peak{0};
+};
+extern counters stats;
+// Committed-byte accounting, done by the core, which knows what is committed again on reuse.
+void commit_add(int64_t bytes) noexcept;
+
+}  // namespace strata::os

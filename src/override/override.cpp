@@ -1,0 +1,103 @@
+// Symbol exports only: the C and C++ allocation entry points a program can reach, each
+// forwarding to strata's implementation (the fast paths are inlined from core/alloc.h).
+// No libstdc++ at run time: std::get_new_handler and std::__throw_bad_alloc are weak
+// references, present whenever the program itself uses libstdc++.
+#include <cerrno>
+#include <cstddef>
+#include <new>
+
+#include "core/alloc.h"
+#include "strata/strata.h"
+
+using namespace strata::detail;
+
+extern "C" {
+STRATA_EXPORT void* malloc(size_t size) { return malloc_inline(size); }
+STRATA_EXPORT void free(void* p) { free_inline(p); }
+STRATA_EXPORT void* calloc(size_t n, size_t size) { return strata_calloc(n, size); }
+STRATA_EXPORT void* realloc(void* p, size_t size) { return strata_realloc(p, size); }
+STRATA_EXPORT void* reallocarray(void* p, size_t n, size_t size) { return strata_reallocarray(p, n, size); }
+STRATA_EXPORT int posix_memalign(void** out, size_t alignment, size_t size) {
+  return strata_posix_memalign(out, alignment, size);
+}
+STRATA_EXPORT void* aligned_alloc(size_t alignment, size_t size) { return strata_aligned_alloc(alignment, size); }
+STRATA_EXPORT void* memalign(size_t alignment, size_t size) { return strata_memalign(alignment, size); }
+STRATA_EXPORT void* valloc(size_t size) { return strata_valloc(size); }
+STRATA_EXPORT void* pvalloc(size_t size) { return strata_pvalloc(size); }
+STRATA_EXPORT size_t malloc_usable_size(void* p) { return strata_usable_size(p); }
+STRATA_EXPORT void free_sized(void* p, size_t) { free_inline(p); }
+STRATA_EXPORT void free_aligned_sized(void* p, size_t, size_t) { free_inline(p); }
+STRATA_EXPORT void cfree(void* p) { free_inline(p); }
+STRATA_EXPORT int malloc_trim(size_t) {
+  strata_collect(true);
+  return 1;
+}
+
+// Weak: resolved only when libstdc++ is in the process.
+using new_handler_fn = void (*)();
+new_handler_fn strata_get_new_handler() __asm__("_ZSt15get_new_handlerv") __attribute__((weak));
+[[noreturn]] void strata_throw_bad_alloc() __asm__("_ZSt17__throw_bad_allocv") __attribute__((weak));
+}
+
+namespace {
+// operator new's contract: call the new-handler until it succeeds or there is none, then throw
+// std::bad_alloc (or return nullptr for the nothrow forms).
+__attribute__((noinline)) void* new_failed(size_t size, size_t alignment, bool nothrow) {
+  for (;;) {
+    new_handler_fn handler = strata_get_new_handler ? strata_get_new_handler() : nullptr;
+    if (handler == nullptr) {
+      if (nothrow) return nullptr;
+      if (strata_throw_bad_alloc) strata_throw_bad_alloc();
+      __builtin_trap();
+    }
+    handler();
+    void* p = alignment ? alloc_aligned(alignment, size) : malloc_inline(size);
+    if (p) return p;
+  }
+}
+
+inline void* new_impl(size_t size) {
+  void* p = malloc_inline(size);
+  return STRATA_LIKELY(p != nullptr) ? p : new_failed(size, 0, false);
+}
+inline void* new_nothrow(size_t size) noexcept {
+  void* p = malloc_inline(size);
+  return STRATA_LIKELY(p != nullptr) ? p : new_failed(size, 0, true);
+}
+inline void* new_aligned(size_t size, std::align_val_t al) {
+  auto a = static_cast<size_t>(al);
+  void* p = alloc_aligned(a, size);
+  return STRATA_LIKELY(p != nullptr) ? p : new_failed(size, a, false);
+}
+inline void* new_aligned_nothrow(size_t size, std::align_val_t al) noexcept {
+  auto a = static_cast<size_t>(al);
+  void* p = alloc_aligned(a, size);
+  return STRATA_LIKELY(p != nullptr) ? p : new_failed(size, a, true);
+}
+}  // namespace
+
+#define STRATA_CXX __attribute__((visibility("default")))
+STRATA_CXX void* operator new(size_t size) { return new_impl(size); }
+STRATA_CXX void* operator new[](size_t size) { return new_impl(size); }
+STRATA_CXX void* operator new(size_t size, const std::nothrow_t&) noexcept { return new_nothrow(size); }
+STRATA_CXX void* operator new[](size_t size, const std::nothrow_t&) noexcept { return new_nothrow(size); }
+STRATA_CXX void* operator new(size_t size, std::align_val_t al) { return new_aligned(size, al); }
+STRATA_CXX void* operator new[](size_t size, std::align_val_t al) { return new_aligned(size, al); }
+STRATA_CXX void* operator new(size_t size, std::align_val_t al, const std::nothrow_t&) noexcept {
+  return new_aligned_nothrow(size, al);
+}
+STRATA_CXX void* operator new[](size_t size, std::align_val_t al, const std::nothrow_t&) noexcept {
+  return new_aligned_nothrow(size, al);
+}
+STRATA_CXX void operator delete(void* p) noexcept { free_inline(p); }
+STRATA_CXX void operator delete[](void* p) noexcept { free_inline(p); }
+STRATA_CXX void operator delete(void* p, const std::nothrow_t&) noexcept { free_inline(p); }
+STRATA_CXX void operator delete[](void* p, const std::nothrow_t&) noexcept { free_inline(p); }
+STRATA_CXX void operator delete(void* p, size_t) noexcept { free_inline(p); }
+STRATA_CXX void operator delete[](void* p, size_t) noexcept { free_inline(p); }
+STRATA_CXX void operator delete(void* p, std::align_val_t) noexcept { free_inline(p); }
+STRATA_CXX void operator delete[](void* p, std::align_val_t) noexcept { free_inline(p); }
+STRATA_CXX void operator delete(void* p, size_t, std::align_val_t) noexcept { free_inline(p); }
+STRATA_CXX void operator delete[](void* p, size_t, std::align_val_t) noexcept { free_inline(p); }
+STRATA_CXX void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { free_inline(p); }
+STRATA_CXX void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { free_inline(p); }
