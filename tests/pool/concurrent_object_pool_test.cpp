@@ -1,0 +1,205 @@
+// strata::concurrent_object_pool<T>: many threads, cross-thread frees, stats, shrink.
+#include "strata/concurrent_object_pool.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+#include <vector>
+
+namespace {
+
+struct payload {
+  std::uint64_t owner;
+  std::uint64_t serial;
+  std::uint64_t check;
+};
+
+struct counting_upstream {
+  static inline std::atomic<std::int64_t> outstanding_bytes{0};
+  static void* allocate(std::size_t bytes, std::size_t align) {
+    outstanding_bytes += std::int64_t(bytes);
+    return strata::new_delete_upstream::allocate(bytes, align);
+  }
+  static void deallocate(void* p, std::size_t bytes, std::size_t align) noexcept {
+    outstanding_bytes -= std::int64_t(bytes);
+    strata::new_delete_upstream::deallocate(p, bytes, align);
+  }
+};
+
+template <class Pool>
+class concurrent_pool_both : public ::testing::Test {};
+using pool_kinds =
+    ::testing::Types<strata::concurrent_object_pool<payload, strata::new_delete_upstream, false>,
+                     strata::concurrent_object_pool<payload, strata::new_delete_upstream, true>>;
+TYPED_TEST_SUITE(concurrent_pool_both, pool_kinds);
+
+TYPED_TEST(concurrent_pool_both, SingleThreadBasics) {
+  TypeParam pool;
+  std::vector<payload*> objects;
+  for (std::uint64_t i = 0; i < 1000; ++i) objects.push_back(pool.create(payload{0, i, ~i}));
+  std::set<payload*> unique(objects.begin(), objects.end());
+  EXPECT_EQ(unique.size(), 1000u);
+  strata::pool_stats s = pool.stats();
+  EXPECT_EQ(s.live, 1000u);
+  EXPECT_EQ(s.allocations, 1000u);
+  EXPECT_GE(s.high_water, 1000u);
+  EXPECT_EQ(s.live + s.free, s.capacity);
+  for (std::uint64_t i = 0; i < 1000; ++i) {
+    ASSERT_EQ(objects[i]->serial, i);
+    ASSERT_TRUE(pool.owns(objects[i]));
+  }
+  for (payload* p : objects) pool.destroy(p);
+  EXPECT_EQ(pool.stats().live, 0u);
+}
+
+// Each thread allocates and hands its objects to the next thread, which checks and frees them:
+// every object is freed by a thread other than the one that made it.
+TYPED_TEST(concurrent_pool_both, CrossThreadFreesUnderContention) {
+  constexpr int threads = 4;
+  constexpr int rounds = TypeParam::checked ? 20 : 200;
+  constexpr int batch = 250;
+  TypeParam pool;
+  std::mutex handoff_mutex;
+  std::vector<std::vector<payload*>> inbox(threads);
+  std::atomic<int> failures{0};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      std::mt19937_64 rng(std::uint64_t(t) * 7919 + 1);
+      for (int r = 0; r < rounds; ++r) {
+        std::vector<payload*> mine;
+        for (int i = 0; i < batch; ++i) {
+          std::uint64_t serial = rng();
+          mine.push_back(pool.create(payload{std::uint64_t(t), serial, serial ^ 0x5a5a}));
+        }
+        std::vector<payload*> received;
+        {
+          std::lock_guard<std::mutex> lock(handoff_mutex);
+          auto& next = inbox[std::size_t((t + 1) % threads)];
+          next.insert(next.end(), mine.begin(), mine.end());
+          received.swap(inbox[std::size_t(t)]);
+        }
+        for (payload* p : received) {
+          if (p->owner == std::uint64_t(t) || (p->serial ^ 0x5a5a) != p->check) ++failures;
+          pool.destroy(p);
+        }
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  for (auto& box : inbox)
+    for (payload* p : box) {
+      if ((p->serial ^ 0x5a5a) != p->check) ++failures;
+      pool.destroy(p);
+    }
+  EXPECT_EQ(failures.load(), 0);
+  strata::pool_stats s = pool.stats();
+  EXPECT_EQ(s.live, 0u);
+  EXPECT_EQ(s.allocations, std::uint64_t(threads) * rounds * batch);
+  EXPECT_EQ(s.free, s.capacity);
+  EXPECT_GT(s.depot_trips, 0u);  // magazines really travelled through the depot
+}
+
+TEST(ConcurrentObjectPool, NoObjectIsHandedOutTwiceAcrossThreads) {
+  strata::concurrent_object_pool<std::uint64_t, strata::new_delete_upstream, false> pool;
+  constexpr int threads = 4, per_thread = 20000;
+  std::vector<std::vector<std::uint64_t*>> got(threads);
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t)
+    workers.emplace_back([&, t] {
+      for (int i = 0; i < per_thread; ++i) {
+        std::uint64_t* p = pool.create(std::uint64_t(t));
+        got[std::size_t(t)].push_back(p);
+        if (i % 3 == 2) {  // free some, keep most
+          pool.destroy(got[std::size_t(t)].back());
+          got[std::size_t(t)].pop_back();
+        }
+      }
+    });
+  for (auto& w : workers) w.join();
+  std::set<std::uint64_t*> all;
+  std::size_t total = 0;
+  for (int t = 0; t < threads; ++t)
+    for (std::uint64_t* p : got[std::size_t(t)]) {
+      ASSERT_EQ(*p, std::uint64_t(t));
+      all.insert(p);
+      ++total;
+    }
+  EXPECT_EQ(all.size(), total);
+  EXPECT_EQ(pool.stats().live, total);
+}
+
+TEST(ConcurrentObjectPool, ExitedThreadsIndicesAreReused) {
+  strata::concurrent_object_pool<int, strata::new_delete_upstream, false> pool;
+  for (int i = 0; i < 50; ++i) {
+    std::thread([&] {
+      int* p = pool.create(i);
+      pool.destroy(p);
+    }).join();
+  }
+  // 50 short-lived threads in sequence: their caches were reused, so the objects they left in
+  // their magazines were too and the pool did not grow beyond its first chunk.
+  strata::pool_stats s = pool.stats();
+  EXPECT_EQ(s.refills, 1u);
+  EXPECT_EQ(s.live, 0u);
+}
+
+TEST(ConcurrentObjectPool, ShrinkReturnsChunksWhoseObjectsAreAllInTheDepot) {
+  strata::concurrent_object_pool<payload> pool;
+  std::vector<payload*> objects;
+  for (int i = 0; i < 20000; ++i) objects.push_back(pool.create());
+  std::thread([&] {  // another thread frees them all: they travel to the depot in magazines
+    for (payload* p : objects) pool.destroy(p);
+  }).join();
+  std::size_t before = pool.stats().bytes_reserved;
+  std::size_t released = pool.shrink();
+  EXPECT_GT(released, before / 2);  // at most two magazines' worth stay cached in a thread
+  EXPECT_EQ(pool.stats().bytes_reserved + released, before);
+  payload* p = pool.create();  // still usable
+  pool.destroy(p);
+}
+
+TEST(ConcurrentObjectPool, DestructionReturnsEverything) {
+  counting_upstream::outstanding_bytes = 0;
+  {
+    strata::concurrent_object_pool<payload, counting_upstream> pool(1000);
+    std::vector<std::thread> workers;
+    for (int t = 0; t < 3; ++t)
+      workers.emplace_back([&] {
+        for (int i = 0; i < 5000; ++i) {
+          payload* p = pool.create();
+          if (i % 2) pool.destroy(p);  // leaves live objects behind on purpose
+        }
+      });
+    for (auto& w : workers) w.join();
+    EXPECT_EQ(pool.stats().live, 3u * 2500u);
+  }
+  EXPECT_EQ(counting_upstream::outstanding_bytes.load(), 0);
+}
+
+TEST(ConcurrentObjectPool, StatsWhileOtherThreadsAllocate) {
+  strata::concurrent_object_pool<std::uint64_t> pool;
+  std::atomic<bool> stop{false};
+  std::thread worker([&] {
+    std::vector<std::uint64_t*> v;
+    while (!stop.load(std::memory_order_relaxed)) {
+      for (int i = 0; i < 100; ++i) v.push_back(pool.create(1));
+      for (auto* p : v) pool.destroy(p);
+      v.clear();
+    }
+  });
+  for (int i = 0; i < 2000; ++i) {
+    strata::pool_stats s = pool.stats();
+    ASSERT_LE(s.live, 100u);
+    ASSERT_LE(s.live, s.capacity);
+  }
+  stop = true;
+  worker.join();
+}
+
+}  // namespace

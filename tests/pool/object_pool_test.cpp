@@ -1,0 +1,266 @@
+// strata::object_pool<T>: allocation, construction, stats, shrink, destruction.
+#include "strata/object_pool.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct tracked {
+  static inline int alive = 0;
+  explicit tracked(int v) : value(v) { ++alive; }
+  ~tracked() { --alive; }
+  int value;
+  std::string name = "a string long enough to allocate on the heap, for the sanitizers";
+};
+
+struct throws_on_construct {
+  explicit throws_on_construct(bool do_throw) {
+    if (do_throw) throw std::runtime_error("constructor failed");
+  }
+};
+
+// Counts what the pool asks its upstream for, to check that everything goes back.
+struct counting_upstream {
+  static inline std::int64_t outstanding_bytes = 0;
+  static inline int calls = 0;
+  static void* allocate(std::size_t bytes, std::size_t align) {
+    ++calls;
+    outstanding_bytes += std::int64_t(bytes);
+    return strata::new_delete_upstream::allocate(bytes, align);
+  }
+  static void deallocate(void* p, std::size_t bytes, std::size_t align) noexcept {
+    outstanding_bytes -= std::int64_t(bytes);
+    strata::new_delete_upstream::deallocate(p, bytes, align);
+  }
+};
+
+struct alignas(64) over_aligned {
+  char bytes[80];
+};
+
+template <class Pool>
+class object_pool_both : public ::testing::Test {};
+using pool_kinds = ::testing::Types<strata::object_pool<tracked, strata::new_delete_upstream, false>,
+                                    strata::object_pool<tracked, strata::new_delete_upstream, true>>;
+TYPED_TEST_SUITE(object_pool_both, pool_kinds);
+
+TYPED_TEST(object_pool_both, CreateConstructsAndDestroyDestroys) {
+  TypeParam pool;
+  tracked* a = pool.create(7);
+  tracked* b = pool.create(8);
+  EXPECT_EQ(a->value, 7);
+  EXPECT_EQ(b->value, 8);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(tracked::alive, 2);
+  pool.destroy(a);
+  EXPECT_EQ(tracked::alive, 1);
+  pool.destroy(b);
+  EXPECT_EQ(tracked::alive, 0);
+}
+
+TYPED_TEST(object_pool_both, AddressesAreStableAndDistinct) {
+  TypeParam pool;
+  std::vector<tracked*> objects;
+  for (int i = 0; i < 10000; ++i) objects.push_back(pool.create(i));  // many refills
+  std::set<tracked*> unique(objects.begin(), objects.end());
+  EXPECT_EQ(unique.size(), objects.size());
+  for (int i = 0; i < 10000; ++i) {
+    ASSERT_EQ(objects[std::size_t(i)]->value, i);  // nothing moved or got overwritten
+    ASSERT_EQ(reinterpret_cast<std::uintptr_t>(objects[std::size_t(i)]) % alignof(tracked), 0u);
+    ASSERT_TRUE(pool.owns(objects[std::size_t(i)]));
+  }
+  for (tracked* t : objects) pool.destroy(t);
+}
+
+TYPED_TEST(object_pool_both, FreedSlotsAreReusedBeforeNewMemory) {
+  TypeParam pool;
+  tracked* a = pool.create(1);
+  pool.destroy(a);
+  tracked* b = pool.create(2);
+  EXPECT_EQ(a, b);  // LIFO reuse: the hot slot comes back first
+  pool.destroy(b);
+}
+
+TYPED_TEST(object_pool_both, StatsCountLiveFreeHighWaterHitsAndRefills) {
+  TypeParam pool;
+  strata::pool_stats s = pool.stats();
+  EXPECT_EQ(s.live, 0u);
+  EXPECT_EQ(s.capacity, 0u);
+  EXPECT_EQ(s.refills, 0u);
+
+  std::vector<tracked*> objects;
+  for (int i = 0; i < 1000; ++i) objects.push_back(pool.create(i));
+  s = pool.stats();
+  EXPECT_EQ(s.live, 1000u);
+  EXPECT_EQ(s.high_water, 1000u);
+  EXPECT_EQ(s.allocations, 1000u);
+  EXPECT_GE(s.refills, 1u);
+  EXPECT_EQ(s.hits + s.refills, 1000u);  // every miss is exactly one refill here
+  EXPECT_EQ(s.live + s.free, s.capacity);
+  EXPECT_GE(s.bytes_reserved, s.capacity * sizeof(tracked));
+
+  for (int i = 0; i < 600; ++i) pool.destroy(objects[std::size_t(i)]);
+  s = pool.stats();
+  EXPECT_EQ(s.live, 400u);
+  EXPECT_EQ(s.high_water, 1000u);
+  EXPECT_EQ(s.live + s.free, s.capacity);
+
+  std::uint64_t refills = s.refills;
+  for (int i = 0; i < 600; ++i) objects[std::size_t(i)] = pool.create(i);  // all from the free list
+  s = pool.stats();
+  EXPECT_EQ(s.refills, refills);
+  EXPECT_EQ(s.allocations, 1600u);
+  EXPECT_EQ(s.hits, 1600u - refills);
+  for (tracked* t : objects) pool.destroy(t);
+}
+
+TYPED_TEST(object_pool_both, WithCapacityServesThatManyWithoutRefills) {
+  auto pool = TypeParam::with_capacity(5000);
+  strata::pool_stats s = pool.stats();
+  EXPECT_EQ(s.refills, 1u);
+  EXPECT_GE(s.capacity, 5000u);
+  EXPECT_EQ(s.free, s.capacity);
+  std::vector<tracked*> objects;
+  for (int i = 0; i < 5000; ++i) objects.push_back(pool.create(i));
+  s = pool.stats();
+  EXPECT_EQ(s.refills, 1u);  // exhausted the reserve without asking for more
+  EXPECT_EQ(s.hits, 5000u);
+  for (tracked* t : objects) pool.destroy(t);
+}
+
+TYPED_TEST(object_pool_both, ShrinkReturnsOnlyWholeFreeChunks) {
+  TypeParam pool;
+  std::vector<tracked*> objects;
+  for (int i = 0; i < 20000; ++i) objects.push_back(pool.create(i));
+  std::size_t capacity = pool.stats().capacity;
+  EXPECT_EQ(pool.shrink(), 0u);  // nothing is free
+
+  // Keep every 50th object: most chunks keep one live object and cannot go.
+  for (std::size_t i = 0; i < objects.size(); ++i)
+    if (i % 50 != 0) pool.destroy(objects[i]), objects[i] = nullptr;
+  std::size_t released = pool.shrink();
+  strata::pool_stats s = pool.stats();
+  EXPECT_EQ(s.capacity * sizeof(tracked) + released, capacity * sizeof(tracked));
+  for (std::size_t i = 0; i < objects.size(); ++i) {
+    if (objects[i] != nullptr) {
+      ASSERT_EQ(objects[i]->value, int(i));  // survivors intact
+    }
+  }
+
+  for (tracked*& t : objects) {
+    if (t != nullptr) pool.destroy(t), t = nullptr;
+  }
+  released = pool.shrink();
+  s = pool.stats();
+  EXPECT_GT(released, 0u);
+  EXPECT_EQ(s.capacity, 0u);
+  EXPECT_EQ(s.bytes_reserved, 0u);
+  EXPECT_EQ(s.live, 0u);
+
+  // The pool still works after giving everything back.
+  tracked* t = pool.create(42);
+  EXPECT_EQ(t->value, 42);
+  pool.destroy(t);
+}
+
+TEST(ObjectPool, ShrinkKeepsChunksWithLiveObjectsAndTheirData) {
+  strata::object_pool<std::uint64_t> pool;
+  std::vector<std::uint64_t*> objects;
+  for (std::uint64_t i = 0; i < 50000; ++i) objects.push_back(pool.create(i * 3));
+  for (std::size_t i = 0; i < objects.size(); ++i)
+    if (i % 1000 != 0) pool.destroy(objects[i]);
+  pool.shrink();
+  for (std::size_t i = 0; i < objects.size(); i += 1000) {
+    ASSERT_EQ(*objects[i], i * 3);
+    ASSERT_TRUE(pool.owns(objects[i]));
+  }
+  // The remaining free slots are valid: allocate them all and check they are distinct.
+  std::size_t free_slots = pool.stats().free;
+  std::uint64_t refills = pool.stats().refills;
+  std::set<std::uint64_t*> more;
+  for (std::size_t i = 0; i < free_slots; ++i) more.insert(pool.create(0));
+  EXPECT_EQ(more.size(), free_slots);
+  EXPECT_EQ(pool.stats().refills, refills);  // the free slots sufficed
+  for (std::size_t i = 0; i < objects.size(); i += 1000) ASSERT_EQ(*objects[i], i * 3);
+}
+
+TEST(ObjectPool, DestructionDestroysLiveObjectsAndReturnsEveryChunk) {
+  counting_upstream::outstanding_bytes = 0;
+  {
+    strata::object_pool<tracked, counting_upstream> pool;
+    std::vector<tracked*> objects;
+    for (int i = 0; i < 3000; ++i) objects.push_back(pool.create(i));
+    for (int i = 0; i < 3000; i += 2) pool.destroy(objects[std::size_t(i)]);
+    EXPECT_EQ(tracked::alive, 1500);
+    EXPECT_GT(counting_upstream::outstanding_bytes, 0);
+  }
+  EXPECT_EQ(tracked::alive, 0);
+  EXPECT_EQ(counting_upstream::outstanding_bytes, 0);
+}
+
+TEST(ObjectPool, ConstructorExceptionReturnsTheSlot) {
+  strata::object_pool<throws_on_construct> pool;
+  EXPECT_THROW(pool.create(true), std::runtime_error);
+  strata::pool_stats s = pool.stats();
+  EXPECT_EQ(s.live, 0u);
+  throws_on_construct* ok = pool.create(false);
+  EXPECT_NE(ok, nullptr);
+  pool.destroy(ok);
+}
+
+TEST(ObjectPool, OverAlignedTypes) {
+  strata::object_pool<over_aligned> pool;
+  for (int i = 0; i < 1000; ++i) {
+    over_aligned* p = pool.create();
+    ASSERT_EQ(reinterpret_cast<std::uintptr_t>(p) % 64, 0u);
+  }
+}
+
+TEST(ObjectPool, TinyTypesGetPointerSizedSlots) {
+  strata::object_pool<char> pool;
+  std::vector<char*> objects;
+  for (int i = 0; i < 100; ++i) objects.push_back(pool.create(char(i)));
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(*objects[std::size_t(i)], char(i));
+}
+
+TEST(ObjectPool, MoveKeepsObjects) {
+  strata::object_pool<int> a;
+  int* p = a.create(5);
+  strata::object_pool<int> b(std::move(a));
+  EXPECT_TRUE(b.owns(p));
+  EXPECT_EQ(*p, 5);
+  EXPECT_EQ(b.stats().live, 1u);
+  b.destroy(p);
+}
+
+TEST(ObjectPool, RandomisedAgainstAModel) {
+  strata::object_pool<std::uint64_t, strata::new_delete_upstream, true> pool;
+  std::mt19937_64 rng(20240611);
+  std::vector<std::uint64_t*> live;
+  for (int step = 0; step < 200000; ++step) {
+    if (live.empty() || rng() % 100 < 55) {
+      std::uint64_t* p = pool.create(std::uint64_t(step));
+      live.push_back(p);
+    } else {
+      std::size_t k = rng() % live.size();
+      std::swap(live[k], live.back());
+      pool.destroy(live.back());
+      live.pop_back();
+    }
+    if (step % 20000 == 0) pool.shrink();
+  }
+  strata::pool_stats s = pool.stats();
+  EXPECT_EQ(s.live, live.size());
+  EXPECT_EQ(s.live + s.free, s.capacity);
+  std::set<std::uint64_t*> unique(live.begin(), live.end());
+  EXPECT_EQ(unique.size(), live.size());
+}
+
+}  // namespace

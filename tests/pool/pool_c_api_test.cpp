@@ -1,0 +1,84 @@
+// The C API of strata/pool.h (compiled as C in pool_c_api_check.c as well).
+#include "strata/pool.h"
+
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <cstring>
+#include <cstdint>
+#include <set>
+#include <thread>
+#include <vector>
+
+extern "C" int strata_pool_c_smoke(void);  // pool_c_api_check.c
+
+namespace {
+
+TEST(PoolCApi, CompilesAndWorksFromC) { EXPECT_EQ(strata_pool_c_smoke(), 0); }
+
+TEST(PoolCApi, RejectsBadArguments) {
+  errno = 0;
+  EXPECT_EQ(strata_pool_create(0, 8, 0, 0), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  errno = 0;
+  EXPECT_EQ(strata_pool_create(16, 3, 0, 0), nullptr);  // not a power of two
+  EXPECT_EQ(errno, EINVAL);
+  errno = 0;
+  EXPECT_EQ(strata_pool_create(16, 8, 0, 0x80), nullptr);  // unknown flag
+  EXPECT_EQ(errno, EINVAL);
+}
+
+class PoolCApiFlags : public ::testing::TestWithParam<unsigned> {};
+
+TEST_P(PoolCApiFlags, AllocFreeStatsShrink) {
+  strata_pool_t* pool = strata_pool_create(48, 16, 100, GetParam());
+  ASSERT_NE(pool, nullptr);
+  strata_pool_stats_t s;
+  strata_pool_get_stats(pool, &s);
+  EXPECT_GE(s.capacity, 100u);
+  EXPECT_EQ(s.refills, 1u);
+
+  std::vector<void*> v;
+  for (int i = 0; i < 10000; ++i) {
+    void* p = strata_pool_alloc(pool);
+    ASSERT_NE(p, nullptr);
+    ASSERT_EQ(reinterpret_cast<std::uintptr_t>(p) % 16, 0u);
+    std::memset(p, i & 0xff, 48);
+    v.push_back(p);
+  }
+  EXPECT_EQ(std::set<void*>(v.begin(), v.end()).size(), v.size());
+  strata_pool_get_stats(pool, &s);
+  EXPECT_EQ(s.live, 10000u);
+  EXPECT_EQ(s.allocations, 10000u);
+  for (void* p : v) strata_pool_free(pool, p);
+  strata_pool_get_stats(pool, &s);
+  EXPECT_EQ(s.live, 0u);
+  EXPECT_GT(strata_pool_shrink(pool), 0u);
+  strata_pool_destroy(pool);
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, PoolCApiFlags,
+                         ::testing::Values(0u, unsigned(STRATA_POOL_CHECKED),
+                                           unsigned(STRATA_POOL_CONCURRENT),
+                                           unsigned(STRATA_POOL_CONCURRENT | STRATA_POOL_CHECKED)));
+
+TEST(PoolCApi, ConcurrentPoolAcrossThreads) {
+  strata_pool_t* pool = strata_pool_create(32, 8, 0, STRATA_POOL_CONCURRENT);
+  ASSERT_NE(pool, nullptr);
+  std::vector<void*> made(20000);
+  std::thread producer([&] {
+    for (auto& p : made) p = strata_pool_alloc(pool);
+  });
+  producer.join();
+  std::thread consumer([&] {
+    for (void* p : made) strata_pool_free(pool, p);
+  });
+  consumer.join();
+  strata_pool_stats_t s;
+  strata_pool_get_stats(pool, &s);
+  EXPECT_EQ(s.live, 0u);
+  EXPECT_EQ(s.allocations, 20000u);
+  strata_pool_destroy(pool);
+}
+
+}  // namespace
