@@ -1,0 +1,436 @@
+// strata-bench-e3-tenant: one tenant process of experiment E3 (latency-critical vs best-effort).
+//
+// A tenant has S streams.  A stream is a worker thread with a queue, fed by a host thread that
+// plays the application: it enqueues kernel k, waits for it to finish (like launch + stream
+// synchronize on a GPU), thinks for a gap, then enqueues kernel k+1.  A kernel is a compute burst
+// of fixed *work* (calibrated loop iterations, not wall time), so a kernel that gets preempted
+// takes longer instead of silently doing less, and best-effort throughput measures real CPU share.
+//
+//   latency-critical (lc): short bursts with jittered gaps — requests arriving over time.
+//   best-effort      (be): long bursts, no gap — throughput-bound.
+//
+// Launch latency = start - enqueue: the time from the host's enqueue until the worker thread runs
+// the kernel, i.e. the scheduler's wake-up delay plus any queueing.  The CPU policy applied by the
+// E3 suite is a Linux scheduling class per process (--sched idle for BE), which every thread of the
+// process inherits; the threads report the class they actually ran under.
+//
+// Output: one CSV per process and round with E3's columns, and one JSON summary line on stdout.
+#include <pthread.h>
+#include <sched.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+// ---- time -----------------------------------------------------------------------------------
+int64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+void sleep_until_ns(int64_t t) {
+  timespec ts{time_t(t / 1000000000), long(t % 1000000000)};
+  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
+  }
+}
+
+// ---- the compute kernel ---------------------------------------------------------------------
+// A dependent integer chain the compiler cannot shorten; `iterations` fixes the work.
+uint64_t compute_burst(uint64_t iterations, uint64_t seed) {
+  uint64_t x = seed | 1;
+  for (uint64_t i = 0; i < iterations; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+  }
+  return x;
+}
+std::atomic<uint64_t> g_sink{0};
+
+// Loop iterations per microsecond on an idle core: the best of several timed trials, so a trial
+// that got preempted does not lower the figure.
+double calibrate_work_per_us() {
+  const uint64_t iters = 2000000;
+  double best_ns = 1e300;
+  for (int trial = 0; trial < 15; ++trial) {
+    int64_t t0 = now_ns();
+    g_sink += compute_burst(iters, uint64_t(trial) + 1);
+    best_ns = std::min(best_ns, double(now_ns() - t0));
+  }
+  return double(iters) / (best_ns / 1000.0);
+}
+
+// ---- options --------------------------------------------------------------------------------
+struct options {
+  std::string role = "lc";  // lc | be
+  int streams = 4;
+  int kernels = 50;
+  double burst_us = 500;
+  double gap_us = 0;
+  double jitter = 0.5;         // gap drawn uniformly in [gap*(1-j), gap*(1+j)]
+  std::string sched = "normal";  // normal | idle | batch | nice:N | fifo:N
+  double work_per_us = 0;        // 0: calibrate in this process
+  int64_t start_at_ns = 0;       // CLOCK_MONOTONIC; 0: now
+  std::string out;               // CSV path ("" = none)
+  uint64_t seed = 1;
+  double timeout_s = 120;
+  bool smoke = false;
+  bool calibrate = false;
+};
+
+[[noreturn]] void usage(const char* why) {
+  std::fprintf(stderr,
+               "strata-bench-e3-tenant: %s\n"
+               "usage: strata-bench-e3-tenant --role lc|be [--streams S] [--kernels K] [--burst-us B]\n"
+               "         [--gap-us G] [--jitter J] [--sched normal|idle|batch|nice:N|fifo:N]\n"
+               "         [--work-per-us W] [--start-at-ns T] [--out FILE.csv] [--seed N]\n"
+               "         [--timeout-s S]\n"
+               "       strata-bench-e3-tenant --calibrate | --smoke [--out FILE.csv]\n",
+               why);
+  std::exit(2);
+}
+
+options parse(int argc, char** argv) {
+  options o;
+  auto value = [&](int& i) -> const char* {
+    if (i + 1 >= argc) usage("missing value");
+    return argv[++i];
+  };
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--role") o.role = value(i);
+    else if (a == "--streams") o.streams = std::atoi(value(i));
+    else if (a == "--kernels") o.kernels = std::atoi(value(i));
+    else if (a == "--burst-us") o.burst_us = std::atof(value(i));
+    else if (a == "--gap-us") o.gap_us = std::atof(value(i));
+    else if (a == "--jitter") o.jitter = std::atof(value(i));
+    else if (a == "--sched") o.sched = value(i);
+    else if (a == "--work-per-us") o.work_per_us = std::atof(value(i));
+    else if (a == "--start-at-ns") o.start_at_ns = std::atoll(value(i));
+    else if (a == "--out") o.out = value(i);
+    else if (a == "--seed") o.seed = std::strtoull(value(i), nullptr, 10);
+    else if (a == "--timeout-s") o.timeout_s = std::atof(value(i));
+    else if (a == "--smoke") o.smoke = true;
+    else if (a == "--calibrate") o.calibrate = true;
+    else usage(("unknown argument " + a).c_str());
+  }
+  if (o.role != "lc" && o.role != "be") usage("--role must be lc or be");
+  if (o.streams < 1 || o.streams > 256) usage("--streams out of range 1..256");
+  if (o.kernels < 1 || o.kernels > 1000000) usage("--kernels out of range");
+  if (o.burst_us <= 0 || o.gap_us < 0 || o.jitter < 0 || o.jitter > 1) usage("bad burst/gap/jitter");
+  if (o.timeout_s <= 0) usage("--timeout-s must be positive");
+  return o;
+}
+
+// Applies the scheduling class to the calling thread; threads created afterwards inherit it.
+bool apply_sched(const std::string& s, std::string& err) {
+  sched_param p{};
+  if (s == "normal") return true;
+  if (s == "idle" || s == "batch") {
+    if (sched_setscheduler(0, s == "idle" ? SCHED_IDLE : SCHED_BATCH, &p) == 0) return true;
+  } else if (s.rfind("nice:", 0) == 0) {
+    // nice is per thread on Linux; new threads inherit the creator's value.
+    if (setpriority(PRIO_PROCESS, 0, std::atoi(s.c_str() + 5)) == 0) return true;
+  } else if (s.rfind("fifo:", 0) == 0) {
+    p.sched_priority = std::atoi(s.c_str() + 5);
+    if (sched_setscheduler(0, SCHED_FIFO, &p) == 0) return true;
+  } else {
+    err = "unknown --sched " + s;
+    return false;
+  }
+  err = "cannot apply --sched " + s + ": " + std::strerror(errno);
+  return false;
+}
+
+std::string sched_name_of_this_thread() {
+  int pol = sched_getscheduler(0);
+  switch (pol) {
+    case SCHED_OTHER: {
+      errno = 0;
+      int nice = getpriority(PRIO_PROCESS, 0);
+      return nice == 0 ? "normal" : "nice:" + std::to_string(nice);
+    }
+    case SCHED_IDLE: return "idle";
+    case SCHED_BATCH: return "batch";
+    case SCHED_FIFO: {
+      sched_param p{};
+      sched_getparam(0, &p);
+      return "fifo:" + std::to_string(p.sched_priority);
+    }
+    case SCHED_RR: return "rr";
+    default: return "policy" + std::to_string(pol);
+  }
+}
+
+// ---- streams --------------------------------------------------------------------------------
+struct kernel_record {
+  int64_t enqueue_ns = 0, start_ns = 0, end_ns = 0;
+};
+
+struct job {
+  int kernel_id;
+  int64_t enqueue_ns;
+};
+
+// One stream: a worker thread with a queue.  The host thread enqueues; the worker runs.
+struct stream {
+  std::mutex m;
+  std::condition_variable work_cv;  // host -> worker: queue not empty / closed
+  std::condition_variable done_cv;  // worker -> host: a kernel finished
+  std::deque<job> queue;
+  int completed = 0;
+  bool closed = false;
+  std::vector<kernel_record> records;
+  std::string worker_sched, host_sched;
+};
+
+struct splitmix {
+  uint64_t s;
+  uint64_t next() {
+    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return double(next() >> 11) * 0x1.0p-53; }
+};
+
+void worker_main(stream& st, uint64_t iterations_per_kernel) {
+  st.worker_sched = sched_name_of_this_thread();
+  for (;;) {
+    job j;
+    {
+      std::unique_lock lk(st.m);
+      st.work_cv.wait(lk, [&] { return st.closed || !st.queue.empty(); });
+      if (st.queue.empty()) return;  // closed and drained
+      j = st.queue.front();
+      st.queue.pop_front();
+    }
+    int64_t start = now_ns();
+    g_sink.fetch_add(compute_burst(iterations_per_kernel, uint64_t(j.kernel_id) + 7),
+                     std::memory_order_relaxed);
+    int64_t end = now_ns();
+    {
+      std::lock_guard lk(st.m);
+      st.records[size_t(j.kernel_id)] = {j.enqueue_ns, start, end};
+      ++st.completed;
+    }
+    st.done_cv.notify_one();
+  }
+}
+
+// The application side of a stream: a closed loop of enqueue, wait, think.
+void host_main(stream& st, const options& o, int stream_id, int64_t start_ns, int64_t deadline_ns,
+               std::atomic<bool>& timed_out) {
+  st.host_sched = sched_name_of_this_thread();
+  splitmix rng{o.seed * 1000003 + uint64_t(stream_id) * 7919 + (o.role == "lc" ? 1 : 2)};
+  auto draw_gap_ns = [&] {
+    double g = o.gap_us * (1.0 - o.jitter + 2.0 * o.jitter * rng.uniform());
+    return int64_t(g * 1000.0);
+  };
+  // Stagger the streams so LC requests do not all arrive in the same instant.
+  int64_t next = start_ns + (o.gap_us > 0 ? int64_t(rng.uniform() * o.gap_us * 1000.0) : 0);
+  for (int k = 0; k < o.kernels; ++k) {
+    sleep_until_ns(next);
+    if (now_ns() > deadline_ns) {
+      timed_out = true;
+      break;
+    }
+    {
+      std::lock_guard lk(st.m);
+      st.queue.push_back({k, now_ns()});
+    }
+    st.work_cv.notify_one();
+    {
+      std::unique_lock lk(st.m);
+      st.done_cv.wait(lk, [&] { return st.completed > k; });
+    }
+    next = now_ns() + draw_gap_ns();
+  }
+  {
+    std::lock_guard lk(st.m);
+    st.closed = true;
+  }
+  st.work_cv.notify_one();
+}
+
+// E3's columns, in E3's order.
+constexpr const char* k_csv_header =
+    "stream_id,kernel_id,priority,kernel_type,enqueue_time_ms,start_time_ms,end_time_ms,"
+    "duration_ms,launch_latency_ms,e2e_latency_ms";
+
+bool write_csv(const std::string& path, const std::vector<stream>& streams, const options& o,
+               int64_t t0) {
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) return false;
+  std::fprintf(f, "%s\n", k_csv_header);
+  // priority follows CUDA's stream-priority convention (lower = more urgent) so CPU and GPU
+  // results read the same way: lc -1, be 0.
+  const int priority = o.role == "lc" ? -1 : 0;
+  auto ms = [&](int64_t t) { return double(t - t0) / 1e6; };
+  for (size_t s = 0; s < streams.size(); ++s) {
+    for (size_t k = 0; k < streams[s].records.size(); ++k) {
+      const kernel_record& r = streams[s].records[k];
+      if (r.end_ns == 0) continue;  // never ran (timeout)
+      std::fprintf(f, "%zu,%zu,%d,cpu_burst,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f\n", s, k, priority,
+                   ms(r.enqueue_ns), ms(r.start_ns), ms(r.end_ns),
+                   double(r.end_ns - r.start_ns) / 1e6, double(r.start_ns - r.enqueue_ns) / 1e6,
+                   double(r.end_ns - r.enqueue_ns) / 1e6);
+    }
+  }
+  return std::fclose(f) == 0;
+}
+
+// Reads a CSV back and checks its header and row count: the smoke mode's self-check.
+bool validate_csv(const std::string& path, size_t expected_rows, std::string& err) {
+  FILE* f = std::fopen(path.c_str(), "r");
+  if (!f) {
+    err = "cannot reopen " + path;
+    return false;
+  }
+  char line[512];
+  size_t rows = 0;
+  bool ok = std::fgets(line, sizeof line, f) != nullptr;
+  if (ok) {
+    line[std::strcspn(line, "\n")] = 0;
+    ok = std::strcmp(line, k_csv_header) == 0;
+    if (!ok) err = std::string("bad header: ") + line;
+  }
+  while (ok && std::fgets(line, sizeof line, f)) {
+    double v[6];
+    int sid, kid, prio;
+    char type[32];
+    if (std::sscanf(line, "%d,%d,%d,%31[^,],%lf,%lf,%lf,%lf,%lf,%lf", &sid, &kid, &prio, type,
+                    &v[0], &v[1], &v[2], &v[3], &v[4], &v[5]) != 10 ||
+        !(v[0] <= v[1] && v[1] <= v[2] && v[4] >= 0)) {
+      err = std::string("bad row: ") + line;
+      ok = false;
+    }
+    ++rows;
+  }
+  std::fclose(f);
+  if (ok && rows != expected_rows) {
+    err = "expected " + std::to_string(expected_rows) + " rows, found " + std::to_string(rows);
+    ok = false;
+  }
+  return ok;
+}
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  double pos = q * double(v.size() - 1);
+  size_t lo = size_t(pos);
+  size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (pos - double(lo));
+}
+
+int run(options o) {
+  if (o.smoke) {
+    o.streams = 2;
+    o.kernels = 5;
+    o.burst_us = 200;
+    o.gap_us = o.role == "lc" ? 300 : 0;
+    o.timeout_s = 20;
+  }
+  const bool temporary_csv = o.smoke && o.out.empty();
+  if (temporary_csv) o.out = "/tmp/strata-bench-e3-tenant-smoke-" + std::to_string(getpid()) + ".csv";
+  std::string err;
+  if (!apply_sched(o.sched, err)) {
+    std::fprintf(stderr, "strata-bench-e3-tenant: %s\n", err.c_str());
+    return 3;
+  }
+  const bool calibrated_here = o.work_per_us <= 0;
+  if (calibrated_here) o.work_per_us = calibrate_work_per_us();
+  const uint64_t iterations = uint64_t(o.burst_us * o.work_per_us);
+
+  std::vector<stream> streams(size_t(o.streams));
+  for (auto& st : streams) st.records.resize(size_t(o.kernels));
+  const int64_t t0 = o.start_at_ns > 0 ? o.start_at_ns : now_ns();
+  const int64_t deadline = t0 + int64_t(o.timeout_s * 1e9);
+  std::atomic<bool> timed_out{false};
+
+  std::vector<std::thread> threads;
+  for (auto& st : streams) threads.emplace_back(worker_main, std::ref(st), iterations);
+  for (int s = 0; s < o.streams; ++s)
+    threads.emplace_back(host_main, std::ref(streams[size_t(s)]), std::cref(o), s, t0, deadline,
+                         std::ref(timed_out));
+  for (auto& t : threads) t.join();
+
+  // Summary: what ran, under which classes, and the headline figures of this process.
+  std::vector<double> launch;
+  int64_t first_enqueue = INT64_MAX, last_end = 0;
+  size_t done = 0;
+  std::set<std::string> scheds;
+  for (auto& st : streams) {
+    scheds.insert(st.worker_sched);
+    scheds.insert(st.host_sched);
+    for (auto& r : st.records) {
+      if (r.end_ns == 0) continue;
+      ++done;
+      launch.push_back(double(r.start_ns - r.enqueue_ns) / 1e6);
+      first_enqueue = std::min(first_enqueue, r.enqueue_ns);
+      last_end = std::max(last_end, r.end_ns);
+    }
+  }
+  if (!o.out.empty() && !write_csv(o.out, streams, o, t0)) {
+    std::fprintf(stderr, "strata-bench-e3-tenant: cannot write %s: %s\n", o.out.c_str(),
+                 std::strerror(errno));
+    return 4;
+  }
+  bool smoke_ok = true;
+  if (o.smoke) smoke_ok = validate_csv(o.out, size_t(o.streams) * size_t(o.kernels), err);
+  if (temporary_csv) std::remove(o.out.c_str());
+
+  const double span_s = done ? double(last_end - first_enqueue) / 1e9 : 0;
+  std::string sched_list;
+  for (auto& s : scheds) sched_list += (sched_list.empty() ? "" : ",") + ("\"" + s + "\"");
+  std::printf(
+      "{\"program\":\"strata-bench-e3-tenant\",\"pid\":%d,\"role\":\"%s\",\"sched_requested\":\"%s\","
+      "\"sched_observed\":[%s],\"streams\":%d,\"kernels_per_stream\":%d,\"kernels_done\":%zu,"
+      "\"burst_us\":%.1f,\"gap_us\":%.1f,\"work_per_us\":%.3f,\"calibrated_here\":%s,"
+      "\"span_s\":%.6f,\"throughput_kps\":%.6f,\"launch_p50_ms\":%.6f,\"launch_p99_ms\":%.6f,"
+      "\"timed_out\":%s,\"csv\":\"%s\"%s}\n",
+      int(getpid()), o.role.c_str(), o.sched.c_str(), sched_list.c_str(), o.streams, o.kernels,
+      done, o.burst_us, o.gap_us, o.work_per_us, calibrated_here ? "true" : "false", span_s,
+      span_s > 0 ? double(done) / span_s / 1000.0 : 0.0, percentile(launch, 0.5),
+      percentile(launch, 0.99), timed_out ? "true" : "false", o.out.c_str(),
+      o.smoke ? (smoke_ok ? ",\"smoke\":\"ok\"" : ",\"smoke\":\"failed\"") : "");
+  if (!smoke_ok) std::fprintf(stderr, "strata-bench-e3-tenant: smoke check failed: %s\n", err.c_str());
+  if (timed_out) {
+    std::fprintf(stderr, "strata-bench-e3-tenant: timed out after %.1f s with %zu of %d kernels\n",
+                 o.timeout_s, done, o.streams * o.kernels);
+    return 5;
+  }
+  return smoke_ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  options o = parse(argc, argv);
+  if (o.calibrate) {
+    std::printf("{\"program\":\"strata-bench-e3-tenant\",\"work_per_us\":%.3f}\n",
+                calibrate_work_per_us());
+    return 0;
+  }
+  return run(o);
+}

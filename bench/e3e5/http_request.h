@@ -1,0 +1,126 @@
+// A small HTTP/1.x request parser for strata-bench-e5-httpd: enough of RFC 9112 for load
+// generators (wrk, curl) and for the tests — request line, headers, Content-Length bodies,
+// keep-alive rules, pipelining.  It copies the method, target and every header into std::strings
+// on purpose: the server is an allocator workload, and a real server's parse allocates too.
+#pragma once
+#include <cstddef>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace strata::e5 {
+
+enum class parse_status {
+  complete,    // one request parsed; `consumed` bytes belong to it (headers + body)
+  incomplete,  // need more bytes
+  bad,         // malformed: answer 400 and close
+  too_large,   // header block over the limit: answer 431 and close
+};
+
+struct request {
+  std::string method, target, version;
+  std::vector<std::pair<std::string, std::string>> headers;
+  size_t content_length = 0;
+  bool keep_alive = true;
+  size_t consumed = 0;
+
+  const std::string* header(std::string_view name) const {
+    for (auto& h : headers)
+      if (h.first.size() == name.size() &&
+          strncasecmp(h.first.data(), name.data(), name.size()) == 0)
+        return &h.second;
+    return nullptr;
+  }
+};
+
+inline constexpr size_t k_max_header_bytes = 64 * 1024;
+inline constexpr size_t k_max_body_bytes = 1 << 20;
+
+namespace detail {
+inline bool is_token_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+         std::strchr("!#$%&'*+-.^_`|~", c) != nullptr;
+}
+inline std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+inline bool has_token(std::string_view list, std::string_view token) {
+  while (!list.empty()) {
+    size_t comma = list.find(',');
+    std::string_view item = trim(list.substr(0, comma));
+    if (item.size() == token.size() && strncasecmp(item.data(), token.data(), token.size()) == 0)
+      return true;
+    if (comma == std::string_view::npos) break;
+    list.remove_prefix(comma + 1);
+  }
+  return false;
+}
+}  // namespace detail
+
+// Parses one request from the front of `in`.
+inline parse_status parse_request(std::string_view in, request& req) {
+  size_t end = in.find("\r\n\r\n");
+  if (end == std::string_view::npos)
+    return in.size() > k_max_header_bytes ? parse_status::too_large : parse_status::incomplete;
+  if (end > k_max_header_bytes) return parse_status::too_large;
+  std::string_view head = in.substr(0, end);
+
+  size_t eol = head.find("\r\n");
+  std::string_view line = head.substr(0, eol);
+  size_t sp1 = line.find(' ');
+  size_t sp2 = sp1 == std::string_view::npos ? sp1 : line.find(' ', sp1 + 1);
+  if (sp1 == std::string_view::npos || sp2 == std::string_view::npos || sp1 == 0 ||
+      sp2 == sp1 + 1 || line.find(' ', sp2 + 1) != std::string_view::npos)
+    return parse_status::bad;
+  std::string_view method = line.substr(0, sp1), target = line.substr(sp1 + 1, sp2 - sp1 - 1),
+                   version = line.substr(sp2 + 1);
+  for (char c : method)
+    if (!detail::is_token_char(c)) return parse_status::bad;
+  if (version != "HTTP/1.1" && version != "HTTP/1.0") return parse_status::bad;
+  req.method.assign(method);
+  req.target.assign(target);
+  req.version.assign(version);
+  req.headers.clear();
+  req.content_length = 0;
+
+  std::string_view rest = eol == std::string_view::npos ? std::string_view{} : head.substr(eol + 2);
+  while (!rest.empty()) {
+    size_t e = rest.find("\r\n");
+    std::string_view h = rest.substr(0, e);
+    rest = e == std::string_view::npos ? std::string_view{} : rest.substr(e + 2);
+    size_t colon = h.find(':');
+    if (colon == std::string_view::npos || colon == 0) return parse_status::bad;
+    std::string_view name = h.substr(0, colon);
+    for (char c : name)
+      if (!detail::is_token_char(c)) return parse_status::bad;
+    req.headers.emplace_back(std::string(name), std::string(detail::trim(h.substr(colon + 1))));
+  }
+
+  if (req.header("Transfer-Encoding")) return parse_status::bad;  // chunked bodies: not supported
+  if (const std::string* cl = req.header("Content-Length")) {
+    if (cl->empty() || cl->size() > 9) return parse_status::bad;
+    size_t n = 0;
+    for (char c : *cl) {
+      if (c < '0' || c > '9') return parse_status::bad;
+      n = n * 10 + size_t(c - '0');
+    }
+    if (n > k_max_body_bytes) return parse_status::too_large;
+    req.content_length = n;
+  }
+  const std::string* conn = req.header("Connection");
+  if (req.version == "HTTP/1.1")
+    req.keep_alive = !(conn && detail::has_token(*conn, "close"));
+  else
+    req.keep_alive = conn && detail::has_token(*conn, "keep-alive");
+
+  size_t total = end + 4 + req.content_length;
+  if (in.size() < total) return parse_status::incomplete;
+  req.consumed = total;
+  return parse_status::complete;
+}
+
+}  // namespace strata::e5
