@@ -1,0 +1,204 @@
+"""The allocators the lab can preload: built-in names, found on this machine, with versions.
+
+glibc is the process's own malloc (no preload).  mimalloc, jemalloc and tcmalloc are the Debian
+packages' shared libraries; mimalloc3 is mimalloc 3.x from the cmeel-mimalloc wheel in the lab's
+virtual environment; strata is build/lib/libstrata.so.  `--alloc NAME=/path/lib.so` adds others.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+import sys
+import sysconfig
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import paths
+from .errors import LabError
+
+LIB_DIRS = [
+    "/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu",
+    "/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib", "/lib", "/usr/local/lib",
+]
+
+
+@dataclass(frozen=True)
+class Allocator:
+    name: str
+    library: str | None  # None: no preload (glibc)
+    version: str
+    source: str  # how it was found: "system", "debian:<pkg>", "wheel:<dist>", "build", "user"
+    extra: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"kind": "allocator", "library": self.library, "version": self.version,
+                "source": self.source, **self.extra}
+
+
+@dataclass(frozen=True)
+class _Builtin:
+    name: str
+    sonames: tuple[str, ...]
+    package: str | None
+    install: str
+    description: str
+
+
+BUILTINS = {
+    "glibc": _Builtin("glibc", (), "libc6", "part of the system", "the C library's malloc (no preload)"),
+    "mimalloc": _Builtin("mimalloc", ("libmimalloc.so.2",), "libmimalloc2.0",
+                         "sudo apt-get install libmimalloc2.0", "mimalloc 2.x (Debian package)"),
+    "mimalloc3": _Builtin("mimalloc3", ("libmimalloc.so",), None,
+                          ".venv/bin/pip install cmeel-mimalloc", "mimalloc 3.x (cmeel-mimalloc wheel)"),
+    "jemalloc": _Builtin("jemalloc", ("libjemalloc.so.2",), "libjemalloc2",
+                         "sudo apt-get install libjemalloc2", "jemalloc 5 (Debian package)"),
+    "tcmalloc": _Builtin("tcmalloc", ("libtcmalloc_minimal.so.4",), "libtcmalloc-minimal4",
+                         "sudo apt-get install libtcmalloc-minimal4",
+                         "gperftools tcmalloc, minimal (Debian package)"),
+    "strata": _Builtin("strata", ("libstrata.so",), None,
+                       "cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build "
+                       "(or: make build)", "strata (this repository's build/lib/libstrata.so)"),
+}
+
+
+def _dpkg_version(package: str) -> str:
+    try:
+        out = subprocess.run(["dpkg-query", "-W", "-f=${Version}", package], capture_output=True,
+                             text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "unknown"
+
+
+def _find_system_lib(soname: str) -> str | None:
+    for d in LIB_DIRS:
+        p = Path(d) / soname
+        if p.exists():
+            return str(p.resolve())
+    try:  # the dynamic linker's cache covers anything else installed
+        out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for line in out.splitlines():
+        if line.strip().startswith(soname + " ") and "=>" in line:
+            return str(Path(line.split("=>")[1].strip()).resolve())
+    return None
+
+
+def _site_dirs() -> list[Path]:
+    """site-packages of the running interpreter, then of the repository's .venv."""
+    dirs = [Path(sysconfig.get_paths()["purelib"]), Path(sysconfig.get_paths()["platlib"])]
+    root = paths.repo_root()
+    dirs += [Path(p) for p in glob.glob(str(root / ".venv/lib/python3*/site-packages"))]
+    seen, out = set(), []
+    for d in dirs:
+        if d not in seen:
+            seen.add(d)
+            out.append(d)
+    return out
+
+
+def _find_mimalloc3() -> tuple[str | None, str]:
+    for site in _site_dirs():
+        libdir = site / "cmeel.prefix" / "lib"
+        cands = sorted(glob.glob(str(libdir / "libmimalloc.so*")), key=len)
+        if cands:
+            version = "unknown"
+            dist = glob.glob(str(site / "cmeel_mimalloc-*.dist-info"))
+            if dist:
+                version = Path(dist[0]).name.removesuffix(".dist-info").split("-")[1]
+            return str(Path(cands[0]).resolve()), version
+    return None, "unknown"
+
+
+def _strata_version(lib: str) -> str:
+    """strata_version() asked in a child process (preloading strata into the lab itself is unsafe),
+    plus the git revision of the checkout the library was built from."""
+    code = ("import ctypes,sys; l=ctypes.CDLL(sys.argv[1]); l.strata_version.restype=ctypes.c_char_p;"
+            "print(l.strata_version().decode())")
+    version = "unknown"
+    try:
+        out = subprocess.run([sys.executable, "-c", code, lib], capture_output=True, text=True,
+                             timeout=20, env={**os.environ, "LD_PRELOAD": lib})
+        if out.returncode == 0 and out.stdout.strip():
+            version = out.stdout.strip().splitlines()[-1]
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    from .machine import git_revision
+
+    return f"{version} (git {git_revision()['revision'][:12]})"
+
+
+def _glibc_version() -> str:
+    try:
+        return os.confstr("CS_GNU_LIBC_VERSION") or _dpkg_version("libc6")
+    except (ValueError, OSError):
+        return _dpkg_version("libc6")
+
+
+def locate(name: str) -> Allocator | None:
+    """The built-in allocator `name` if it is present on this machine, else None."""
+    b = BUILTINS[name]
+    if name == "glibc":
+        return Allocator("glibc", None, f"{_glibc_version()} (libc6 {_dpkg_version('libc6')})", "system")
+    if name == "mimalloc3":
+        lib, version = _find_mimalloc3()
+        return Allocator(name, lib, version, "wheel:cmeel-mimalloc") if lib else None
+    if name == "strata":
+        lib = paths.build_dir() / "lib" / "libstrata.so"
+        if not lib.is_file():
+            return None
+        return Allocator(name, str(lib), _strata_version(str(lib)), "build")
+    lib = _find_system_lib(b.sonames[0])
+    if not lib:
+        return None
+    return Allocator(name, lib, _dpkg_version(b.package), f"debian:{b.package}")
+
+
+def inventory() -> dict[str, Allocator | None]:
+    return {name: locate(name) for name in BUILTINS}
+
+
+def _help(found: dict[str, Allocator | None] | None = None) -> str:
+    found = found if found is not None else inventory()
+    avail = [n for n, a in found.items() if a]
+    missing = [n for n, a in found.items() if not a]
+    lines = [f"  available here: {', '.join(avail) or 'none'}"]
+    for n in missing:
+        lines.append(f"  {n}: not found; install with: {BUILTINS[n].install}")
+    lines.append("  any other: --alloc NAME=/path/to/lib.so")
+    lines.append("  (scripts/setup.sh installs every peer allocator)")
+    return "\n".join(lines)
+
+
+def resolve(spec: str) -> Allocator:
+    """An allocator from a --alloc argument: a built-in NAME, or NAME=/path/to/lib.so."""
+    if "=" in spec:
+        name, _, path = spec.partition("=")
+        name = name.strip()
+        if not name or not name.replace("-", "").replace("_", "").isalnum():
+            raise LabError(f"bad allocator name in --alloc {spec!r}: use NAME=/path/to/lib.so")
+        p = Path(path).expanduser()
+        if not p.is_file():
+            raise LabError(f"allocator {name!r}: library {p} does not exist\n" + _help())
+        return Allocator(name, str(p.resolve()), "unknown (user library)", "user")
+    if spec not in BUILTINS:
+        raise LabError(f"unknown allocator {spec!r}\n" + _help())
+    a = locate(spec)
+    if a is None:
+        b = BUILTINS[spec]
+        raise LabError(f"allocator {spec!r} ({b.description}) is not installed on this machine; "
+                       f"install with: {b.install}\n" + _help())
+    return a
+
+
+def resolve_all(specs: list[str]) -> list[Allocator]:
+    out: list[Allocator] = []
+    for s in specs:
+        a = resolve(s)
+        if any(o.name == a.name for o in out):
+            raise LabError(f"allocator {a.name!r} given twice")
+        out.append(a)
+    return out

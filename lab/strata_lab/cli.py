@@ -1,0 +1,364 @@
+"""strata-lab: run, compare, report, list, env.  Errors print one clear message and exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from . import __version__, allocators, analysis, machine, paths, results, runner
+from .errors import LabError
+from .suite import SuiteContext, available_suites, load_suite
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    # Wide enough for six allocator columns when stdout is a file or a pipe (make, CI logs).
+    width = None if sys.stdout.isatty() else 200
+    return Console(stderr=stderr, width=width, highlight=False)
+
+
+def _split(values: list[str] | None) -> list[str]:
+    out: list[str] = []
+    for v in values or []:
+        out += [x.strip() for x in v.split(",") if x.strip()]
+    return out
+
+
+def _int_list(text: str, what: str) -> list[int]:
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        vals = []
+    if not vals or any(v < 1 for v in vals):
+        raise LabError(f"bad {what} {text!r}: use positive integers separated by commas, e.g. 1,2,4")
+    return vals
+
+
+def cmd_run(a: argparse.Namespace) -> int:
+    suite = load_suite(a.suite)
+    cpus = runner.parse_cpus(a.cpus) if a.cpus else sorted(os.sched_getaffinity(0))
+    if a.rounds is not None and a.rounds < 1:
+        raise LabError("--rounds must be at least 1")
+    if a.warmup is not None and a.warmup < 0:
+        raise LabError("--warmup must be 0 or more")
+    if a.seconds is not None and not a.seconds > 0:
+        raise LabError("--seconds must be positive")
+    ctx = SuiteContext(smoke=a.smoke, seconds=a.seconds,
+                       threads=_int_list(a.threads, "thread list") if a.threads else None, cpus=cpus)
+
+    # What is compared: the suite's own variants, or allocators.
+    names = _split(a.alloc)
+    if suite.variants:
+        variants = []
+        for n in names or list(suite.variants):
+            if n not in suite.variants:
+                raise LabError(f"suite {suite.name!r} compares its own variants; unknown variant {n!r} "
+                               f"(available: {', '.join(suite.variants)})")
+            variants.append(runner.Variant.from_suite(n, suite.variants[n]))
+    else:
+        if names:
+            allocs = allocators.resolve_all(names)
+        else:
+            found = allocators.inventory()
+            missing = [n for n in suite.allocators if n in found and found[n] is None]
+            if missing and not a.skip_missing:
+                # Fails with the clear "not installed; install with ..." message.
+                allocators.resolve_all(suite.allocators)
+            allocs = allocators.resolve_all([n for n in suite.allocators if n not in missing])
+            for n in missing:
+                print(f"strata-lab: warning: skipping {n} (not installed)", file=sys.stderr)
+        variants = [runner.Variant.from_allocator(x) for x in allocs]
+    names = [v.name for v in variants]
+    baseline = a.baseline or (suite.baseline if suite.baseline in names else names[0])
+    if baseline not in names:
+        raise LabError(f"baseline {baseline!r} is not among the variants of this run: {', '.join(names)}")
+
+    cells = suite.cells(ctx)
+    if a.cells:
+        import fnmatch
+
+        cells = [c for c in cells if any(fnmatch.fnmatch(c.id, p) for p in _split([a.cells]))]
+        if not cells:
+            raise LabError(f"--cells {a.cells!r} matches no cell of suite {suite.name!r}")
+    if a.timeout is not None:
+        if not a.timeout > 0:
+            raise LabError("--timeout must be positive")
+        cells = [replace(c, timeout_s=a.timeout) for c in cells]
+    rounds = a.rounds if a.rounds is not None else suite.rounds
+    warmup = a.warmup if a.warmup is not None else suite.warmup
+
+    out_dir = results.new_run_dir(Path(a.out) if a.out else paths.results_root(), suite.name)
+    settings = {"smoke": a.smoke, "seconds": a.seconds, "threads": ctx.threads,
+                "timeout_s": a.timeout, "cells_filter": a.cells}
+    console = _console()
+    err = _console(stderr=True)
+    over = [c.id for c in cells if runner.oversubscribed(c, cpus)]
+    err.print(f"strata-lab: suite {suite.name}: {len(cells)} cells × {len(variants)} variants "
+              f"({', '.join(names)}; baseline {baseline}), {rounds} rounds + {warmup} warm-up, "
+              f"CPUs {runner._ranges(cpus)}")
+    if over:
+        err.print(f"[yellow]strata-lab: oversubscribed (threads > CPUs): {', '.join(over)}[/]")
+    err.print(f"strata-lab: writing {out_dir / results.FILENAME}")
+
+    progress_cb, start_cb, finish = _progress(err, a.no_progress)
+    try:
+        doc = runner.execute(suite, cells, variants, rounds=rounds, warmup=warmup, cpus=cpus,
+                             out_dir=out_dir, baseline=baseline, settings=settings,
+                             command=sys.argv, on_sample=progress_cb, on_start=start_cb, seed=a.seed)
+    except (KeyboardInterrupt, runner.Interrupted) as e:
+        finish()
+        why = e.signame if isinstance(e, runner.Interrupted) else "SIGINT"
+        err.print(f"[bold yellow]strata-lab: interrupted ({why}); the samples that finished are in "
+                  f"{out_dir / results.FILENAME} (marked incomplete)[/]")
+        return 130 if why == "SIGINT" else 143
+    finish()
+    _show(results.load(out_dir), console, a.baseline, write_report=a.report)
+    failures = sum(1 for s in doc["samples"] if not s.get("ok"))
+    return 1 if failures and a.strict else 0
+
+
+def _progress(err, disabled: bool):
+    """A rich progress bar on a terminal; plain lines every ~10 % otherwise (logs, make)."""
+    state = {"failed": 0}
+    if disabled:
+        return None, None, lambda: None
+    if err.is_terminal:
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                   TimeElapsedColumn, TimeRemainingColumn)
+
+        prog = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[failed]}"),
+                        console=err, transient=False)
+        prog.start()
+        task = {"id": None}
+
+        def on_start(i, n, cell, v, rnd):
+            if task["id"] is None:
+                task["id"] = prog.add_task("", total=n, failed="")
+            prog.update(task["id"], description=f"{cell.id} {v.name} "
+                                                f"{'warm-up' if rnd is None else f'round {rnd + 1}'}")
+
+        def on_sample(i, n, rec):
+            if not rec["ok"]:
+                state["failed"] += 1
+            prog.update(task["id"], advance=1,
+                        failed=f"[red]{state['failed']} failed[/]" if state["failed"] else "")
+
+        return on_sample, on_start, prog.stop
+    t0 = time.monotonic()
+
+    def on_sample_plain(i, n, rec):
+        if not rec["ok"]:
+            state["failed"] += 1
+            err.print(f"strata-lab: sample {i + 1} ({rec['cell']} {rec['variant']}) failed: "
+                      f"{rec['failure']['kind']}: {rec['failure']['message']}", markup=False)
+        step = max(1, n // 10)
+        if (i + 1) % step == 0 or i + 1 == n:
+            el = time.monotonic() - t0
+            eta = el / (i + 1) * (n - i - 1)
+            err.print(f"strata-lab: [{'#' * ((i + 1) * 20 // n):<20}] {i + 1}/{n} samples, "
+                      f"{el:.0f} s elapsed, ~{eta:.0f} s left", markup=False)
+
+    return on_sample_plain, None, lambda: None
+
+
+def _show(doc: dict, console, baseline: str | None, write_report: bool) -> None:
+    from . import tables
+
+    an = analysis.analyse(doc, baseline)
+    tables.print_analysis(an, console, doc)
+    extra = ""
+    try:
+        extra = load_suite(doc["suite"]).summarise(doc)
+    except LabError:
+        pass
+    if extra:
+        from rich.markdown import Markdown
+
+        console.print(Markdown(extra))
+    run_dir = Path(doc["_path"]).parent
+    if write_report:
+        from . import report
+
+        html, md = report.write(doc, an, run_dir, extra)
+        console.print(f"\n[bold]report:[/] {html}\n[bold]summary:[/] {md}\n[bold]results:[/] {doc['_path']}")
+    else:
+        console.print(f"\n[bold]results:[/] {doc['_path']}  (strata-lab report {run_dir} writes the report)")
+
+
+def cmd_report(a: argparse.Namespace) -> int:
+    doc = results.load(a.results)
+    _show(doc, _console(), a.baseline, write_report=not a.no_html)
+    return 0
+
+
+def cmd_compare(a: argparse.Namespace) -> int:
+    from . import tables
+
+    if not 0 < a.alpha < 1:
+        raise LabError("--alpha must be between 0 and 1")
+    da, db = results.load(a.a), results.load(a.b)
+    cmp = analysis.compare(da, db, a.alpha)
+    console = _console()
+    if not cmp["rows"]:
+        raise LabError("the two result sets share no cell and variant with successful samples")
+    console.print(tables.compare_table(cmp, da["run_id"], db["run_id"]))
+    sig = [r for r in cmp["rows"] if r["significant"]]
+    console.print(f"{len(sig)} of {len(cmp['rows'])} differences are significant at α = {a.alpha}.")
+    for r in sig:
+        console.print(f"  • {r['cell']} / {r['variant']}: B is {r['speedup']:.2f}× "
+                      f"{'better' if r['speedup'] > 1 else 'worse'} (p = {r['p_value']:.3g})")
+    for n in cmp["notes"]:
+        console.print(f"  [yellow]note:[/] {n}")
+    if da["machine"].get("cpu_model") != db["machine"].get("cpu_model") or \
+            da["machine"].get("hostname") != db["machine"].get("hostname"):
+        console.print("[yellow]warning: the two runs come from different machines; compare ratios "
+                      "measured within one run instead[/]")
+    for d, label in ((da, "A"), (db, "B")):
+        if not d.get("complete"):
+            console.print(f"[yellow]warning: {label} is an incomplete run[/]")
+    return 0
+
+
+def cmd_list(a: argparse.Namespace) -> int:
+    console = _console()
+    what = a.what
+    if what in ("allocators", "all"):
+        from rich.table import Table
+
+        t = Table(title="allocators", header_style="bold")
+        for col in ("name", "status", "version", "library / how to install"):
+            t.add_column(col)
+        for name, found in allocators.inventory().items():
+            b = allocators.BUILTINS[name]
+            if found:
+                t.add_row(name, "[green]available[/]", found.version, found.library or "(no preload)")
+            else:
+                t.add_row(name, "[red]missing[/]", "", b.install)
+        console.print(t)
+        console.print("any other: --alloc NAME=/path/to/lib.so")
+    if what in ("suites", "all"):
+        from rich.table import Table
+
+        t = Table(title="suites", header_style="bold")
+        t.add_column("suite")
+        t.add_column("description")
+        for n in available_suites():
+            try:
+                t.add_row(n, load_suite(n).description)
+            except Exception as e:  # a broken plug-in must not hide the others
+                t.add_row(n, f"[red]cannot load: {e}[/]")
+        console.print(t)
+    if what in ("workloads", "all"):
+        from rich.table import Table
+
+        t = Table(title="workloads (cells per suite)", header_style="bold")
+        for col in ("suite", "cells", "command"):
+            t.add_column(col)
+        for n in available_suites():
+            try:
+                cells = load_suite(n).cells(SuiteContext())
+                progs = sorted({Path(str(c.argv[0])).name if not str(c.argv[0]).endswith("python")
+                                and "python" not in Path(str(c.argv[0])).name
+                                else " ".join(str(x) for x in c.argv[1:3]) for c in cells})
+                t.add_row(n, ", ".join(c.id for c in cells), ", ".join(progs))
+            except LabError as e:
+                t.add_row(n, "[red]unavailable[/]", str(e).splitlines()[0])
+            except Exception as e:
+                t.add_row(n, "[red]cannot load[/]", str(e))
+        console.print(t)
+    return 0
+
+
+def cmd_env(a: argparse.Namespace) -> int:
+    info = {"machine": machine.describe(), "git": machine.git_revision(),
+            "repo_root": str(paths.repo_root()), "build_dir": str(paths.build_dir()),
+            "python": sys.executable, "lab_version": __version__,
+            "allocators": {n: (x.to_json() if x else None) for n, x in allocators.inventory().items()}}
+    if a.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    from rich.table import Table
+
+    t = Table(title="this machine", show_header=False)
+    t.add_column("key", style="bold")
+    t.add_column("value")
+    for k, v in info["machine"].items():
+        t.add_row(k, str(v))
+    t.add_row("git", f"{info['git']['revision']}{' (dirty)' if info['git']['dirty'] else ''}")
+    t.add_row("repo", info["repo_root"])
+    t.add_row("build", info["build_dir"])
+    for n, x in info["allocators"].items():
+        t.add_row(f"allocator {n}", f"{x['version']}  {x['library'] or '(no preload)'}" if x else "missing")
+    _console().print(t)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="strata-lab", description=__doc__)
+    p.add_argument("--version", action="version", version=f"strata-lab {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("run", help="run a suite; writes a new results directory")
+    r.add_argument("--suite", required=True, help="suite name (strata-lab list suites)")
+    r.add_argument("--alloc", action="append", metavar="NAME[=LIB]",
+                   help="allocator(s) to compare (repeat or comma-separate); NAME=/path/lib.so adds any other")
+    r.add_argument("--baseline", help="variant the ratios are against (default: the suite's)")
+    r.add_argument("--rounds", type=int, help="counted rounds (default: the suite's, normally 5)")
+    r.add_argument("--warmup", type=int, help="uncounted runs per cell and variant first (default 1)")
+    r.add_argument("--threads", help="thread counts, e.g. 1,2,4 (overrides the suite's)")
+    r.add_argument("--seconds", type=float, help="seconds per sample for timed workloads")
+    r.add_argument("--cpus", help="pin every sample to these CPUs, e.g. 0 or 0-1 or 0,2")
+    r.add_argument("--timeout", type=float, help="per-sample timeout in seconds (overrides the suite's)")
+    r.add_argument("--cells", help="only cells whose id matches one of these globs, e.g. 'e1-tiny/*'")
+    r.add_argument("--smoke", action="store_true", help="tiny workloads: checks that everything runs")
+    r.add_argument("--out", help="parent directory of the run directory (default: results/)")
+    r.add_argument("--report", action="store_true", help="also write report.html and summary.md")
+    r.add_argument("--no-progress", action="store_true")
+    r.add_argument("--skip-missing", action="store_true",
+                   help="run without the suite's allocators that are not installed instead of failing")
+    r.add_argument("--strict", action="store_true", help="exit 1 when any sample failed")
+    r.add_argument("--seed", type=int, help="seed of the interleaving order (default: random, recorded)")
+    r.set_defaults(func=cmd_run)
+
+    rep = sub.add_parser("report", help="tables, report.html and summary.md for a results directory")
+    rep.add_argument("results", help="run directory or its results.json")
+    rep.add_argument("--baseline")
+    rep.add_argument("--no-html", action="store_true", help="print the tables only")
+    rep.set_defaults(func=cmd_report)
+
+    c = sub.add_parser("compare", help="which differences between two result sets are significant")
+    c.add_argument("a", help="results A (the reference)")
+    c.add_argument("b", help="results B")
+    c.add_argument("--alpha", type=float, default=0.05)
+    c.set_defaults(func=cmd_compare)
+
+    ls = sub.add_parser("list", help="allocators, workloads, suites")
+    ls.add_argument("what", nargs="?", default="all", choices=["allocators", "workloads", "suites", "all"])
+    ls.set_defaults(func=cmd_list)
+
+    e = sub.add_parser("env", help="what this machine is (as recorded with results)")
+    e.add_argument("--json", action="store_true")
+    e.set_defaults(func=cmd_env)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except LabError as e:
+        print(f"strata-lab: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except BrokenPipeError:
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""results.json: creation of a run directory, atomic writes, loading with validation.
+
+The schema is documented in docs/results-schema.md; bump SCHEMA_VERSION on any incompatible
+change and keep load() reading the old versions it can.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from .errors import LabError
+
+SCHEMA = "strata-lab/results"
+SCHEMA_VERSION = 1
+FILENAME = "results.json"
+
+
+def new_run_dir(parent: Path, suite: str) -> Path:
+    """A fresh directory results/<date>-<time>-<suite>[-N]: never an existing one."""
+    parent.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for n in range(1000):
+        d = parent / (f"{stamp}-{suite}" + (f"-{n}" if n else ""))
+        try:
+            d.mkdir()
+            return d
+        except FileExistsError:
+            continue
+    raise LabError(f"could not create a new run directory under {parent}")
+
+
+def _clean(obj):
+    """JSON has no NaN/inf: store them as null rather than writing an invalid document."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def write_atomic(path: Path, doc: dict) -> None:
+    """Write to a temporary file in the same directory, fsync, then rename over the target:
+    a reader (or a run killed mid-write) sees the old document or the new one, never half."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=".results-", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(_clean(doc), f, separators=(",", ":"), allow_nan=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def resolve_path(arg: str | Path) -> Path:
+    p = Path(arg)
+    if p.is_dir():
+        p = p / FILENAME
+    return p
+
+
+REQUIRED = ("schema", "schema_version", "suite", "complete", "settings", "variants", "cells", "samples")
+
+
+def load(arg: str | Path) -> dict:
+    """Load and validate a results.json (or a run directory holding one)."""
+    p = resolve_path(arg)
+    if not p.is_file():
+        raise LabError(f"no results file at {p} (give a run directory or its results.json)")
+    try:
+        doc = json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise LabError(f"corrupt results file {p}: not valid JSON ({e})") from None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise LabError(f"corrupt results file {p}: not a strata-lab results document")
+    missing = [k for k in REQUIRED if k not in doc]
+    if missing:
+        raise LabError(f"corrupt results file {p}: missing {', '.join(missing)}")
+    if doc["schema_version"] != SCHEMA_VERSION:
+        raise LabError(f"results file {p} has schema version {doc['schema_version']}; this lab "
+                       f"reads version {SCHEMA_VERSION}")
+    if not isinstance(doc["samples"], list) or not isinstance(doc["cells"], list):
+        raise LabError(f"corrupt results file {p}: samples and cells must be lists")
+    cell_ids = {c.get("id") for c in doc["cells"] if isinstance(c, dict)}
+    for i, s in enumerate(doc["samples"]):
+        if not isinstance(s, dict) or s.get("cell") not in cell_ids or s.get("variant") not in doc["variants"]:
+            raise LabError(f"corrupt results file {p}: sample {i} names an unknown cell or variant")
+        if s.get("ok") and not isinstance(s.get("metrics"), dict):
+            raise LabError(f"corrupt results file {p}: sample {i} is ok but has no metrics")
+    doc["_path"] = str(p)
+    return doc

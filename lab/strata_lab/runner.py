@@ -1,0 +1,424 @@
+"""The runner: one process per sample, warm-ups first, variants interleaved within each round,
+pinned to the chosen CPUs, with resource usage from wait4, RSS sampled from /proc every ~10 ms,
+a per-sample timeout, and results.json rewritten atomically after every sample.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import random
+import signal
+import subprocess
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from . import __version__, machine, results
+from .allocators import Allocator
+from .errors import LabError
+from .suite import Cell, Suite
+
+RSS_INTERVAL_S = 0.010
+TIMELINE_MAX_POINTS = 400
+STDERR_TAIL = 2000
+PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One of the things compared: a preloaded allocator, or a suite-defined variant."""
+
+    name: str
+    library: str | None = None  # preloaded allocator library (None: glibc / not an allocator)
+    args: tuple = ()
+    env: tuple = ()  # (key, value) pairs
+    info: dict | None = None  # what results.json records about it
+
+    @classmethod
+    def from_allocator(cls, a: Allocator) -> "Variant":
+        return cls(a.name, a.library, info=a.to_json())
+
+    @classmethod
+    def from_suite(cls, name: str, spec: dict) -> "Variant":
+        return cls(name, None, tuple(str(x) for x in spec.get("args", ())),
+                   tuple(sorted((str(k), str(v)) for k, v in spec.get("env", {}).items())),
+                   info={"kind": "suite", **{k: v for k, v in spec.items()}})
+
+
+def parse_cpus(text: str) -> list[int]:
+    """'0,2-3' -> [0, 2, 3], checked against the CPUs this process may use."""
+    allowed = sorted(os.sched_getaffinity(0))
+    out: set[int] = set()
+    try:
+        for part in text.split(","):
+            part = part.strip()
+            if not part:
+                raise ValueError
+            if "-" in part:
+                lo, hi = (int(x) for x in part.split("-", 1))
+                if lo > hi or lo < 0:
+                    raise ValueError
+                out.update(range(lo, hi + 1))
+            else:
+                v = int(part)
+                if v < 0:
+                    raise ValueError
+                out.add(v)
+    except ValueError:
+        raise LabError(f"bad CPU list {text!r}: use e.g. 0 or 0,1 or 0-3 "
+                       f"(CPUs available here: {_ranges(allowed)})") from None
+    bad = sorted(out - set(allowed))
+    if bad:
+        raise LabError(f"bad CPU list {text!r}: CPU {', '.join(map(str, bad))} not available "
+                       f"(CPUs available here: {_ranges(allowed)})")
+    return sorted(out)
+
+
+def _ranges(cpus: list[int]) -> str:
+    parts, i = [], 0
+    while i < len(cpus):
+        j = i
+        while j + 1 < len(cpus) and cpus[j + 1] == cpus[j] + 1:
+            j += 1
+        parts.append(str(cpus[i]) if i == j else f"{cpus[i]}-{cpus[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+@contextmanager
+def _affinity(cpus: list[int] | None):
+    """Children inherit the spawning thread's CPU mask: set it around the spawn only."""
+    if not cpus:
+        yield
+        return
+    old = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, old)
+
+
+def _rss_kb(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * PAGE_KB
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _downsample(t: list, v: list, n: int = TIMELINE_MAX_POINTS) -> tuple[list, list]:
+    """Keep at most n points, each the max of its bucket so peaks stay visible."""
+    if len(t) <= n:
+        return t, v
+    step = math.ceil(len(t) / n)
+    ts, vs = [], []
+    for i in range(0, len(t), step):
+        ts.append(t[i])
+        vs.append(max(v[i:i + step]))
+    return ts, vs
+
+
+def _tail(path: Path, n: int = STDERR_TAIL) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return ""
+    return data[-n:].decode("utf-8", "replace")
+
+
+_SPAWN: dict = {}
+
+
+def spawner() -> str | None:
+    """The strata-lab-spawn launcher (spawn.c), compiled on first use into build/lab/ (or
+    ~/.cache/strata-lab/); None when no C compiler is there, and samples then record that their
+    peak RSS is an upper bound."""
+    if "path" in _SPAWN:
+        return _SPAWN["path"]
+    import shutil
+
+    from . import paths
+
+    src = Path(__file__).with_name("spawn.c")
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    path = None
+    for d in (paths.build_dir() / "lab", Path.home() / ".cache" / "strata-lab"):
+        exe = d / "strata-lab-spawn"
+        try:
+            if exe.is_file() and exe.stat().st_mtime >= src.stat().st_mtime and os.access(exe, os.X_OK):
+                path = str(exe)
+                break
+            if not cc:
+                continue
+            d.mkdir(parents=True, exist_ok=True)
+            tmp = d / f".strata-lab-spawn.{os.getpid()}"
+            r = subprocess.run([cc, "-O2", "-o", str(tmp), str(src)], capture_output=True, text=True)
+            if r.returncode == 0:
+                os.replace(tmp, exe)
+                path = str(exe)
+                break
+        except OSError:
+            continue
+    _SPAWN["path"] = path
+    return path
+
+
+def _read_launcher(prefix: Path, suffix: str) -> str | None:
+    try:
+        return (prefix.parent / (prefix.name + suffix)).read_text()
+    except OSError:
+        return None
+
+
+def run_sample(cell: Cell, variant: Variant, cpus: list[int] | None, extra_env: dict,
+               stats_file: Path | None, parse: Callable[[Cell, str], dict]) -> dict:
+    """Run one process and describe it.  Never raises for a workload's failure: a crash, a
+    timeout or unparsable output comes back as {"ok": False, "failure": {...}}."""
+    argv = [str(a) for a in cell.argv] + list(variant.args)
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    env.update({k: str(v) for k, v in cell.env.items()})
+    env.update(dict(variant.env))
+    env.update(extra_env)
+    preload_env = {}
+    if cell.preload == "driver":
+        env["STRATA_LAB_PRELOAD"] = variant.library or ""
+    elif variant.library:
+        preload_env["LD_PRELOAD"] = variant.library
+    if stats_file is not None:
+        env["STRATA_STATS_FILE"] = str(stats_file)
+
+    rec: dict = {"started": now_iso(), "argv": argv, "cpus": cpus, "ok": False, "failure": None}
+    launcher = spawner()
+    with tempfile.TemporaryDirectory(prefix="strata-lab-") as tmp:
+        out_p, err_p, prefix = Path(tmp) / "stdout", Path(tmp) / "stderr", Path(tmp) / "sample"
+        full = ([launcher, str(prefix)] + argv) if launcher else argv
+        if launcher and preload_env:
+            # The launcher must not run under the allocator it measures: it sets LD_PRELOAD for
+            # the command only.
+            env["STRATA_LAB_SPAWN_PRELOAD"] = preload_env["LD_PRELOAD"]
+        else:
+            env.update(preload_env)
+        with open(out_p, "wb") as fo, open(err_p, "wb") as fe:
+            t0 = time.perf_counter()
+            try:
+                with _affinity(cpus):
+                    proc = subprocess.Popen(full, stdin=subprocess.DEVNULL, stdout=fo, stderr=fe,
+                                            env=env, start_new_session=True)
+            except OSError as e:
+                rec["failure"] = {"kind": "spawn", "message": str(e), "exit_status": None,
+                                  "stderr_tail": ""}
+                return rec
+            t_ms, rss = [], []
+            timed_out = False
+            target = None if launcher else proc.pid
+            try:
+                while True:
+                    pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
+                    if pid:
+                        break
+                    el = time.perf_counter() - t0
+                    if target is None:
+                        text = _read_launcher(prefix, ".pid")
+                        target = int(text) if text and text.strip().isdigit() else None
+                    r = _rss_kb(target) if target else None
+                    if r is not None:
+                        t_ms.append(round(el * 1000, 1))
+                        rss.append(r)
+                    if el > cell.timeout_s:
+                        timed_out = True
+                        _kill_group(proc.pid)
+                        pid, status, ru = os.wait4(proc.pid, 0)
+                        break
+                    time.sleep(RSS_INTERVAL_S)
+            except BaseException:
+                # Interrupted (Ctrl-C, SIGTERM): take the workload down with us, then re-raise.
+                _kill_group(proc.pid)
+                try:
+                    os.wait4(proc.pid, 0)
+                except ChildProcessError:
+                    pass
+                proc.returncode = -9
+                raise
+            wall = time.perf_counter() - t0
+            _kill_group(proc.pid)  # stragglers the workload left in its group
+            proc.returncode = os.waitstatus_to_exitcode(status)
+        usage = {"maxrss": ru.ru_maxrss, "utime": ru.ru_utime, "stime": ru.ru_stime,
+                 "nvcsw": ru.ru_nvcsw, "nivcsw": ru.ru_nivcsw, "minflt": ru.ru_minflt,
+                 "majflt": ru.ru_majflt}
+        rusage_source = "direct (peak RSS includes the lab's own image: an upper bound)"
+        text = _read_launcher(prefix, ".rusage") if launcher else None
+        if text:
+            f = text.split()
+            status = int(f[0])
+            usage = {"maxrss": int(f[1]), "utime": float(f[2]), "stime": float(f[3]),
+                     "nvcsw": int(f[4]), "nivcsw": int(f[5]), "minflt": int(f[6]), "majflt": int(f[7])}
+            rusage_source = "launcher"
+        elif launcher:
+            rusage_source = "launcher killed before the command ended: usage of the launcher"
+        code = os.waitstatus_to_exitcode(status)
+        stdout = out_p.read_text("utf-8", "replace")
+        stderr_tail = _tail(err_p)
+
+    rec.update({
+        "wall_s": wall, "user_s": usage["utime"], "sys_s": usage["stime"],
+        "peak_rss_kb": usage["maxrss"], "voluntary_ctx_switches": usage["nvcsw"],
+        "involuntary_ctx_switches": usage["nivcsw"], "minor_faults": usage["minflt"],
+        "major_faults": usage["majflt"], "exit_status": code, "rusage_source": rusage_source,
+    })
+    ts, vs = _downsample(t_ms, rss)
+    rec["rss_timeline"] = {"interval_ms": RSS_INTERVAL_S * 1000, "source": "lab", "t_ms": ts, "rss_kb": vs}
+
+    def fail(kind: str, message: str) -> dict:
+        rec["failure"] = {"kind": kind, "message": message, "exit_status": code,
+                          "signal": signal.Signals(-code).name if code < 0 and -code in
+                          signal.Signals._value2member_map_ else None,
+                          "stderr_tail": stderr_tail, "stdout_tail": stdout[-STDERR_TAIL:]}
+        return rec
+
+    if timed_out:
+        return fail("timeout", f"killed after {cell.timeout_s:g} s (per-sample timeout)")
+    if code != 0:
+        how = (f"killed by signal {signal.Signals(-code).name}" if code < 0 and -code in
+               signal.Signals._value2member_map_ else f"exited with status {code}")
+        return fail("crash" if code < 0 else "exit", how)
+    try:
+        metrics = parse(cell, stdout)
+    except (ValueError, KeyError, TypeError) as e:
+        return fail("parse", f"could not read the workload's output: {e}")
+    value = metrics.get(cell.metric)
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        return fail("parse", f"the workload's JSON has no finite number {cell.metric!r}")
+    timeline = metrics.pop("rss_timeline", None)
+    if isinstance(timeline, dict) and timeline.get("t_ms"):
+        ts, vs = _downsample(list(timeline["t_ms"]), list(timeline["rss_kb"]))
+        rec["rss_timeline"] = {"interval_ms": timeline.get("interval_ms"), "source": "workload",
+                               "t_ms": ts, "rss_kb": vs}
+    if cell.peak_rss_metric:
+        own = metrics.get(cell.peak_rss_metric)
+        if isinstance(own, (int, float)):
+            rec["process_peak_rss_kb"] = rec["peak_rss_kb"]
+            rec["peak_rss_kb"] = own
+    rec["metrics"] = metrics
+    rec["ok"] = True
+    return rec
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class Interrupted(Exception):
+    def __init__(self, signame: str):
+        super().__init__(signame)
+        self.signame = signame
+
+
+@contextmanager
+def _sigterm_as_interrupt():
+    def handler(signum, frame):
+        raise Interrupted(signal.Signals(signum).name)
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def oversubscribed(cell: Cell, cpus: list[int]) -> bool:
+    return cell.threads > len(cell.cpus if cell.cpus is not None else cpus)
+
+
+def plan(cells: list[Cell], variants: list[Variant], rounds: int, warmup: int, seed: int):
+    """The sample order: warm-ups of each cell before its first counted sample, then per round
+    every cell with the variants in a fresh random order (interleaved, so drift in the machine
+    spreads over all variants instead of biasing one)."""
+    rng = random.Random(seed)
+    order = []
+    for r in range(rounds):
+        for cell in cells:
+            vs = list(variants)
+            rng.shuffle(vs)
+            if r == 0:
+                for _ in range(warmup):
+                    for v in vs:
+                        order.append((cell, v, None))
+            for v in vs:
+                order.append((cell, v, r))
+    return order
+
+
+def execute(suite: Suite, cells: list[Cell], variants: list[Variant], *, rounds: int, warmup: int,
+            cpus: list[int], out_dir: Path, baseline: str, settings: dict, command: list[str],
+            on_sample: Callable[[int, int, dict], None] | None = None,
+            on_start: Callable[[int, int, Cell, Variant, int | None], None] | None = None,
+            seed: int | None = None) -> dict:
+    """Run everything, writing out_dir/results.json after every sample.  Returns the document."""
+    seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
+    order = plan(cells, variants, rounds, warmup, seed)
+    doc = {
+        "schema": results.SCHEMA, "schema_version": results.SCHEMA_VERSION,
+        "run_id": out_dir.name, "suite": suite.name, "description": suite.description,
+        "created": now_iso(), "finished": None, "complete": False, "interrupted": None,
+        "command": command, "lab_version": __version__,
+        "git": machine.git_revision(), "machine": machine.describe(),
+        "settings": {**settings, "rounds": rounds, "warmup": warmup, "cpus": cpus,
+                     "baseline": baseline, "order_seed": seed, "planned_samples": len(order)},
+        "variants": {v.name: v.info for v in variants},
+        "cells": [{**c.to_json(), "oversubscribed": oversubscribed(c, cpus)} for c in cells],
+        "samples": [],
+    }
+    path = out_dir / results.FILENAME
+    results.write_atomic(path, doc)
+    stats_dir = out_dir / "strata-stats"
+    with _sigterm_as_interrupt():
+        try:
+            for i, (cell, v, rnd) in enumerate(order):
+                if on_start:
+                    on_start(i, len(order), cell, v, rnd)
+                stats_file = None
+                if v.name == "strata" and v.library:
+                    stats_dir.mkdir(exist_ok=True)
+                    stats_file = stats_dir / f"{i:05d}.json"
+                extra = {"STRATA_LAB_VARIANT": v.name, "STRATA_LAB_CELL": cell.id,
+                         "STRATA_LAB_ROUND": "warmup" if rnd is None else str(rnd)}
+                rec = run_sample(cell, v, list(cell.cpus) if cell.cpus is not None else cpus,
+                                 extra, stats_file, suite.parse)
+                rec = {"index": i, "cell": cell.id, "variant": v.name, "round": rnd,
+                       "warmup": rnd is None, **rec}
+                if stats_file is not None and stats_file.is_file():
+                    try:
+                        rec["strata_stats"] = json.loads(stats_file.read_text())
+                    except (json.JSONDecodeError, OSError) as e:
+                        rec["strata_stats"] = {"error": f"unreadable STRATA_STATS_FILE: {e}"}
+                doc["samples"].append(rec)
+                results.write_atomic(path, doc)
+                if on_sample:
+                    on_sample(i, len(order), rec)
+        except KeyboardInterrupt:
+            doc["interrupted"] = "SIGINT"
+            results.write_atomic(path, doc)
+            raise
+        except Interrupted as e:
+            doc["interrupted"] = e.signame
+            results.write_atomic(path, doc)
+            raise
+    doc["complete"] = True
+    doc["finished"] = now_iso()
+    results.write_atomic(path, doc)
+    return doc

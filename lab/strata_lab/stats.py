@@ -1,0 +1,203 @@
+"""Statistics the lab reports, on numpy/scipy: medians with spread, bootstrap intervals, ratios
+against a baseline, geometric means, Mann–Whitney tests and per-round P99.
+
+Conventions: MAD is the raw median absolute deviation (not scaled to sigma); CV is the sample
+standard deviation (ddof=1) over the mean; intervals are 95 % percentile bootstraps with a fixed
+seed, so a report is reproducible from its results.json.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Sequence
+
+import numpy as np
+from scipy import stats as sps
+
+CONFIDENCE = 0.95
+N_RESAMPLES = 2000
+SEED = 20240611
+CV_WARN = 0.10
+MIN_ROUNDS = 5
+
+
+def _arr(values: Sequence[float]) -> np.ndarray:
+    a = np.asarray(list(values), dtype=float)
+    if a.ndim != 1:
+        raise ValueError("expected a flat sequence of numbers")
+    if not np.all(np.isfinite(a)):
+        raise ValueError("non-finite value in a sample set")
+    return a
+
+
+def median(values: Sequence[float]) -> float:
+    return float(np.median(_arr(values)))
+
+
+def mad(values: Sequence[float]) -> float:
+    """Median absolute deviation from the median (unscaled)."""
+    a = _arr(values)
+    return float(np.median(np.abs(a - np.median(a))))
+
+
+def cv(values: Sequence[float]) -> float | None:
+    """Coefficient of variation: sample std (ddof=1) / mean; None for fewer than 2 values."""
+    a = _arr(values)
+    if len(a) < 2 or np.mean(a) == 0:
+        return None
+    return float(np.std(a, ddof=1) / abs(np.mean(a)))
+
+
+def _bootstrap(data: tuple, statistic, seed: int) -> tuple[float, float] | None:
+    if any(len(d) < 2 for d in data):
+        return None
+    if all(np.all(d == d[0]) for d in data):  # no spread: the interval is the point
+        v = float(statistic(*[d[None, :] for d in data], axis=-1)[0])
+        return v, v
+    res = sps.bootstrap(data, statistic, n_resamples=N_RESAMPLES, confidence_level=CONFIDENCE,
+                        method="percentile", vectorized=True, paired=False,
+                        random_state=np.random.default_rng(seed))
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def median_ci(values: Sequence[float], seed: int = SEED) -> tuple[float, float] | None:
+    """95 % bootstrap interval of the median; None for fewer than 2 values."""
+    return _bootstrap((_arr(values),), lambda x, axis: np.median(x, axis=axis), seed)
+
+
+@dataclass(frozen=True)
+class Summary:
+    n: int
+    median: float
+    mad: float
+    mean: float
+    std: float | None
+    cv: float | None
+    min: float
+    max: float
+    ci_low: float | None
+    ci_high: float | None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def summarize(values: Sequence[float], seed: int = SEED) -> Summary:
+    a = _arr(values)
+    if len(a) == 0:
+        raise ValueError("no values to summarise")
+    ci = median_ci(a, seed)
+    return Summary(n=len(a), median=float(np.median(a)), mad=mad(a), mean=float(np.mean(a)),
+                   std=float(np.std(a, ddof=1)) if len(a) > 1 else None, cv=cv(a),
+                   min=float(a.min()), max=float(a.max()),
+                   ci_low=ci[0] if ci else None, ci_high=ci[1] if ci else None)
+
+
+def speedup(values: Sequence[float], baseline: Sequence[float], higher_is_better: bool = True) -> float:
+    """How many times better than the baseline, from medians: >1 means better (faster)."""
+    m, b = median(values), median(baseline)
+    return m / b if higher_is_better else b / m
+
+
+def _speedup_stat(higher_is_better: bool):
+    if higher_is_better:
+        return lambda x, y, axis: np.median(x, axis=axis) / np.median(y, axis=axis)
+    return lambda x, y, axis: np.median(y, axis=axis) / np.median(x, axis=axis)
+
+
+def speedup_ci(values, baseline, higher_is_better: bool = True, seed: int = SEED):
+    """95 % bootstrap interval of speedup(), resampling both sets independently."""
+    return _bootstrap((_arr(values), _arr(baseline)), _speedup_stat(higher_is_better), seed)
+
+
+def ratio(values: Sequence[float], baseline: Sequence[float]) -> float:
+    """Plain ratio of medians (used for memory: <1 means smaller than the baseline)."""
+    return median(values) / median(baseline)
+
+
+def ratio_ci(values, baseline, seed: int = SEED):
+    return _bootstrap((_arr(values), _arr(baseline)), _speedup_stat(True), seed)
+
+
+def geomean(values: Sequence[float]) -> float:
+    a = _arr(values)
+    if len(a) == 0 or np.any(a <= 0):
+        raise ValueError("geometric mean needs positive values")
+    return float(sps.gmean(a))
+
+
+def geomean_speedup_ci(pairs: list[tuple[Sequence[float], Sequence[float], bool]], seed: int = SEED):
+    """Interval of the geometric mean of per-cell speedups: each bootstrap replicate resamples
+    every cell's two sets independently and takes the geometric mean of the replicate speedups."""
+    if not pairs:
+        return None
+    data, flags = [], []
+    for v, b, hib in pairs:
+        data += [_arr(v), _arr(b)]
+        flags.append(hib)
+    if any(len(d) < 2 for d in data):
+        return None
+
+    def stat(*xs, axis):
+        logs = []
+        for i, hib in enumerate(flags):
+            mv, mb = np.median(xs[2 * i], axis=axis), np.median(xs[2 * i + 1], axis=axis)
+            logs.append(np.log(mv / mb if hib else mb / mv))
+        return np.exp(np.mean(logs, axis=0))
+
+    if all(np.all(d == d[0]) for d in data):
+        v = float(stat(*[d[None, :] for d in data], axis=-1)[0])
+        return v, v
+    res = sps.bootstrap(tuple(data), stat, n_resamples=N_RESAMPLES, confidence_level=CONFIDENCE,
+                        method="percentile", vectorized=True, paired=False,
+                        random_state=np.random.default_rng(seed))
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def mann_whitney(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """Two-sided Mann–Whitney U p-value (exact for small sets without ties); None if undefined."""
+    x, y = _arr(a), _arr(b)
+    if len(x) < 1 or len(y) < 1:
+        return None
+    if np.all(x == x[0]) and np.all(y == y[0]) and x[0] == y[0]:
+        return 1.0
+    return float(sps.mannwhitneyu(x, y, alternative="two-sided", method="auto").pvalue)
+
+
+def p99(values: Sequence[float]) -> float:
+    """99th percentile with linear interpolation (numpy's default)."""
+    return float(np.percentile(_arr(values), 99))
+
+
+def per_round_p99(rounds: Sequence) -> dict | None:
+    """Per-round P99: each round contributes its own P99 (a number it already computed, or the
+    P99 of its raw latencies); then mean, median and std (ddof=1) across rounds.  A whole-run P99
+    would hide a rare bad round."""
+    per = []
+    for r in rounds:
+        if isinstance(r, (list, tuple, np.ndarray)):
+            if len(r):
+                per.append(p99(r))
+        elif r is not None:
+            per.append(float(r))
+    if not per:
+        return None
+    a = np.asarray(per)
+    return {"rounds": len(a), "values": [float(x) for x in a], "mean": float(a.mean()),
+            "median": float(np.median(a)), "std": float(a.std(ddof=1)) if len(a) > 1 else None}
+
+
+def spread_warnings(s: Summary, min_rounds: int = MIN_ROUNDS, cv_max: float = CV_WARN) -> list[str]:
+    w = []
+    if s.n < min_rounds:
+        w.append(f"only {s.n} round{'s' if s.n != 1 else ''} (< {min_rounds})")
+    if s.cv is not None and s.cv > cv_max:
+        w.append(f"wide spread (CV {s.cv * 100:.0f} % > {cv_max * 100:.0f} %)")
+    return w
+
+
+def fmt_ratio(x: float | None) -> str:
+    if x is None or not math.isfinite(x):
+        return "–"
+    return f"{x:.2f}×"

@@ -1,0 +1,201 @@
+"""Terminal tables (rich) and the Markdown summary, both from analysis.analyse()."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from . import stats
+
+
+def si(x: float | None, unit: str = "") -> str:
+    if x is None:
+        return "–"
+    a = abs(x)
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if a >= div:
+            return f"{x / div:.3g}{suffix}{(' ' + unit) if unit else ''}"
+    return f"{x:.3g}{(' ' + unit) if unit else ''}"
+
+
+def mib(kb: float | None) -> str:
+    return "–" if kb is None else f"{kb / 1024:.1f} MiB"
+
+
+def spread_pct(s) -> str:
+    if s is None or s.ci_low is None or s.median == 0:
+        return ""
+    half = (s.ci_high - s.ci_low) / 2 / abs(s.median) * 100
+    return f"±{half:.1f}%"
+
+
+def ci_text(ci) -> str:
+    return "" if not ci else f"[{ci[0]:.2f}–{ci[1]:.2f}]"
+
+
+def cell_label(c: dict) -> str:
+    return c["id"] + (" ⚠ oversubscribed" if c.get("oversubscribed") else "")
+
+
+def throughput_table(an: dict, title: str | None = None) -> Table:
+    base = an["baseline"]
+    t = Table(title=title, show_lines=True, header_style="bold")
+    t.add_column("cell (metric)", no_wrap=True)
+    for v in an["variants"]:
+        t.add_column(v + (" (baseline)" if v == base else ""), justify="right")
+    for c in an["cells"]:
+        hib = c.get("higher_is_better", True)
+        row = [Text(cell_label(c) + f"\n{c['metric']} {'↑' if hib else '↓'}",
+                    style="yellow" if c.get("oversubscribed") else "")]
+        for v in an["variants"]:
+            e = c["by_variant"][v]
+            if not e["n"]:
+                row.append(Text(f"FAILED ×{e['failures']}" if e["failures"] else "–", style="bold red"))
+                continue
+            s = e["summary"]
+            line1 = f"{si(s.median, c.get('unit', ''))} {spread_pct(s)}"
+            if v == base:
+                line2 = "1.00×"
+            else:
+                line2 = f"{stats.fmt_ratio(e['speedup'])} {ci_text(e['speedup_ci'])}"
+            style = ""
+            if v != base and e["speedup_ci"]:
+                lo, hi = e["speedup_ci"]
+                style = "green" if lo > 1 else ("red" if hi < 1 else "")
+            warn = " !" if e["warnings"] else ""
+            row.append(Text(f"{line1}{warn}\n{line2}", style=style))
+        t.add_row(*row)
+    geo = ["geometric mean of speedups"]
+    for v in an["variants"]:
+        g = an["geomean"].get(v)
+        geo.append("–" if not g else f"{stats.fmt_ratio(g['speedup'])} {ci_text(g['ci'])}"
+                   + (f"\n({g['cells']}/{g['of']} cells)" if g["cells"] != g["of"] else ""))
+    t.add_row(*[Text(x, style="bold") for x in geo])
+    return t
+
+
+def rss_table(an: dict) -> Table:
+    base = an["baseline"]
+    t = Table(title="peak RSS (median; ratio to the baseline, < 1 is smaller)", show_lines=False,
+              header_style="bold")
+    t.add_column("cell", no_wrap=True)
+    for v in an["variants"]:
+        t.add_column(v, justify="right")
+    for c in an["cells"]:
+        row = [cell_label(c)]
+        for v in an["variants"]:
+            e = c["by_variant"][v]
+            if not e.get("rss"):
+                row.append("–")
+                continue
+            r = "" if v == base else f" {stats.fmt_ratio(e['rss_ratio'])}"
+            row.append(f"{mib(e['rss'].median)}{r}")
+        t.add_row(*row)
+    return t
+
+
+def latency_table(an: dict) -> Table | None:
+    rows = []
+    for c in an["cells"]:
+        for v in an["variants"]:
+            for key, lat in c["by_variant"][v]["latency"].items():
+                if lat:
+                    rows.append((c["id"], v, key, lat))
+    if not rows:
+        return None
+    t = Table(title="per-round P99 (P99 within each round, then across rounds)", header_style="bold")
+    for col in ("cell", "variant", "metric", "rounds", "mean", "median", "std"):
+        t.add_column(col, justify="right" if col in ("rounds", "mean", "median", "std") else "left")
+    for cid, v, key, lat in rows:
+        t.add_row(cid, v, key, str(lat["rounds"]), f"{lat['mean']:.4g}", f"{lat['median']:.4g}",
+                  "–" if lat["std"] is None else f"{lat['std']:.3g}")
+    return t
+
+
+def print_analysis(an: dict, console: Console, doc: dict) -> None:
+    console.print(throughput_table(an, title=f"{doc['suite']}: median ± half 95 % interval; "
+                                              f"speedup vs {an['baseline']} [95 % interval], > 1 is better"))
+    console.print(rss_table(an))
+    lt = latency_table(an)
+    if lt is not None:
+        console.print(lt)
+    if an["warnings"]:
+        console.print("[bold yellow]warnings:[/]")
+        for w in an["warnings"]:
+            console.print(f"  [yellow]•[/] {w}", markup=True, highlight=False)
+
+
+def compare_table(cmp: dict, a_name: str, b_name: str) -> Table:
+    t = Table(title=f"B = {b_name} against A = {a_name} (two-sided Mann–Whitney U, α = {cmp['alpha']})",
+              header_style="bold")
+    for col in ("cell", "variant", "A median", "B median", "B vs A", "p", "verdict"):
+        t.add_column(col, justify="left" if col in ("cell", "variant", "verdict") else "right")
+    for r in cmp["rows"]:
+        style = ("green" if r["speedup"] > 1 else "red") if r["significant"] else ""
+        verdict = r["verdict"] + (" (too few rounds to ever be significant)" if r["underpowered"] else "")
+        t.add_row(r["cell"], r["variant"], si(r["a"].median, r["unit"]), si(r["b"].median, r["unit"]),
+                  f"{stats.fmt_ratio(r['speedup'])} {ci_text(r['speedup_ci'])}",
+                  "–" if r["p_value"] is None else f"{r['p_value']:.3g}", Text(verdict, style=style))
+    return t
+
+
+def markdown(an: dict, doc: dict, extra: str = "") -> str:
+    base = an["baseline"]
+    m = doc["machine"]
+    out = [f"# strata-lab: {doc['suite']} — {doc['run_id']}", ""]
+    if not doc.get("complete"):
+        out += [f"**INCOMPLETE RUN** ({doc.get('interrupted') or 'not finished'}): the numbers below "
+                "cover only the samples that finished.", ""]
+    out += [f"- machine: {m.get('cpu_model')}, {m.get('cores')} cores, kernel {m.get('kernel')}, "
+            f"THP {m.get('thp_enabled')}, governor {m.get('cpu_governor')}, CONFIG_HZ {m.get('config_hz')}",
+            f"- git: {doc['git'].get('revision', '?')[:12]}{' (dirty)' if doc['git'].get('dirty') else ''}",
+            f"- rounds: {doc['settings'].get('rounds')}, warm-up: {doc['settings'].get('warmup')}, "
+            f"CPUs: {doc['settings'].get('cpus')}, baseline: {base}",
+            "- variants: " + "; ".join(f"{v} {doc['variants'][v].get('version', '')}".strip()
+                                       for v in an["variants"]), "",
+            f"## Primary metric: median ± half 95 % interval, speedup vs {base} (> 1 is better)", "",
+            "| cell | " + " | ".join(an["variants"]) + " |",
+            "|---|" + "---:|" * len(an["variants"])]
+    for c in an["cells"]:
+        cols = []
+        for v in an["variants"]:
+            e = c["by_variant"][v]
+            if not e["n"]:
+                cols.append(f"FAILED ×{e['failures']}" if e["failures"] else "–")
+                continue
+            s = e["summary"]
+            sp = "" if v == base else f" **{stats.fmt_ratio(e['speedup'])}** {ci_text(e['speedup_ci'])}"
+            cols.append(f"{si(s.median, c.get('unit', ''))} {spread_pct(s)}{sp}{' ⚠' if e['warnings'] else ''}")
+        label = c["id"] + (" ⚠ oversubscribed" if c.get("oversubscribed") else "")
+        out.append(f"| {label} ({c['metric']}{' ↓' if not c.get('higher_is_better', True) else ''}) | "
+                   + " | ".join(cols) + " |")
+    geo = []
+    for v in an["variants"]:
+        g = an["geomean"].get(v)
+        geo.append("–" if not g else f"**{stats.fmt_ratio(g['speedup'])}** {ci_text(g['ci'])}")
+    out += ["| geometric mean | " + " | ".join(geo) + " |", "",
+            "## Peak RSS (median, ratio to the baseline: < 1 is smaller)", "",
+            "| cell | " + " | ".join(an["variants"]) + " |", "|---|" + "---:|" * len(an["variants"])]
+    for c in an["cells"]:
+        cols = []
+        for v in an["variants"]:
+            e = c["by_variant"][v]
+            if not e.get("rss"):
+                cols.append("–")
+            else:
+                cols.append(mib(e["rss"].median) + ("" if v == base else f" {stats.fmt_ratio(e['rss_ratio'])}"))
+        out.append(f"| {c['id']} | " + " | ".join(cols) + " |")
+    lat_rows = [(c["id"], v, k, lat) for c in an["cells"] for v in an["variants"]
+                for k, lat in c["by_variant"][v]["latency"].items() if lat]
+    if lat_rows:
+        out += ["", "## Per-round P99", "", "| cell | variant | metric | rounds | mean | median | std |",
+                "|---|---|---|---:|---:|---:|---:|"]
+        for cid, v, k, lat in lat_rows:
+            out.append(f"| {cid} | {v} | {k} | {lat['rounds']} | {lat['mean']:.4g} | {lat['median']:.4g} | "
+                       f"{'–' if lat['std'] is None else format(lat['std'], '.3g')} |")
+    if extra:
+        out += ["", extra.strip()]
+    if an["warnings"]:
+        out += ["", "## Warnings", ""] + [f"- {w}" for w in an["warnings"]]
+    return "\n".join(out) + "\n"
