@@ -1,0 +1,58 @@
+// strata_resource: strata's own device resource, built for many threads and many streams.
+//
+// Glossary:
+//   heap      one per (thread, stream): size-classed free stacks owned by that thread.  A heap
+//             is found through a thread-local cache, so allocate/deallocate on the fast path
+//             take no shared lock: the heap's own spin lock is only ever contended by a steal.
+//   class     a request size rounded up (256 B steps to 1 KiB, then 4 classes per power of
+//             two); a block keeps its class for life, so freed blocks never need coalescing.
+//   slab      a slab_size run of device memory cut into blocks of one small class.
+//   page heap the global, coalescing store of device memory (one lock, rarely taken): it
+//             hands out slabs and large blocks, each free range guarded by the events of the
+//             streams that last released it.
+//
+// Order of attempts on a heap miss: refill from the page heap without growing, steal a batch
+// of the class from another heap (same stream: free; other stream: event-guarded), grow the
+// page heap from the upstream, defragment (synchronise, flush every heap's cached blocks and
+// empty slabs back into the page heap), and only then out_of_memory_error.
+//
+// Upstream ownership: a reference; the upstream must outlive the resource.
+#pragma once
+
+#include <strata/gpu/device_memory_resource.hpp>
+
+#include <cstddef>
+#include <limits>
+#include <memory>
+
+namespace strata::gpu {
+
+struct strata_options {
+  std::size_t initial_size = std::size_t{64} << 20;  // first page-heap chunk (0: lazily)
+  std::size_t maximum_size = std::numeric_limits<std::size_t>::max();
+  std::size_t min_growth = std::size_t{32} << 20;
+  std::size_t slab_size = std::size_t{2} << 20;  // power of two; small classes <= slab_size / 4
+  // Bytes of large blocks one heap may keep cached; beyond it blocks go back to the page heap.
+  std::size_t heap_cache_bytes = std::size_t{64} << 20;
+};
+
+class strata_resource final : public device_memory_resource {
+ public:
+  strata_resource(device_memory_resource& upstream, strata_options options = {});
+  ~strata_resource() override;
+
+  // Synchronises the device, flushes every heap and returns wholly free chunks upstream.
+  void release();
+
+ private:
+  void* do_allocate(std::size_t bytes, stream_view stream, std::size_t alignment) override;
+  void do_deallocate(void* p, std::size_t bytes, stream_view stream,
+                     std::size_t alignment) noexcept override;
+  resource_info do_info() const override;
+  std::string_view do_name() const noexcept override { return "strata"; }
+
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace strata::gpu

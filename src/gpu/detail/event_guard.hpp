@@ -1,0 +1,86 @@
+// Event guards: "this memory may still be in use by work enqueued on some stream before this
+// event".  A guard is shared by every free range it covers; when the last range lets go, the
+// event goes back to the pool it came from.  Taking guarded memory for stream S means, for each
+// guard not yet complete, making S wait on its event (no host blocking).
+#pragma once
+
+#include <strata/gpu/device_backend.hpp>
+
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace strata::gpu::detail {
+
+class event_pool {
+ public:
+  explicit event_pool(device_backend& backend) : backend_(backend) {}
+  ~event_pool() {
+    for (void* e : free_) backend_.event_destroy(e);
+  }
+  event_pool(const event_pool&) = delete;
+  event_pool& operator=(const event_pool&) = delete;
+
+  void* get() {
+    {
+      std::lock_guard lock(m_);
+      if (!free_.empty()) {
+        void* e = free_.back();
+        free_.pop_back();
+        return e;
+      }
+    }
+    return backend_.event_create();
+  }
+  void put(void* e) noexcept {
+    std::lock_guard lock(m_);
+    free_.push_back(e);
+  }
+  device_backend& backend() const noexcept { return backend_; }
+
+ private:
+  device_backend& backend_;
+  std::mutex m_;
+  std::vector<void*> free_;
+};
+
+struct event_guard {
+  event_guard(event_pool& pool, stream_view s) : pool(pool), event(pool.get()) {
+    pool.backend().event_record(event, s);
+  }
+  ~event_guard() { pool.put(event); }
+  event_guard(const event_guard&) = delete;
+  event_guard& operator=(const event_guard&) = delete;
+
+  bool complete() const { return pool.backend().event_query(event); }
+
+  event_pool& pool;
+  void* event;
+};
+
+using guard_ptr = std::shared_ptr<event_guard>;
+using guard_list = std::vector<guard_ptr>;
+
+// Orders stream s after every guard in `guards` that has not completed yet.
+inline void wait_for(device_backend& backend, const guard_list& guards, stream_view s) {
+  for (const guard_ptr& g : guards)
+    if (!g->complete()) backend.stream_wait_event(s, g->event);
+}
+
+// Appends `more` to `into`, dropping duplicates; past a handful it drops completed guards so
+// the list of a long-lived free range stays short.
+inline void merge_guards(guard_list& into, const guard_list& more) {
+  for (const guard_ptr& g : more) {
+    bool seen = false;
+    for (const guard_ptr& h : into) seen = seen || h == g;
+    if (!seen) into.push_back(g);
+  }
+  if (into.size() > 8) {
+    guard_list kept;
+    for (guard_ptr& g : into)
+      if (!g->complete()) kept.push_back(std::move(g));
+    into = std::move(kept);
+  }
+}
+
+}  // namespace strata::gpu::detail

@@ -1,0 +1,120 @@
+// free_list: an address-ordered set of free ranges with best-fit lookup and coalescing.
+//
+// Adjacent ranges merge on insert unless a boundary separates them (a chunk or superblock
+// start: memory from different upstream allocations must never merge, or it could not be
+// returned).  Each range carries the event guards of the streams that released its parts.
+#pragma once
+
+#include "gpu/detail/event_guard.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+
+namespace strata::gpu::detail {
+
+struct free_range {
+  std::uintptr_t addr = 0;
+  std::size_t size = 0;
+  guard_list guards;
+};
+
+class free_list {
+ public:
+  explicit free_list(const std::set<std::uintptr_t>* boundaries = nullptr) : boundaries_(boundaries) {}
+
+  std::size_t total() const noexcept { return total_; }
+  std::size_t count() const noexcept { return by_addr_.size(); }
+  bool empty() const noexcept { return by_addr_.empty(); }
+  std::size_t largest() const noexcept { return by_size_.empty() ? 0 : by_size_.rbegin()->first; }
+
+  void insert(std::uintptr_t addr, std::size_t size, guard_list guards = {}) {
+    if (size == 0) return;
+    // merge with the range that ends at addr
+    auto next = by_addr_.lower_bound(addr);
+    if (next != by_addr_.begin() && !is_boundary(addr)) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second.size == addr) {
+        addr = prev->first;
+        size += prev->second.size;
+        merge_guards(guards, prev->second.guards);
+        erase(prev);
+      }
+    }
+    // merge with the range that starts at addr + size
+    next = by_addr_.find(addr + size);
+    if (next != by_addr_.end() && !is_boundary(addr + size)) {
+      size += next->second.size;
+      merge_guards(guards, next->second.guards);
+      erase(next);
+    }
+    auto it = by_addr_.emplace(addr, entry{size, std::move(guards), {}}).first;
+    it->second.size_it = by_size_.emplace(size, addr);
+    total_ += size;
+  }
+
+  // Removes and returns the smallest range of at least `size` bytes.
+  std::optional<free_range> take_best_fit(std::size_t size) {
+    auto s = by_size_.lower_bound(size);
+    if (s == by_size_.end()) return std::nullopt;
+    return take(by_addr_.find(s->second));
+  }
+
+  // Removes and returns the range starting exactly at addr.
+  std::optional<free_range> take_at(std::uintptr_t addr) {
+    auto it = by_addr_.find(addr);
+    if (it == by_addr_.end()) return std::nullopt;
+    return take(it);
+  }
+
+  // Removes and returns any range (the lowest address), for draining.
+  std::optional<free_range> take_any() {
+    if (by_addr_.empty()) return std::nullopt;
+    return take(by_addr_.begin());
+  }
+
+  // The range containing addr, if any (not removed).
+  std::optional<std::pair<std::uintptr_t, std::size_t>> find_containing(std::uintptr_t addr) const {
+    auto it = by_addr_.upper_bound(addr);
+    if (it == by_addr_.begin()) return std::nullopt;
+    --it;
+    if (addr >= it->first + it->second.size) return std::nullopt;
+    return std::make_pair(it->first, it->second.size);
+  }
+
+  template <class F>
+  void for_each(F&& f) const {
+    for (const auto& [addr, e] : by_addr_) f(addr, e.size);
+  }
+
+ private:
+  struct entry {
+    std::size_t size;
+    guard_list guards;
+    std::multimap<std::size_t, std::uintptr_t>::iterator size_it;
+  };
+  using addr_map = std::map<std::uintptr_t, entry>;
+
+  bool is_boundary(std::uintptr_t a) const { return boundaries_ && boundaries_->count(a) != 0; }
+
+  void erase(addr_map::iterator it) {
+    total_ -= it->second.size;
+    by_size_.erase(it->second.size_it);
+    by_addr_.erase(it);
+  }
+
+  free_range take(addr_map::iterator it) {
+    free_range r{it->first, it->second.size, std::move(it->second.guards)};
+    erase(it);
+    return r;
+  }
+
+  const std::set<std::uintptr_t>* boundaries_;
+  addr_map by_addr_;
+  std::multimap<std::size_t, std::uintptr_t> by_size_;
+  std::size_t total_ = 0;
+};
+
+}  // namespace strata::gpu::detail

@@ -1,0 +1,106 @@
+#include "gpu/driver.hpp"
+
+#include <strata/gpu/errors.hpp>
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <string>
+
+namespace strata::gpu::detail::cu {
+namespace {
+
+struct loaded {
+  driver_api api{};
+  std::string error;  // empty when loaded
+};
+
+template <class F>
+bool bind(void* lib, F& slot, const char* symbol, std::string& error) {
+  void* p = dlsym(lib, symbol);
+  if (p == nullptr) {
+    if (error.empty())
+      error = std::string("the CUDA driver has no entry point ") + symbol +
+              " (driver too old: strata needs a CUDA 11.2 or newer driver)";
+    return false;
+  }
+  slot = reinterpret_cast<F>(p);
+  return true;
+}
+
+loaded load() {
+  loaded out;
+  const char* name = std::getenv("STRATA_CUDA_LIBRARY");
+  if (name == nullptr || *name == '\0') name = "libcuda.so.1";
+  void* lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) {
+    const char* why = dlerror();
+    out.error = std::string("cannot load the CUDA driver library ") + name +
+                " (no NVIDIA driver installed?): " + (why ? why : "dlopen failed");
+    return out;
+  }
+  driver_api& a = out.api;
+  std::string& e = out.error;
+  bind(lib, a.cuInit, "cuInit", e);
+  bind(lib, a.cuDriverGetVersion, "cuDriverGetVersion", e);
+  bind(lib, a.cuDeviceGetCount, "cuDeviceGetCount", e);
+  bind(lib, a.cuDeviceGet, "cuDeviceGet", e);
+  bind(lib, a.cuDeviceGetName, "cuDeviceGetName", e);
+  bind(lib, a.cuDeviceGetAttribute, "cuDeviceGetAttribute", e);
+  bind(lib, a.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", e);
+  bind(lib, a.cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", e);
+  bind(lib, a.cuCtxSetCurrent, "cuCtxSetCurrent", e);
+  bind(lib, a.cuCtxSynchronize, "cuCtxSynchronize", e);
+  bind(lib, a.cuMemAlloc, "cuMemAlloc_v2", e);
+  bind(lib, a.cuMemFree, "cuMemFree_v2", e);
+  bind(lib, a.cuMemGetInfo, "cuMemGetInfo_v2", e);
+  bind(lib, a.cuMemPoolCreate, "cuMemPoolCreate", e);
+  bind(lib, a.cuMemPoolDestroy, "cuMemPoolDestroy", e);
+  bind(lib, a.cuMemPoolSetAttribute, "cuMemPoolSetAttribute", e);
+  bind(lib, a.cuMemPoolGetAttribute, "cuMemPoolGetAttribute", e);
+  bind(lib, a.cuMemPoolTrimTo, "cuMemPoolTrimTo", e);
+  bind(lib, a.cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", e);
+  bind(lib, a.cuMemFreeAsync, "cuMemFreeAsync", e);
+  bind(lib, a.cuStreamCreateWithPriority, "cuStreamCreateWithPriority", e);
+  bind(lib, a.cuStreamDestroy, "cuStreamDestroy_v2", e);
+  bind(lib, a.cuStreamSynchronize, "cuStreamSynchronize", e);
+  bind(lib, a.cuStreamWaitEvent, "cuStreamWaitEvent", e);
+  bind(lib, a.cuEventCreate, "cuEventCreate", e);
+  bind(lib, a.cuEventDestroy, "cuEventDestroy_v2", e);
+  bind(lib, a.cuEventRecord, "cuEventRecord", e);
+  bind(lib, a.cuEventQuery, "cuEventQuery", e);
+  bind(lib, a.cuEventSynchronize, "cuEventSynchronize", e);
+  bind(lib, a.cuModuleLoadData, "cuModuleLoadData", e);
+  bind(lib, a.cuModuleUnload, "cuModuleUnload", e);
+  bind(lib, a.cuModuleGetFunction, "cuModuleGetFunction", e);
+  bind(lib, a.cuLaunchKernel, "cuLaunchKernel", e);
+  bind(lib, a.cuGetErrorName, "cuGetErrorName", e);
+  bind(lib, a.cuGetErrorString, "cuGetErrorString", e);
+  if (!e.empty()) return out;  // the library stays loaded: it is the process's driver anyway
+  if (CUresult r = a.cuInit(0); r != CUDA_SUCCESS) {
+    e = "cuInit failed: " + describe(a, r);
+    if (r == CUDA_ERROR_NO_DEVICE) e += " - no CUDA-capable GPU is visible";
+  }
+  return out;
+}
+
+}  // namespace
+
+const driver_api& driver() {
+  static const loaded state = load();
+  if (!state.error.empty()) throw driver_error(state.error);
+  return state.api;
+}
+
+std::string describe(const driver_api& api, CUresult r) {
+  const char* name = nullptr;
+  const char* text = nullptr;
+  if (api.cuGetErrorName) api.cuGetErrorName(r, &name);
+  if (api.cuGetErrorString) api.cuGetErrorString(r, &text);
+  std::string out = name ? name : "CUresult " + std::to_string(r);
+  if (text) out += std::string(" (") + text + ")";
+  return out;
+}
+
+}  // namespace strata::gpu::detail::cu
