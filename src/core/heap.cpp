@@ -96,13 +96,16 @@ void page_free_span(heap* h, page* pg) noexcept {
   span_free(h, pg);
 }
 
-// Empty pages kept as `direct` (to spare a span round trip on alloc/free churn) are let go, and
-// free slices purged, once the purge delay has passed.
+// Pages that became empty stay in their queue (sparing a span round trip on alloc/free churn)
+// until a purge pass, once the purge delay has passed, gives their spans back; the slices are
+// purged a delay later if still free.
 void heap_purge(heap* h, bool force) noexcept {
   for (size_t c = 0; c < size_class_count; ++c) {
-    page* pg = h->direct[c];
-    if (pg != &empty_page && pg->used == 0 && pg->thread_free.load(std::memory_order_relaxed) == nullptr)
-      page_free_span(h, pg);
+    for (page* pg = h->queue[c].first; pg;) {
+      page* next = pg->next;
+      if (pg->used == 0 && pg->thread_free.load(std::memory_order_relaxed) == nullptr) page_free_span(h, pg);
+      pg = next;
+    }
   }
   h->purge_due_ms = segments_purge(h, force);
 }
@@ -235,12 +238,7 @@ void page_local_event(heap* h, page* pg) noexcept {
     list_push_back(h->queue[cls], pg);
     if (h->direct[cls] == &empty_page) h->direct[cls] = pg;
   }
-  if (pg->used == 0) {
-    if (pg == h->direct[cls])
-      heap_schedule_purge(h);
-    else
-      page_free_span(h, pg);
-  }
+  if (pg->used == 0) heap_schedule_purge(h);
   heap_maybe_purge(h);
 }
 

@@ -42,19 +42,30 @@ void map_mark(segment* seg, size_t bytes, bool set) noexcept {
 }
 
 // ---- slice bitmaps ---------------------------------------------------------------------------
-void bits_assign(uint64_t* bits, size_t from, size_t n, bool value) noexcept {
-  for (size_t i = from; i < from + n; ++i) {
-    uint64_t bit = uint64_t{1} << (i % 64);
-    if (value)
-      bits[i / 64] |= bit;
-    else
-      bits[i / 64] &= ~bit;
+// Calls f(word index, mask) for the words covering bits [from, from + n).
+template <class F>
+void bits_for_range(size_t from, size_t n, F f) noexcept {
+  while (n > 0) {
+    size_t w = from / 64, bit = from % 64, take = 64 - bit < n ? 64 - bit : n;
+    uint64_t mask = (take == 64 ? ~uint64_t{0} : ((uint64_t{1} << take) - 1)) << bit;
+    f(w, mask);
+    from += take;
+    n -= take;
   }
+}
+
+void bits_assign(uint64_t* bits, size_t from, size_t n, bool value) noexcept {
+  bits_for_range(from, n, [&](size_t w, uint64_t mask) {
+    if (value)
+      bits[w] |= mask;
+    else
+      bits[w] &= ~mask;
+  });
 }
 
 size_t bits_count(const uint64_t* bits, size_t from, size_t n) noexcept {
   size_t count = 0;
-  for (size_t i = from; i < from + n; ++i) count += (bits[i / 64] >> (i % 64)) & 1;
+  bits_for_range(from, n, [&](size_t w, uint64_t mask) { count += static_cast<size_t>(__builtin_popcountll(bits[w] & mask)); });
   return count;
 }
 
@@ -83,19 +94,42 @@ long find_free_run(const segment* seg, size_t n) noexcept {
   return -1;
 }
 
-// Purges every run of free, dirty slices.
-void purge_free_dirty(segment* seg) noexcept {
-  uint64_t both[bitmap_words];
-  for (size_t w = 0; w < bitmap_words; ++w) both[w] = seg->free_bits[w] & seg->dirty_bits[w];
+// Purges the runs of slices set in `which` (a subset of the free, dirty slices).
+void purge_runs(segment* seg, const uint64_t* which) noexcept {
   size_t i = 0;
-  while ((i = bits_next(both, i, true)) < slices_per_segment) {
-    size_t end = bits_next(both, i, false);
+  while ((i = bits_next(which, i, true)) < slices_per_segment) {
+    size_t end = bits_next(which, i, false);
     os::purge(slice_address(seg, i), (end - i) * slice_size);
     os::commit_add(-static_cast<int64_t>((end - i) * slice_size));
     bits_assign(seg->dirty_bits, i, end - i, false);
     i = end;
   }
+}
+
+// Purges every free, dirty slice now.
+void purge_free_dirty(segment* seg) noexcept {
+  uint64_t both[bitmap_words];
+  for (size_t w = 0; w < bitmap_words; ++w) {
+    both[w] = seg->free_bits[w] & seg->dirty_bits[w];
+    seg->purge_bits[w] = 0;
+  }
+  purge_runs(seg, both);
   seg->purge_due_ms = 0;
+}
+
+// A purge pass: slices that were free and dirty at the previous pass and still are have been
+// free for at least one delay: purge them.  The slices freed since become the next candidates,
+// so a slice reused soon after its free is never purged in between.
+void purge_aged(segment* seg, int64_t now, int64_t delay) noexcept {
+  uint64_t aged[bitmap_words];
+  bool pending = false;
+  for (size_t w = 0; w < bitmap_words; ++w) aged[w] = seg->purge_bits[w] & seg->free_bits[w] & seg->dirty_bits[w];
+  purge_runs(seg, aged);
+  for (size_t w = 0; w < bitmap_words; ++w) {
+    seg->purge_bits[w] = seg->free_bits[w] & seg->dirty_bits[w];
+    pending |= seg->purge_bits[w] != 0;
+  }
+  seg->purge_due_ms = pending ? now + delay : 0;
 }
 
 void heap_link_segment(heap* h, segment* seg) noexcept {
@@ -190,6 +224,7 @@ page* span_init(segment* seg, size_t idx, size_t cls) noexcept {
   size_t fresh = n - bits_count(seg->dirty_bits, idx, n);
   if (fresh) os::commit_add(static_cast<int64_t>(fresh * slice_size));
   bits_assign(seg->dirty_bits, idx, n, true);
+  bits_assign(seg->purge_bits, idx, n, false);
   seg->used_slices += static_cast<uint32_t>(n);
   return pg;
 }
@@ -246,10 +281,11 @@ int64_t segments_purge(heap* h, bool force) noexcept {
   int64_t now = os::now_ms(), next_due = 0;
   for (segment* seg = h->segments; seg; seg = seg->next) {
     if (seg->purge_due_ms == 0) continue;
-    if (force || seg->purge_due_ms <= now)
+    if (force)
       purge_free_dirty(seg);
-    else if (next_due == 0 || seg->purge_due_ms < next_due)
-      next_due = seg->purge_due_ms;
+    else if (seg->purge_due_ms <= now)
+      purge_aged(seg, now, options::get(option::purge_delay));
+    if (seg->purge_due_ms && (next_due == 0 || seg->purge_due_ms < next_due)) next_due = seg->purge_due_ms;
   }
   return next_due;
 }
@@ -327,7 +363,7 @@ void* huge_alloc(size_t size, size_t alignment) noexcept {
   size_t ps = os::page_size();
   if (offset < slice_size || size > SIZE_MAX / 2 - offset) return errno = ENOMEM, nullptr;
   size_t total = (offset + size + ps - 1) & ~(ps - 1);
-  auto* seg = static_cast<segment*>(os::map_aligned(total, segment_size));
+  auto* seg = static_cast<segment*>(os::map_aligned(total, align > segment_size ? align : segment_size));
   if (seg == nullptr) return errno = ENOMEM, nullptr;
   os::numa_place(seg, total);
   seg->kind = segment_kind::huge;

@@ -82,6 +82,7 @@ struct segment {
   int64_t purge_due_ms;            // when dirty free slices are to be purged (0: none)
   uint64_t free_bits[bitmap_words];   // 1 = slice free
   uint64_t dirty_bits[bitmap_words];  // 1 = slice may hold physical memory
+  uint64_t purge_bits[bitmap_words];  // free and dirty at the last purge pass: purged at the next
   page pages[slices_per_segment];
 };
 static_assert(sizeof(segment) <= slice_size, "the segment header must fit in slice 0");

@@ -1,0 +1,376 @@
+// arena_resource: a global arena of superblocks feeding per-stream / per-thread arenas.
+//
+// allocate(bytes, S)
+//   large (> superblock / 2) ............. global lock: best fit of whole superblocks
+//   arena = arena_for(S)  (thread-local cache; per stream, or per thread on the default stream)
+//   arena lock: best fit inside its superblocks ........ return
+//   global lock: take a superblock (waiting on its guards), add it to the arena, retry
+//   global exhausted: defragment (synchronise, pull empty superblocks back), grow, else OOM
+//
+// deallocate(p, S)
+//   large ................................ global free list, guarded by an event on S
+//   owning arena (current one, else looked up): if its stream is not S, synchronise S first;
+//   insert; a second empty superblock goes back to the global arena guarded by an event.
+//
+// Lock order: global, then arena.  The paths that take an arena lock never take the global
+// lock while holding it.
+#include <strata/gpu/arena_resource.hpp>
+
+#include "gpu/detail/event_guard.hpp"
+#include "gpu/detail/free_list.hpp"
+#include "gpu/detail/overaligned.hpp"
+#include "gpu/detail/timed_mutex.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <shared_mutex>
+#include <stdexcept>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+namespace strata::gpu {
+
+using detail::free_list;
+using detail::round_up;
+
+namespace {
+std::atomic<std::uint64_t> next_arena_resource_id{1};
+
+struct arena {
+  explicit arena(stream_view s) : stream(s), free(&sb_starts) {}
+  mutable detail::timed_mutex<> mutex;
+  stream_view stream;
+  std::set<std::uintptr_t> sb_starts;  // superblocks this arena owns
+  free_list free;
+  std::uintptr_t empty_sb = 0;         // one empty superblock kept as hysteresis
+};
+
+struct arena_key {
+  std::uintptr_t stream;
+  std::thread::id thread;  // default-constructed for per-stream arenas
+  bool operator==(const arena_key&) const = default;
+};
+struct arena_key_hash {
+  std::size_t operator()(const arena_key& k) const noexcept {
+    return std::hash<std::uintptr_t>{}(k.stream) * 31 + std::hash<std::thread::id>{}(k.thread);
+  }
+};
+}  // namespace
+
+struct arena_resource::impl {
+  impl(device_memory_resource& up, arena_options o, device_backend& b)
+      : upstream(up), options(o), backend(b), events(b), global_free(&chunk_starts) {}
+
+  device_memory_resource& upstream;
+  const arena_options options;
+  device_backend& backend;
+  const std::uint64_t id = next_arena_resource_id.fetch_add(1);
+  detail::event_pool events;  // first: outlives every guard below
+  detail::overaligned_table overaligned;
+
+  mutable detail::timed_mutex<> global_mutex;
+  std::map<std::uintptr_t, std::size_t> chunks;
+  std::set<std::uintptr_t> chunk_starts;
+  free_list global_free;
+  std::map<std::uintptr_t, arena*> owner;  // superblock start -> arena holding it
+  std::size_t reserved = 0, peak = 0;
+  std::atomic<std::size_t> allocated{0};
+
+  mutable std::shared_mutex arenas_mutex;
+  std::unordered_map<arena_key, std::unique_ptr<arena>, arena_key_hash> arenas;
+
+  std::size_t sb() const noexcept { return options.superblock_size; }
+  bool is_large(std::size_t need) const noexcept { return need > sb() / 2; }
+
+  arena& arena_for(stream_view s) {
+    struct cached {
+      std::uint64_t resource = 0;
+      void* stream = nullptr;
+      arena* a = nullptr;
+    };
+    thread_local cached cache[8];
+    thread_local unsigned next = 0;
+    for (auto& c : cache)
+      if (c.resource == id && c.stream == s.handle()) return *c.a;
+    const arena_key key{s.id(), s.is_default() ? std::this_thread::get_id() : std::thread::id{}};
+    arena* a;
+    {
+      std::unique_lock lock(arenas_mutex);
+      auto& slot = arenas[key];
+      if (!slot) slot = std::make_unique<arena>(s);
+      a = slot.get();
+    }
+    cache[next++ % 8] = cached{id, s.handle(), a};
+    return *a;
+  }
+
+  // ---- global arena (global_mutex held) -----------------------------------------------------
+  bool grow(std::size_t need) {
+    if (reserved >= options.maximum_size || options.maximum_size - reserved < need) return false;
+    std::size_t size = std::max({need, options.min_growth});
+    size = std::min(size, options.maximum_size - reserved);
+    size = size / sb() * sb();
+    if (size < need) size = need;
+    for (;;) {
+      try {
+        void* p = upstream.allocate(size);
+        const auto a = reinterpret_cast<std::uintptr_t>(p);
+        chunks.emplace(a, size);
+        chunk_starts.insert(a);
+        global_free.insert(a, size);
+        reserved += size;
+        peak = std::max(peak, reserved);
+        return true;
+      } catch (const std::bad_alloc&) {
+        if (size == need) return false;
+        size = need;
+      }
+    }
+  }
+
+  // Pulls every empty superblock out of every arena; the device has been synchronised, so
+  // nothing needs a guard.
+  void defragment() {
+    backend.device_synchronize();
+    std::shared_lock arenas_lock(arenas_mutex);
+    for (auto& [key, a] : arenas) {
+      std::lock_guard lock(a->mutex);
+      for (auto it = a->sb_starts.begin(); it != a->sb_starts.end();) {
+        auto r = a->free.find_containing(*it);
+        if (r && r->first == *it && r->second == sb()) {
+          a->free.take_at(*it);
+          owner.erase(*it);
+          global_free.insert(*it, sb());
+          it = a->sb_starts.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      a->empty_sb = 0;
+    }
+  }
+
+  // Takes `size` bytes (a superblock multiple) from the global arena for stream s, growing or
+  // defragmenting as needed.  Returns 0 when even that fails.
+  std::uintptr_t take_global(std::size_t size, stream_view s) {
+    for (int attempt = 0; attempt < 4; ++attempt) {
+      if (auto r = global_free.take_best_fit(size)) {
+        if (r->size > size) global_free.insert(r->addr + size, r->size - size, r->guards);
+        detail::wait_for(backend, r->guards, s);
+        return r->addr;
+      }
+      if (attempt == 0 && grow(size)) continue;
+      if (attempt == 1) {
+        defragment();
+        continue;
+      }
+      if (attempt == 2) {
+        release_free_chunks();
+        if (grow(size)) continue;
+      }
+    }
+    return 0;
+  }
+
+  void release_free_chunks() {
+    for (auto it = chunks.begin(); it != chunks.end();) {
+      auto r = global_free.find_containing(it->first);
+      if (r && r->first == it->first && r->second == it->second) {
+        global_free.take_at(it->first);
+        chunk_starts.erase(it->first);
+        reserved -= it->second;
+        upstream.deallocate(reinterpret_cast<void*>(it->first), it->second);
+        it = chunks.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  [[noreturn]] void out_of_memory(std::size_t bytes) {
+    std::size_t total = global_free.total(), largest = global_free.largest();
+    {
+      std::shared_lock arenas_lock(arenas_mutex);
+      for (auto& [k, a] : arenas) {
+        std::lock_guard lock(a->mutex);
+        total += a->free.total();
+        largest = std::max(largest, a->free.largest());
+      }
+    }
+    throw out_of_memory_error("arena", bytes, total,
+                              total ? 1.0 - double(largest) / double(total) : 0.0);
+  }
+
+  // ---- arena side --------------------------------------------------------------------------
+  // With a's lock held: best fit inside its superblocks.
+  void* try_arena(arena& a, std::size_t need, stream_view s) {
+    auto r = a.free.take_best_fit(need);
+    if (!r) return nullptr;
+    if (r->addr == a.empty_sb) a.empty_sb = 0;
+    if (r->size > need) a.free.insert(r->addr + need, r->size - need);
+    if (backend.checks_reuse()) backend.note_reuse(reinterpret_cast<void*>(r->addr), need, s);
+    return reinterpret_cast<void*>(r->addr);
+  }
+
+  void* allocate_small(std::size_t bytes, std::size_t need, stream_view s) {
+    arena& a = arena_for(s);
+    {
+      std::lock_guard lock(a.mutex);
+      if (void* p = try_arena(a, need, s)) return p;
+    }
+    std::uintptr_t sbp;
+    {
+      std::lock_guard lock(global_mutex);
+      sbp = take_global(sb(), a.stream);
+      if (!sbp) out_of_memory(bytes);
+      owner[sbp] = &a;
+    }
+    std::lock_guard lock(a.mutex);
+    a.sb_starts.insert(sbp);
+    a.free.insert(sbp, sb());
+    return try_arena(a, need, s);  // the new superblock fits: need <= sb / 2
+  }
+
+  void deallocate_small(std::uintptr_t p, std::size_t need, stream_view s) {
+    arena* a = &arena_for(s);
+    bool mine;
+    {
+      std::lock_guard lock(a->mutex);
+      auto it = a->sb_starts.upper_bound(p);
+      mine = it != a->sb_starts.begin() && p < *std::prev(it) + sb();
+      if (mine) {
+        insert_and_maybe_shrink(*a, p, need);
+        return;
+      }
+    }
+    {
+      std::lock_guard lock(global_mutex);
+      auto it = owner.upper_bound(p);
+      if (it == owner.begin() || p >= std::prev(it)->first + sb()) return;  // not ours
+      a = std::prev(it)->second;
+    }
+    // The owner's stream may reuse the block at once: make the free's work complete first.
+    if (!(a->stream == s)) backend.stream_synchronize(s);
+    std::lock_guard lock(a->mutex);
+    insert_and_maybe_shrink(*a, p, need);
+  }
+
+  // With a's lock held.  Returns an empty superblock beyond the first to the global arena.
+  void insert_and_maybe_shrink(arena& a, std::uintptr_t p, std::size_t need) {
+    a.free.insert(p, need);
+    const std::uintptr_t start = *std::prev(a.sb_starts.upper_bound(p));
+    auto r = a.free.find_containing(start);
+    if (!r || r->first != start || r->second != sb()) return;
+    if (a.empty_sb == 0 || a.empty_sb == start) {
+      a.empty_sb = start;
+      return;
+    }
+    a.free.take_at(start);
+    a.sb_starts.erase(start);
+    auto guard = std::make_shared<detail::event_guard>(events, a.stream);
+    // Lock order is global then arena; a's lock is held here, so hand over with try_lock and
+    // keep the superblock when the global lock is busy (it goes back on the next empty one).
+    if (global_mutex.try_lock()) {
+      owner.erase(start);
+      global_free.insert(start, sb(), {std::move(guard)});
+      global_mutex.unlock();
+    } else {
+      a.sb_starts.insert(start);
+      a.free.insert(start, sb());
+    }
+  }
+};
+
+arena_resource::arena_resource(device_memory_resource& upstream, arena_options options)
+    : device_memory_resource(upstream.shared_backend()),
+      impl_(std::make_unique<impl>(upstream, options, backend())) {
+  const std::size_t sb = options.superblock_size;
+  if (sb < (std::size_t{64} << 10) || (sb & (sb - 1)) != 0)
+    throw std::invalid_argument("arena_resource: superblock_size must be a power of two >= 64 KiB");
+  if (options.initial_size > 0) {
+    std::lock_guard lock(impl_->global_mutex);
+    impl_->grow(std::max(sb, options.initial_size / sb * sb));
+  }
+}
+
+arena_resource::~arena_resource() {
+  backend().device_synchronize();
+  impl_->global_free = free_list(&impl_->chunk_starts);  // drop guards before the events go
+  for (auto& [p, size] : impl_->chunks) impl_->upstream.deallocate(reinterpret_cast<void*>(p), size);
+}
+
+void arena_resource::release() {
+  std::lock_guard lock(impl_->global_mutex);
+  impl_->defragment();
+  impl_->release_free_chunks();
+}
+
+void* arena_resource::do_allocate(std::size_t bytes, stream_view stream, std::size_t alignment) {
+  const std::size_t need = round_up(detail::padded_size(bytes, alignment), detail::native);
+  void* p;
+  if (impl_->is_large(need)) {
+    const std::size_t size = round_up(need, impl_->sb());
+    std::lock_guard lock(impl_->global_mutex);
+    const std::uintptr_t a = impl_->take_global(size, stream);
+    if (!a) impl_->out_of_memory(bytes);
+    if (backend().checks_reuse()) backend().note_reuse(reinterpret_cast<void*>(a), size, stream);
+    p = reinterpret_cast<void*>(a);
+    impl_->allocated += size;
+  } else {
+    p = impl_->allocate_small(bytes, need, stream);
+    impl_->allocated += need;
+  }
+  return alignment > detail::native ? impl_->overaligned.align(p, alignment) : p;
+}
+
+void arena_resource::do_deallocate(void* p, std::size_t bytes, stream_view stream,
+                                   std::size_t alignment) noexcept {
+  const std::size_t need = round_up(detail::padded_size(bytes, alignment), detail::native);
+  if (alignment > detail::native) p = impl_->overaligned.base(p);
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  try {
+    if (impl_->is_large(need)) {
+      const std::size_t size = round_up(need, impl_->sb());
+      if (backend().checks_reuse()) backend().note_release(p, size, stream);
+      auto guard = std::make_shared<detail::event_guard>(impl_->events, stream);
+      std::lock_guard lock(impl_->global_mutex);
+      impl_->global_free.insert(a, size, {std::move(guard)});
+      impl_->allocated -= size;
+    } else {
+      if (backend().checks_reuse()) backend().note_release(p, need, stream);
+      impl_->deallocate_small(a, need, stream);
+      impl_->allocated -= need;
+    }
+  } catch (...) {
+    // Only a failing driver call (event record, synchronise) lands here; the block is lost to
+    // reuse but the resource stays consistent.
+  }
+}
+
+resource_info arena_resource::do_info() const {
+  resource_info i;
+  std::lock_guard lock(impl_->global_mutex);
+  i.reserved_bytes = impl_->reserved;
+  i.peak_reserved_bytes = impl_->peak;
+  i.allocated_bytes = impl_->allocated.load();
+  std::size_t total = impl_->global_free.total(), largest = impl_->global_free.largest();
+  std::uint64_t wait = impl_->global_mutex.wait_ns();
+  std::shared_lock arenas_lock(impl_->arenas_mutex);
+  for (auto& [k, a] : impl_->arenas) {
+    std::lock_guard al(a->mutex);
+    total += a->free.total();
+    largest = std::max(largest, a->free.largest());
+    wait += a->mutex.wait_ns();
+  }
+  i.free_bytes = total;
+  i.largest_free_block = largest;
+  i.lock_wait_ns = wait;
+  return i;
+}
+
+}  // namespace strata::gpu

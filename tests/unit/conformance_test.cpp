@@ -1,0 +1,468 @@
+// Conformance of every allocation entry point: C, POSIX and glibc semantics, errno included.
+// Built twice (tests/unit/CMakeLists.txt): through strata_* (STRATA_TEST_API=1) and through the
+// standard names with libstrata.a replacing malloc and operator new (STRATA_TEST_API=0).
+#include <gtest/gtest.h>
+#include <malloc.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/options.h"
+#include "strata/strata.h"
+
+#if STRATA_TEST_API
+#define T_MALLOC strata_malloc
+#define T_FREE strata_free
+#define T_CALLOC strata_calloc
+#define T_REALLOC strata_realloc
+#define T_REALLOCARRAY strata_reallocarray
+#define T_POSIX_MEMALIGN strata_posix_memalign
+#define T_ALIGNED_ALLOC strata_aligned_alloc
+#define T_MEMALIGN strata_memalign
+#define T_VALLOC strata_valloc
+#define T_PVALLOC strata_pvalloc
+#define T_USABLE strata_usable_size
+#define T_FREE_SIZED strata_free_sized
+#define T_FREE_ALIGNED_SIZED strata_free_aligned_sized
+#else
+extern "C" void free_sized(void*, size_t);
+extern "C" void free_aligned_sized(void*, size_t, size_t);
+#define T_MALLOC malloc
+#define T_FREE free
+#define T_CALLOC calloc
+#define T_REALLOC realloc
+#define T_REALLOCARRAY reallocarray
+#define T_POSIX_MEMALIGN posix_memalign
+#define T_ALIGNED_ALLOC aligned_alloc
+#define T_MEMALIGN memalign
+#define T_VALLOC valloc
+#define T_PVALLOC pvalloc
+#define T_USABLE malloc_usable_size
+#define T_FREE_SIZED free_sized
+#define T_FREE_ALIGNED_SIZED free_aligned_sized
+#endif
+
+namespace {
+
+// Keeps the compiler from eliding allocations whose results look unused.
+void* opaque(void* p) {
+  asm volatile("" : "+r"(p));
+  return p;
+}
+
+size_t volatile_size(size_t s) {
+  asm volatile("" : "+r"(s));
+  return s;
+}
+
+bool aligned_to(const void* p, size_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; }
+
+uint64_t bad_frees() {
+  strata_stats_t s;
+  strata_stats_get(&s);
+  return s.bad_free_count;
+}
+
+const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+
+}  // namespace
+
+TEST(Malloc, ZeroBytesGivesUniqueFreeablePointers) {
+  void* a = T_MALLOC(0);
+  void* b = T_MALLOC(0);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_NE(a, b);
+  EXPECT_GE(T_USABLE(a), 0u);
+  T_FREE(a);
+  T_FREE(b);
+}
+
+TEST(Malloc, FreeNullIsANoOp) {
+  uint64_t before = bad_frees();
+  T_FREE(nullptr);
+  EXPECT_EQ(bad_frees(), before);
+}
+
+TEST(Malloc, EverySizeIsSixteenByteAlignedWithEnoughUsableSpace) {
+  std::vector<std::pair<void*, size_t>> live;
+  for (size_t size = 1; size < (size_t{64} << 20); size = size * 5 / 4 + 1) {
+    void* p = T_MALLOC(size);
+    ASSERT_NE(p, nullptr) << size;
+    EXPECT_TRUE(aligned_to(p, 16)) << size;
+    EXPECT_GE(T_USABLE(p), size) << size;
+    memset(p, 0xab, size);
+    live.emplace_back(p, size);
+  }
+  for (auto [p, size] : live) T_FREE(p);
+}
+
+TEST(Malloc, BlocksDoNotOverlap) {
+  std::mt19937_64 rng(1234);
+  std::vector<std::pair<unsigned char*, size_t>> live;
+  for (int i = 0; i < 20000; ++i) {
+    size_t size = (rng() % 4 == 0) ? rng() % 70000 : rng() % 512;
+    auto* p = static_cast<unsigned char*>(T_MALLOC(size));
+    ASSERT_NE(p, nullptr);
+    memset(p, static_cast<int>(i & 0xff), size);
+    live.emplace_back(p, size);
+    if (rng() % 3 == 0) {  // free a random earlier block after checking its pattern
+      size_t k = rng() % live.size();
+      auto [q, qs] = live[k];
+      int expect = static_cast<int>(std::find(live.begin(), live.end(), live[k]) - live.begin());
+      (void)expect;
+      for (size_t j = 0; j < qs; ++j) ASSERT_EQ(q[j], q[0]) << "block " << k << " was overwritten";
+      T_FREE(q);
+      live[k] = live.back();
+      live.pop_back();
+    }
+  }
+  for (auto [p, size] : live) {
+    for (size_t j = 0; j < size; ++j) ASSERT_EQ(p[j], p[0]);
+    T_FREE(p);
+  }
+}
+
+TEST(Malloc, ImpossibleSizeFailsWithEnomem) {
+  errno = 0;
+  EXPECT_EQ(T_MALLOC(volatile_size(SIZE_MAX)), nullptr);
+  EXPECT_EQ(errno, ENOMEM);
+  errno = 0;
+  EXPECT_EQ(T_MALLOC(volatile_size(SIZE_MAX / 2 + 1)), nullptr);
+  EXPECT_EQ(errno, ENOMEM);
+}
+
+TEST(Malloc, HugeBlocksAreUsableAndReturned) {
+  size_t size = size_t{100} << 20;
+  auto* p = static_cast<char*>(T_MALLOC(size));
+  ASSERT_NE(p, nullptr);
+  EXPECT_GE(T_USABLE(p), size);
+  p[0] = 1;
+  p[size - 1] = 2;
+  strata_stats_t s;
+  strata_stats_get(&s);
+  EXPECT_GE(s.huge_count, 1u);
+  T_FREE(p);
+  strata_stats_t after;
+  strata_stats_get(&after);
+  EXPECT_EQ(after.huge_count, s.huge_count - 1);
+}
+
+TEST(Calloc, ZeroesAndChecksOverflow) {
+  for (size_t n : {1, 7, 100, 4096, 100000, 5000000}) {
+    auto* p = static_cast<unsigned char*>(T_MALLOC(n));
+    memset(p, 0xff, n);
+    T_FREE(p);  // dirty the memory calloc may get back
+    auto* q = static_cast<unsigned char*>(T_CALLOC(n, 1));
+    ASSERT_NE(q, nullptr);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(q[i], 0) << n << " at " << i;
+    T_FREE(q);
+  }
+  errno = 0;
+  EXPECT_EQ(T_CALLOC(volatile_size(SIZE_MAX / 2), 3), nullptr);
+  EXPECT_EQ(errno, ENOMEM);
+  void* z = T_CALLOC(0, 16);
+  EXPECT_NE(z, nullptr);
+  T_FREE(z);
+}
+
+TEST(Realloc, NullAndZeroBehaveAsGlibc) {
+  void* p = T_REALLOC(nullptr, 100);
+  ASSERT_NE(p, nullptr);
+  EXPECT_GE(T_USABLE(p), 100u);
+  EXPECT_EQ(T_REALLOC(p, 0), nullptr);  // frees p
+  void* q = T_REALLOC(nullptr, 0);      // = malloc(0)
+  EXPECT_NE(q, nullptr);
+  T_FREE(q);
+}
+
+TEST(Realloc, PreservesContentsGrowingAndShrinking) {
+  auto* p = static_cast<unsigned char*>(T_MALLOC(10));
+  for (int i = 0; i < 10; ++i) p[i] = static_cast<unsigned char>(i);
+  size_t size = 10;
+  for (size_t next : {100, 5000, 70000, 3000000, 40000000, 1000, 5}) {
+    p = static_cast<unsigned char*>(T_REALLOC(p, next));
+    ASSERT_NE(p, nullptr);
+    size_t keep = std::min(size, next);
+    for (size_t i = 0; i < keep; ++i) ASSERT_EQ(p[i], static_cast<unsigned char>(i % 251)) << next;
+    for (size_t i = 0; i < next; ++i) p[i] = static_cast<unsigned char>(i % 251);
+    size = next;
+  }
+  T_FREE(p);
+}
+
+TEST(Realloc, FailureLeavesTheBlockIntact) {
+  auto* p = static_cast<char*>(T_MALLOC(64));
+  strcpy(p, "still here");
+  errno = 0;
+  EXPECT_EQ(T_REALLOC(p, volatile_size(SIZE_MAX - 4096)), nullptr);
+  EXPECT_EQ(errno, ENOMEM);
+  EXPECT_STREQ(p, "still here");
+  T_FREE(p);
+}
+
+TEST(Reallocarray, ChecksOverflow) {
+  void* p = T_REALLOCARRAY(nullptr, 10, 10);
+  ASSERT_NE(p, nullptr);
+  errno = 0;
+  EXPECT_EQ(T_REALLOCARRAY(p, volatile_size(SIZE_MAX / 4), 8), nullptr);
+  EXPECT_EQ(errno, ENOMEM);
+  p = T_REALLOCARRAY(p, 100, 10);
+  ASSERT_NE(p, nullptr);
+  EXPECT_GE(T_USABLE(p), 1000u);
+  T_FREE(p);
+}
+
+TEST(PosixMemalign, RejectsBadAlignmentWithEinval) {
+  void* p = reinterpret_cast<void*>(0x1);
+  EXPECT_EQ(T_POSIX_MEMALIGN(&p, 0, 16), EINVAL);
+  EXPECT_EQ(T_POSIX_MEMALIGN(&p, 3, 16), EINVAL);
+  EXPECT_EQ(T_POSIX_MEMALIGN(&p, 4, 16), EINVAL);  // not a multiple of sizeof(void*)
+  EXPECT_EQ(T_POSIX_MEMALIGN(&p, 24, 16), EINVAL);
+  EXPECT_EQ(p, reinterpret_cast<void*>(0x1)) << "the out pointer must be left alone on failure";
+}
+
+TEST(PosixMemalign, ImpossibleSizeIsEnomem) {
+  void* p = nullptr;
+  EXPECT_EQ(T_POSIX_MEMALIGN(&p, 64, volatile_size(SIZE_MAX - 100)), ENOMEM);
+}
+
+TEST(PosixMemalign, HonoursEveryPowerOfTwoUpTo64MiB) {
+  for (size_t align = sizeof(void*); align <= (size_t{64} << 20); align *= 2) {
+    for (size_t size : {size_t{1}, size_t{24}, size_t{1000}, align, align + 1, size_t{3} << 20}) {
+      void* p = nullptr;
+      ASSERT_EQ(T_POSIX_MEMALIGN(&p, align, size), 0) << align << " " << size;
+      ASSERT_TRUE(aligned_to(p, align)) << align << " " << size;
+      ASSERT_GE(T_USABLE(p), size);
+      memset(p, 0x5a, size);
+      T_FREE(p);
+    }
+  }
+}
+
+TEST(AlignedAlloc, RejectsNonPowerOfTwo) {
+  errno = 0;
+  EXPECT_EQ(T_ALIGNED_ALLOC(volatile_size(48), 96), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  errno = 0;
+  EXPECT_EQ(T_ALIGNED_ALLOC(volatile_size(0), 16), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  void* p = T_ALIGNED_ALLOC(volatile_size(4096), 4096);
+  ASSERT_NE(p, nullptr);
+  EXPECT_TRUE(aligned_to(p, 4096));
+  T_FREE(p);
+}
+
+TEST(Memalign, RoundsAlignmentUpToAPowerOfTwo) {
+  void* p = T_MEMALIGN(volatile_size(48), 10);
+  ASSERT_NE(p, nullptr);
+  EXPECT_TRUE(aligned_to(p, 64));
+  T_FREE(p);
+  void* q = T_MEMALIGN(volatile_size(1) << 20, 100);
+  ASSERT_NE(q, nullptr);
+  EXPECT_TRUE(aligned_to(q, size_t{1} << 20));
+  T_FREE(q);
+}
+
+TEST(Valloc, PageAlignedAndPvallocRoundsUp) {
+  void* p = T_VALLOC(volatile_size(10));
+  ASSERT_NE(p, nullptr);
+  EXPECT_TRUE(aligned_to(p, page));
+  T_FREE(p);
+  void* q = T_PVALLOC(volatile_size(page + 1));
+  ASSERT_NE(q, nullptr);
+  EXPECT_TRUE(aligned_to(q, page));
+  EXPECT_GE(T_USABLE(q), 2 * page);
+  memset(q, 1, 2 * page);
+  T_FREE(q);
+  void* z = T_PVALLOC(volatile_size(0));
+  ASSERT_NE(z, nullptr);
+  EXPECT_GE(T_USABLE(z), page);
+  T_FREE(z);
+}
+
+TEST(SizedFree, FreeSizedAndFreeAlignedSized) {
+  uint64_t before = bad_frees();
+  void* p = T_MALLOC(200);
+  T_FREE_SIZED(p, 200);
+  void* q = T_ALIGNED_ALLOC(volatile_size(256), 512);
+  T_FREE_ALIGNED_SIZED(q, 256, 512);
+  EXPECT_EQ(bad_frees(), before);
+}
+
+TEST(BadFree, ForeignPointerIsReportedOnceAndIgnored) {
+  int on_stack = 0;
+  uint64_t before = bad_frees();
+  testing::internal::CaptureStderr();
+  T_FREE(opaque(&on_stack));
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(bad_frees(), before + 1);
+  EXPECT_NE(err.find("did not allocate"), std::string::npos) << err;
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1);
+  // Interior pointer of a live block: also refused.
+  auto* p = static_cast<char*>(T_MALLOC(64));
+  testing::internal::CaptureStderr();
+  T_FREE(opaque(p + 16));
+  testing::internal::GetCapturedStderr();
+  EXPECT_EQ(bad_frees(), before + 2);
+  T_FREE(p);
+  EXPECT_EQ(bad_frees(), before + 2);
+}
+
+TEST(BadFree, DoubleFreeIsDetectedWithoutCorruptingTheHeap) {
+  uint64_t before = bad_frees();
+  void* p = T_MALLOC(48);
+  testing::internal::CaptureStderr();  // allocates: before the first free, so p is not reused
+  T_FREE(p);
+  T_FREE(opaque(p));
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(bad_frees(), before + 1);
+  EXPECT_NE(err.find("double free"), std::string::npos) << err;
+  // Had the second free pushed p again, two allocations would now return the same block.
+  void* a = T_MALLOC(48);
+  void* b = T_MALLOC(48);
+  EXPECT_NE(a, b);
+  T_FREE(a);
+  T_FREE(b);
+}
+
+TEST(BadFreeDeathTest, AbortOptionAborts) {
+  EXPECT_DEATH(
+      {
+        strata::options::set(strata::option::abort_on_error, 1);
+        int x;
+        T_FREE(opaque(&x));
+      },
+      "did not allocate");
+}
+
+TEST(Options, BadValueWarnsNamingTheVariableAndKeepsTheDefault) {
+  int64_t before = strata::options::get(strata::option::purge_delay);
+  setenv("STRATA_PURGE_DELAY", "soon", 1);
+  testing::internal::CaptureStderr();
+  strata::options::init();
+  std::string err = testing::internal::GetCapturedStderr();
+  unsetenv("STRATA_PURGE_DELAY");
+  EXPECT_NE(err.find("STRATA_PURGE_DELAY"), std::string::npos) << err;
+  EXPECT_EQ(strata::options::get(strata::option::purge_delay), before);
+  setenv("STRATA_SHOW_STATS", "maybe", 1);
+  testing::internal::CaptureStderr();
+  strata::options::init();
+  err = testing::internal::GetCapturedStderr();
+  unsetenv("STRATA_SHOW_STATS");
+  EXPECT_NE(err.find("STRATA_SHOW_STATS"), std::string::npos) << err;
+  EXPECT_EQ(strata::options::get(strata::option::show_stats), 0);
+}
+
+TEST(Options, GoodValuesAreTakenAndListedAsJson) {
+  setenv("STRATA_SEGMENT_CACHE", "7", 1);
+  strata::options::init();
+  unsetenv("STRATA_SEGMENT_CACHE");
+  EXPECT_EQ(strata::options::get(strata::option::segment_cache), 7);
+  char buf[2048];
+  size_t n = strata_options_json(buf, sizeof buf);
+  ASSERT_LT(n, sizeof buf);
+  EXPECT_NE(std::string(buf).find("\"STRATA_SEGMENT_CACHE\":7"), std::string::npos) << buf;
+  strata::options::set(strata::option::segment_cache, 4);
+}
+
+TEST(Stats, CountsAllocationsPerClassAndReportsJson) {
+  strata_stats_t before;
+  strata_stats_get(&before);
+  std::vector<void*> v;
+  for (int i = 0; i < 1000; ++i) v.push_back(T_MALLOC(1000));
+  strata_stats_t mid;
+  strata_stats_get(&mid);
+  EXPECT_GE(mid.malloc_count - before.malloc_count, 1000u);
+  EXPECT_GE(mid.in_use_bytes, before.in_use_bytes + 1000u * 1000u);
+  EXPECT_GE(mid.committed_bytes, mid.in_use_bytes);
+  EXPECT_GE(mid.committed_peak, mid.committed_bytes);
+  for (void* p : v) T_FREE(p);
+  strata_stats_t after;
+  strata_stats_get(&after);
+  EXPECT_GE(after.free_count - mid.free_count, 1000u);
+  EXPECT_LE(after.in_use_bytes + 1000u * 1000u, mid.in_use_bytes);
+  char small[8];
+  size_t need = strata_stats_json(small, sizeof small);
+  EXPECT_GT(need, sizeof small);
+  EXPECT_EQ(small[sizeof small - 1], 0);
+  std::string doc(need + 1, '\0');
+  strata_stats_json(doc.data(), doc.size());
+  doc.resize(need);
+  for (const char* key : {"\"in_use_bytes\"", "\"committed_bytes\"", "\"committed_peak\"", "\"fragmentation\"",
+                          "\"size_classes\"", "\"mmap\"", "\"madvise\"", "\"block_size\":1024"})
+    EXPECT_NE(doc.find(key), std::string::npos) << key << " in " << doc;
+  EXPECT_EQ(doc.front(), '{');
+  EXPECT_EQ(doc.back(), '}');
+}
+
+#if !STRATA_TEST_API
+// operator new and delete in every form land in strata (usable_size knows the pointer).
+struct alignas(256) over_aligned {
+  char bytes[300];
+};
+
+TEST(CxxOperators, EveryFormIsServedByStrata) {
+  uint64_t before = bad_frees();
+  int* a = new int(7);
+  EXPECT_GT(strata_usable_size(a), 0u);
+  delete a;
+  int* arr = new int[1000];
+  EXPECT_GE(strata_usable_size(arr), 4000u);
+  delete[] arr;
+  auto* o = new over_aligned;
+  EXPECT_TRUE(aligned_to(o, 256));
+  EXPECT_GT(strata_usable_size(o), 0u);
+  delete o;
+  auto* oa = new over_aligned[3];
+  EXPECT_TRUE(aligned_to(oa, 256));
+  delete[] oa;
+  void* nt = ::operator new(100, std::nothrow);
+  EXPECT_GT(strata_usable_size(nt), 0u);
+  ::operator delete(nt, std::nothrow);
+  void* sized = ::operator new(64);
+  ::operator delete(sized, 64);
+  void* al = ::operator new(64, std::align_val_t{4096});
+  EXPECT_TRUE(aligned_to(al, 4096));
+  ::operator delete(al, 64, std::align_val_t{4096});
+  EXPECT_EQ(bad_frees(), before);
+}
+
+TEST(CxxOperators, FailureThrowsOrReturnsNull) {
+  EXPECT_THROW((void)::operator new(volatile_size(SIZE_MAX / 2)), std::bad_alloc);
+  EXPECT_EQ(::operator new(volatile_size(SIZE_MAX / 2), std::nothrow), nullptr);
+  EXPECT_THROW((void)::operator new(volatile_size(SIZE_MAX / 2), std::align_val_t{64}), std::bad_alloc);
+}
+
+namespace {
+int handler_calls = 0;
+void give_up_handler() {
+  ++handler_calls;
+  std::set_new_handler(nullptr);
+}
+}  // namespace
+
+TEST(CxxOperators, NewHandlerIsCalledBeforeThrowing) {
+  handler_calls = 0;
+  std::set_new_handler(give_up_handler);
+  EXPECT_THROW((void)::operator new(volatile_size(SIZE_MAX / 2)), std::bad_alloc);
+  EXPECT_EQ(handler_calls, 1);
+}
+
+TEST(Override, MallocIsStrata) {
+  void* p = malloc(100);
+  EXPECT_GE(strata_usable_size(p), 100u);
+  strata_stats_t s;
+  strata_stats_get(&s);
+  EXPECT_GT(s.malloc_count, 0u);
+  free(p);
+}
+#endif

@@ -1,0 +1,44 @@
+// Size classes: every size maps to the smallest class that holds it, and waste stays bounded.
+#include <gtest/gtest.h>
+
+#include "core/size_class.h"
+
+using namespace strata::detail;
+
+TEST(SizeClass, SmallestClassThatFits) {
+  for (size_t size = 0; size <= (size_t{1} << 20); size += (size < 4096 ? 1 : 61)) {
+    size_t c = size_class_of(size);
+    ASSERT_LT(c, size_class_count);
+    ASSERT_GE(class_size(c), size) << size;
+    if (c > 0) ASSERT_LT(class_size(c - 1), size) << size;  // the next smaller class is too small
+  }
+}
+
+TEST(SizeClass, TableAgreesWithComputation) {
+  for (size_t size = 0; size <= small_table_max; ++size) ASSERT_EQ(size_class_of(size), size_class_of_computed(size)) << size;
+}
+
+TEST(SizeClass, WasteIsAtMostAQuarterOfTheRequest) {
+  for (size_t size = 129; size <= large_max; size += 97) {
+    size_t bs = class_size(size_class_of(size));
+    ASSERT_LE(bs - size, size / 4) << size;
+  }
+}
+
+TEST(SizeClass, ClassesAreSixteenByteMultiplesAndIncreasing) {
+  for (size_t c = 0; c < size_class_count; ++c) {
+    EXPECT_EQ(class_size(c) % 16, 0u);
+    if (c) EXPECT_GT(class_size(c), class_size(c - 1));
+  }
+  EXPECT_EQ(class_size(size_class_count - 1), large_max);
+}
+
+TEST(SizeClass, PagesHoldEnoughBlocks) {
+  for (size_t c = 0; c < size_class_count; ++c) {
+    size_t bytes = page_slices(c) * (size_t{1} << 16);
+    size_t blocks = bytes / class_size(c);
+    if (class_size(c) <= 128 * 1024) EXPECT_GE(blocks, 8u) << class_size(c);
+    EXPECT_GE(blocks, 1u);
+    EXPECT_LE(page_slices(c), 511u);
+  }
+}
