@@ -56,6 +56,7 @@ def write_atomic(path: Path, doc: dict) -> None:
             f.write("\n")
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; results are meant to be read
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -112,9 +112,10 @@ def _affinity(cpus: list[int] | None):
 def _rss_kb(pid: int) -> int | None:
     try:
         with open(f"/proc/{pid}/statm") as f:
-            return int(f.read().split()[1]) * PAGE_KB
+            kb = int(f.read().split()[1]) * PAGE_KB
     except (OSError, ValueError, IndexError):
         return None
+    return kb or None  # 0: an exiting process whose memory is already gone
 
 
 def _downsample(t: list, v: list, n: int = TIMELINE_MAX_POINTS) -> tuple[list, list]:

@@ -77,6 +77,8 @@ class RssSampler(threading.Thread):
                     rss = int(f.read().split()[1]) * PAGE_KB
             except (OSError, ValueError, IndexError):
                 return
+            if not rss:
+                return
             self.t_ms.append(round((time.perf_counter() - self.t0) * 1000, 1))
             self.rss_kb.append(rss)
             self.stop.wait(self.interval)

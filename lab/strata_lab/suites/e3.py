@@ -26,7 +26,6 @@ import csv
 import json
 import math
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -59,8 +58,8 @@ TARGET_BE_BAND = 2.0       # |% change| of BE throughput
 DEVICE_CPUS = 2            # the tenants share this many CPUs: one "device"
 ROUND_S = 2.0              # target length of a round (BE work / DEVICE_CPUS)
 LC_PROCS, BE_PROCS, STREAMS, KERNELS = 2, 4, 4, 50
-LC_BURST_US = 500.0        # a latency-critical request: short burst ...
-LC_BUSY_SHARE = 0.10       # ... using ~10 % of the device in all, spread over the round
+LC_BURST_US = 500.0        # a latency-critical request: a short burst, then a gap
+LC_SPREAD = 0.75           # LC requests arrive over this share of the round
 SMOKE = {"kernels": 5, "lc_burst_us": 200.0, "lc_gap_us": 2000.0, "be_burst_us": 1000.0}
 
 
@@ -238,15 +237,13 @@ def calibrate(exe: str | Path) -> float:
 
 
 def shape(n_cpus: int, smoke: bool, seconds: float | None = None) -> dict:
-    """Kernel lengths for a round of ~`seconds` on `n_cpus` CPUs: BE work fills the device; LC
-    requests use LC_BUSY_SHARE of it, spread over ~80 % of the round."""
+    """Kernel lengths for a round of ~`seconds` on `n_cpus` CPUs: BE work fills the device for the
+    round; LC requests arrive over LC_SPREAD of it (on 2 CPUs they use ~7 % of the device)."""
     if smoke:
         return {"streams": 2, **SMOKE}
     round_s = seconds or ROUND_S
     be_burst_us = round_s * n_cpus * 1e6 / (BE_PROCS * STREAMS * KERNELS)
-    lc_streams = LC_PROCS * STREAMS
-    lc_gap_us = max(LC_BURST_US * lc_streams / (LC_BUSY_SHARE * n_cpus) - LC_BURST_US, 0.0)
-    lc_gap_us = min(lc_gap_us, 0.8 * round_s * 1e6 / KERNELS - LC_BURST_US)
+    lc_gap_us = max(LC_SPREAD * round_s * 1e6 / KERNELS - LC_BURST_US, 0.0)
     return {"streams": STREAMS, "kernels": KERNELS, "lc_burst_us": LC_BURST_US,
             "lc_gap_us": round(lc_gap_us, 1), "be_burst_us": round(be_burst_us, 1)}
 

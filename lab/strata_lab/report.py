@@ -1,0 +1,270 @@
+"""report.html (self-contained: plots embedded as PNG data) and summary.md for a run."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import math
+import os
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.colors import TwoSlopeNorm  # noqa: E402
+
+from . import stats, tables  # noqa: E402
+
+COLORS = plt.get_cmap("tab10").colors
+
+
+def _png(fig) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def _grid(n: int, cols: int = 4, w: float = 4.0, h: float = 3.0):
+    cols = max(1, min(cols, n))
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(w * cols, h * rows + 0.6), squeeze=False,
+                             layout="constrained")
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    return fig, list(axes.flat[:n])
+
+
+def _color(variants, v):
+    return COLORS[variants.index(v) % len(COLORS)]
+
+
+def plot_throughput(an: dict) -> str:
+    cells = an["cells"]
+    fig, axes = _grid(len(cells))
+    vs = an["variants"]
+    for ax, c in zip(axes, cells):
+        med, lo, hi = [], [], []
+        for v in vs:
+            s = c["by_variant"][v]["summary"]
+            m = s.median if s else np.nan
+            med.append(m)
+            lo.append(m - s.ci_low if s and s.ci_low is not None else 0)
+            hi.append(s.ci_high - m if s and s.ci_high is not None else 0)
+        x = np.arange(len(vs))
+        ax.bar(x, med, yerr=[lo, hi], capsize=3, color=[_color(vs, v) for v in vs])
+        for i, v in enumerate(vs):
+            if not c["by_variant"][v]["n"]:
+                ax.text(i, 0, "failed", rotation=90, ha="center", va="bottom", color="red")
+        ax.set_xticks(x, vs, rotation=45, ha="right", fontsize=8)
+        title = c["id"] + (" (oversubscribed)" if c.get("oversubscribed") else "")
+        ax.set_title(title, fontsize=9, color="darkorange" if c.get("oversubscribed") else "black")
+        ax.set_ylabel(f"{c['metric']} ({c.get('unit', '')}){'' if c.get('higher_is_better', True) else ' ↓'}",
+                      fontsize=8)
+        ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 4))
+    fig.suptitle("primary metric: median with bootstrap 95 % interval")
+    return _png(fig)
+
+
+def plot_heatmap(an: dict, key: str = "speedup", title: str = "") -> str:
+    cells, vs = an["cells"], an["variants"]
+    data = np.full((len(cells), len(vs)), np.nan)
+    for i, c in enumerate(cells):
+        for j, v in enumerate(vs):
+            x = c["by_variant"][v][key]
+            if x is not None:
+                data[i, j] = x
+    fig, ax = plt.subplots(figsize=(1.3 * len(vs) + 3, 0.45 * len(cells) + 1.5), layout="constrained")
+    logs = np.log2(data)
+    span = np.nanmax(np.abs(logs)) if np.isfinite(logs).any() else 1.0
+    span = max(span, 0.1)
+    cmap = plt.get_cmap("RdYlGn" if key == "speedup" else "RdYlGn_r").copy()
+    cmap.set_bad("lightgrey")
+    im = ax.imshow(np.ma.masked_invalid(logs), cmap=cmap, norm=TwoSlopeNorm(0, -span, span), aspect="auto")
+    for i in range(len(cells)):
+        for j in range(len(vs)):
+            ax.text(j, i, "fail" if np.isnan(data[i, j]) else f"{data[i, j]:.2f}", ha="center",
+                    va="center", fontsize=8)
+    ax.set_xticks(range(len(vs)), vs, rotation=30, ha="right")
+    ax.set_yticks(range(len(cells)), [c["id"] + (" ⚠" if c.get("oversubscribed") else "") for c in cells])
+    cb = fig.colorbar(im, ax=ax)
+    cb.set_label("log2 of the ratio")
+    ax.set_title(title)
+    return _png(fig)
+
+
+def plot_rss(an: dict) -> str:
+    cells, vs = an["cells"], an["variants"]
+    fig, axes = _grid(len(cells))
+    for ax, c in zip(axes, cells):
+        med = [c["by_variant"][v]["rss"].median / 1024 if c["by_variant"][v]["rss"] else np.nan for v in vs]
+        ax.bar(range(len(vs)), med, color=[_color(vs, v) for v in vs])
+        ax.set_xticks(range(len(vs)), vs, rotation=45, ha="right", fontsize=8)
+        ax.set_title(c["id"], fontsize=9)
+        ax.set_ylabel("peak RSS (MiB)", fontsize=8)
+    fig.suptitle("peak RSS, median over rounds")
+    return _png(fig)
+
+
+def _representative(doc: dict, cell: dict, v: str) -> dict | None:
+    """The counted sample whose primary metric is closest to the median: a typical curve."""
+    ok = [s for s in doc["samples"] if s["cell"] == cell["id"] and s["variant"] == v and s.get("ok")
+          and not s.get("warmup") and s.get("rss_timeline", {}).get("t_ms")]
+    if not ok:
+        return None
+    med = float(np.median([s["metrics"][cell["metric"]] for s in ok]))
+    return min(ok, key=lambda s: abs(s["metrics"][cell["metric"]] - med))
+
+
+def plot_rss_timelines(doc: dict, an: dict) -> str | None:
+    cells, vs = an["cells"], an["variants"]
+    drawn = [c for c in cells if any(_representative(doc, c, v) for v in vs)]
+    if not drawn:
+        return None
+    fig, axes = _grid(len(drawn))
+    for ax, c in zip(axes, drawn):
+        for v in vs:
+            s = _representative(doc, c, v)
+            if s:
+                tl = s["rss_timeline"]
+                ax.plot(np.asarray(tl["t_ms"]) / 1000, np.asarray(tl["rss_kb"]) / 1024, label=v,
+                        color=_color(vs, v), lw=1.2)
+        ax.set_title(c["id"], fontsize=9)
+        ax.set_xlabel("seconds", fontsize=8)
+        ax.set_ylabel("RSS (MiB)", fontsize=8)
+    axes[0].legend(fontsize=7)
+    fig.suptitle("RSS over time (sampled every ~10 ms; the sample closest to the median)")
+    return _png(fig)
+
+
+def plot_scaling(doc: dict, an: dict) -> str | None:
+    by_workload: dict[str, list] = {}
+    for c in an["cells"]:
+        by_workload.setdefault(c["workload"], []).append(c)
+    groups = {w: sorted(cs, key=lambda c: c["threads"]) for w, cs in by_workload.items()
+              if len({c["threads"] for c in cs}) > 1}
+    if not groups:
+        return None
+    vs = an["variants"]
+    ncpu = len(doc["settings"].get("cpus") or []) or os.cpu_count()
+    fig, axes = _grid(len(groups))
+    for ax, (w, cs) in zip(axes, groups.items()):
+        for v in vs:
+            xs, ys, lo, hi = [], [], [], []
+            for c in cs:
+                s = c["by_variant"][v]["summary"]
+                if s:
+                    xs.append(c["threads"])
+                    ys.append(s.median)
+                    lo.append(s.median - (s.ci_low if s.ci_low is not None else s.median))
+                    hi.append((s.ci_high if s.ci_high is not None else s.median) - s.median)
+            if xs:
+                ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=v, color=_color(vs, v))
+        ax.axvspan(ncpu + 0.5, max(c["threads"] for c in cs) + 0.5, color="orange", alpha=0.12,
+                   label="oversubscribed") if max(c["threads"] for c in cs) > ncpu else None
+        ax.set_title(w, fontsize=9)
+        ax.set_xlabel("threads", fontsize=8)
+        ax.set_ylabel(f"{cs[0]['metric']} ({cs[0].get('unit', '')})", fontsize=8)
+        ax.set_xticks(sorted({c["threads"] for c in cs}))
+    axes[0].legend(fontsize=7)
+    fig.suptitle("thread scaling (median, 95 % interval)")
+    return _png(fig)
+
+
+def _md_to_html(md: str) -> str:
+    """Enough Markdown for our own summaries: headings, tables, bullets, bold, paragraphs."""
+    import re
+
+    out, table = [], []
+
+    def inline(t: str) -> str:
+        t = html.escape(t)
+        return re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", t)
+
+    def flush():
+        if table:
+            rows = [r for r in table if not re.match(r"^\|[-:| ]+\|$", r)]
+            out.append("<table>")
+            for k, r in enumerate(rows):
+                tag = "th" if k == 0 else "td"
+                cells = [x.strip() for x in r.strip().strip("|").split("|")]
+                out.append("<tr>" + "".join(f"<{tag}>{inline(x)}</{tag}>" for x in cells) + "</tr>")
+            out.append("</table>")
+            table.clear()
+
+    for line in md.splitlines():
+        if line.startswith("|"):
+            table.append(line)
+            continue
+        flush()
+        if line.startswith("#"):
+            level = len(line) - len(line.lstrip("#"))
+            out.append(f"<h{level + 1}>{inline(line.lstrip('#').strip())}</h{level + 1}>")
+        elif line.startswith("- "):
+            out.append(f"<ul><li>{inline(line[2:])}</li></ul>")
+        elif line.strip():
+            out.append(f"<p>{inline(line)}</p>")
+    flush()
+    return "\n".join(out)
+
+
+CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1500px}
+table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px;
+text-align:right}td:first-child,th:first-child{text-align:left}img{max-width:100%}
+.warn{background:#fff4e0;border-left:4px solid orange;padding:.5em 1em}.bad{color:#b00;font-weight:bold}"""
+
+
+def render_html(doc: dict, an: dict, extra_md: str) -> str:
+    md = tables.markdown(an, doc, extra_md)
+    m = doc["machine"]
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>strata-lab {html.escape(doc['run_id'])}"
+             f"</title><style>{CSS}</style></head><body>"]
+    if not doc.get("complete"):
+        parts.append("<p class='bad'>INCOMPLETE RUN: only the samples that finished are shown.</p>")
+    parts.append(_md_to_html(md))
+    parts.append("<h2>Machine</h2><table>" + "".join(
+        f"<tr><td>{html.escape(str(k))}</td><td>{html.escape(str(v))}</td></tr>" for k, v in m.items()) + "</table>")
+    parts.append("<h2>Variants</h2><table><tr><th>name</th><th>version</th><th>library</th><th>source</th></tr>" + "".join(
+        f"<tr><td>{html.escape(v)}</td><td>{html.escape(str(i.get('version', '')))}</td>"
+        f"<td>{html.escape(str(i.get('library') or i.get('args') or ''))}</td>"
+        f"<td>{html.escape(str(i.get('source', i.get('kind', ''))))}</td></tr>"
+        for v, i in doc["variants"].items()) + "</table>")
+    figs = [("Throughput with intervals", plot_throughput(an)),
+            (f"Speedup against {an['baseline']} (> 1 is better)",
+             plot_heatmap(an, "speedup", f"speedup vs {an['baseline']}")),
+            (f"Peak RSS against {an['baseline']} (< 1 is smaller)",
+             plot_heatmap(an, "rss_ratio", f"peak RSS ratio vs {an['baseline']}")),
+            ("Peak RSS", plot_rss(an)),
+            ("RSS over time", plot_rss_timelines(doc, an)),
+            ("Thread scaling", plot_scaling(doc, an))]
+    for title, png in figs:
+        if png:
+            parts.append(f"<h2>{html.escape(title)}</h2><img alt='{html.escape(title)}' src='data:image/png;base64,{png}'>")
+    failures = [s for s in doc["samples"] if not s.get("ok")]
+    if failures:
+        parts.append("<h2>Failures</h2><table><tr><th>cell</th><th>variant</th><th>round</th><th>kind</th>"
+                     "<th>exit status</th><th>message / stderr tail</th></tr>")
+        for s in failures:
+            f = s.get("failure") or {}
+            parts.append(f"<tr><td>{html.escape(s['cell'])}</td><td>{html.escape(s['variant'])}</td>"
+                         f"<td>{'warm-up' if s.get('warmup') else s.get('round')}</td><td>{html.escape(str(f.get('kind')))}</td>"
+                         f"<td>{html.escape(str(f.get('exit_status')))}</td><td style='text-align:left'>"
+                         f"{html.escape(str(f.get('message')))}<pre>{html.escape(str(f.get('stderr_tail', ''))[-800:])}</pre></td></tr>")
+        parts.append("</table>")
+    parts.append(f"<p>results: {html.escape(str(doc.get('_path', 'results.json')))}; schema "
+                 f"{doc['schema']} v{doc['schema_version']}; lab {html.escape(str(doc.get('lab_version')))}</p>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write(doc: dict, an: dict, run_dir: Path, extra_md: str = "") -> tuple[Path, Path]:
+    run_dir = Path(run_dir)
+    md_path, html_path = run_dir / "summary.md", run_dir / "report.html"
+    for path, text in ((md_path, tables.markdown(an, doc, extra_md)), (html_path, render_html(doc, an, extra_md))):
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    return html_path, md_path
