@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Preload tests: real programs under LD_PRELOAD=libstrata.so.
+
+Each program runs twice, without and with strata; the outputs must match, and strata's exit
+statistics (STRATA_STATS_FILE) must show it served the allocations.  Usage:
+    preload_test.py <libstrata.so> <cxx_workload>
+"""
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+
+LIB, CXX = sys.argv[1], sys.argv[2]
+failures = []
+
+
+def run(cmd, preload, stdin=None):
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    stats = None
+    if preload:
+        fd, stats = tempfile.mkstemp(suffix=".json")
+        os.close(fd)
+        env.update(LD_PRELOAD=LIB, STRATA_STATS_FILE=stats)
+    proc = subprocess.run(cmd, env=env, input=stdin, capture_output=True, timeout=240)
+    doc = None
+    if stats:
+        with open(stats) as f:
+            text = f.read()
+        os.unlink(stats)
+        doc = json.loads(text) if text else None
+    return proc, doc
+
+
+def check(name, cmd, stdin=None, min_mallocs=1000):
+    plain, _ = run(cmd, False, stdin)
+    strata, stats = run(cmd, True, stdin)
+    problems = []
+    if strata.returncode != 0:
+        problems.append(f"exit status {strata.returncode}: {strata.stderr[-500:]!r}")
+    if strata.stdout != plain.stdout:
+        problems.append("output differs from the run without strata")
+    if b"strata: error" in strata.stderr:
+        problems.append(f"strata reported errors: {strata.stderr[-500:]!r}")
+    if stats is None:
+        problems.append("no statistics written at exit")
+    else:
+        if stats.get("allocator") != "strata":
+            problems.append(f"statistics not strata's: {stats}")
+        if stats["malloc_count"] < min_mallocs:
+            problems.append(f"only {stats['malloc_count']} mallocs went through strata")
+        if stats["bad_free_count"] != 0:
+            problems.append(f"{stats['bad_free_count']} bad frees")
+    status = "ok" if not problems else "FAILED"
+    mallocs = stats["malloc_count"] if stats else 0
+    print(f"{name}: {status} ({mallocs} mallocs through strata)")
+    for p in problems:
+        print("   ", p)
+    if problems:
+        failures.append(name)
+
+
+def main():
+    out = subprocess.run(["ldd", LIB], capture_output=True, text=True).stdout
+    deps = [line.split()[0] for line in out.splitlines() if line.strip()]
+    allowed = ("linux-vdso", "libc.so", "/lib64/ld-linux", "ld-linux")
+    extra = [d for d in deps if not d.startswith(allowed)]
+    print(f"ldd {LIB}: {' '.join(deps)}")
+    if extra:
+        print("   FAILED: run-time dependencies beyond the C library:", extra)
+        failures.append("ldd")
+
+    py = ("import json, collections\n"
+          "d = [{'id': i, 'name': 'x' * (i % 300), 'tags': list(range(i % 17))} for i in range(120000)]\n"
+          "s = json.dumps(d)\n"
+          "c = collections.Counter(len(x['name']) for x in json.loads(s))\n"
+          "print(len(s), sum(c.values()), sorted(c.items())[:5])\n")
+    # PYTHONMALLOC=malloc routes every Python object through malloc, not only large ones.
+    os.environ["PYTHONMALLOC"] = "malloc"
+    check("python3 json workload", [sys.executable, "-c", py], min_mallocs=100000)
+    os.environ.pop("PYTHONMALLOC")
+
+    rng = random.Random(7)
+    lines = "".join(f"{rng.randrange(10**9):09d} {'w' * rng.randrange(40)}\n" for _ in range(300000))
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+        f.write(lines)
+        path = f.name
+    try:
+        check("sort of a 300k-line file", ["sort", "-S", "64M", path], min_mallocs=100)
+    finally:
+        os.unlink(path)
+
+    check("C++ containers and threads", [CXX], min_mallocs=100000)
+
+    print(f"{3 + 1 - len(failures)} passed, {len(failures)} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
