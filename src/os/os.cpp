@@ -92,8 +92,3 @@ uint64_t random_seed() noexcept {
 
 }  // namespace strata::os
 
-// Fallbacks until src/os/numa.cpp provides the NUMA layer (its strong definitions win).
-namespace strata::os {
-__attribute__((weak)) void numa_init() noexcept {}
-__attribute__((weak)) void numa_place(void*, size_t) noexcept {}
-}  // namespace strata::os
