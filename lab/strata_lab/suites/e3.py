@@ -267,6 +267,7 @@ def cells(ctx):
     return [Cell(workload="e3", threads=(LC_PROCS + BE_PROCS) * sh["streams"], argv=argv,
                  metric="lc_launch_p99_ms", unit="ms", higher_is_better=False,
                  latency_metrics=["lc_launch_p99_ms"], cpus=cpus, timeout_s=180,
+                 env={"PYTHONPATH": str(Path(__file__).resolve().parents[2])},
                  params={**sh, "lc_procs": LC_PROCS, "be_procs": BE_PROCS, "work_per_us": work,
                          "device_cpus": cpus, "csv_dir": str(csv_dir)},
                  name="e3/lc2-be4")]
@@ -274,7 +275,7 @@ def cells(ctx):
 
 # ---- the driver: one round ----------------------------------------------------------------
 
-def _busy_jiffies(cpus: list[int]) -> int:
+def busy_jiffies(cpus: list[int]) -> int:
     """Busy time (user, nice, system, irq, softirq, steal) of these CPUs from /proc/stat."""
     total = 0
     with open("/proc/stat") as f:
@@ -331,7 +332,7 @@ def drive(argv: list[str] | None = None) -> int:
                    *common]
             tenants.append((role, csv_path, [str(x) for x in cmd]))
 
-    busy0, cpu0, t0 = _busy_jiffies(cpus), _children_cpu_s(), time.monotonic()
+    busy0, cpu0, t0 = busy_jiffies(cpus), _children_cpu_s(), time.monotonic()
     procs = [(role, p, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
              for role, p, cmd in tenants]
     deadline = time.monotonic() + a.timeout_s
@@ -351,7 +352,7 @@ def drive(argv: list[str] | None = None) -> int:
             continue
         summaries.append(json.loads(out.strip().splitlines()[-1]))
     wall = time.monotonic() - t0
-    busy_s = (_busy_jiffies(cpus) - busy0) / os.sysconf("SC_CLK_TCK")
+    busy_s = (busy_jiffies(cpus) - busy0) / os.sysconf("SC_CLK_TCK")
     own_s = _children_cpu_s() - cpu0
     if errors:
         print("e3 round failed: " + "; ".join(errors), file=sys.stderr)

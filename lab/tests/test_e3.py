@@ -1,0 +1,154 @@
+"""E3 suite: the per-round analysis, the tables, and one real smoke round of the tenants."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from strata_lab.suite import SuiteContext
+from strata_lab.suites import e3
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = Path(os.environ.get("STRATA_BUILD", ROOT / "build"))
+TENANT = BUILD / "bin" / "strata-bench-e3-tenant"
+
+
+@pytest.fixture(scope="module")
+def tenant() -> Path:
+    """The tenant program; built (only that target) when missing."""
+    if not TENANT.exists():
+        if not shutil.which("cmake"):
+            pytest.skip("cmake is not installed")
+        gen = ["-G", "Ninja"] if shutil.which("ninja") else []
+        for cmd in (["cmake", "-S", str(ROOT), "-B", str(BUILD), *gen, "-DCMAKE_BUILD_TYPE=Release"],
+                    ["cmake", "--build", str(BUILD), "--target", "strata-bench-e3-tenant"]):
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode != 0:
+                pytest.fail(f"{' '.join(cmd)} failed:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
+    return TENANT
+
+
+def kernels(n, launch, start=0.0, enqueue_step=1.0, duration=0.5):
+    rows = []
+    for i in range(n):
+        enq = start + i * enqueue_step
+        st = enq + launch[i % len(launch)]
+        rows.append({"stream_id": 0, "kernel_id": i, "priority": 0, "kernel_type": "cpu_burst",
+                     "enqueue_time_ms": enq, "start_time_ms": st, "end_time_ms": st + duration,
+                     "duration_ms": duration, "launch_latency_ms": st - enq,
+                     "e2e_latency_ms": st + duration - enq})
+    return rows
+
+
+def test_p99_matches_numpy():
+    rng = np.random.default_rng(1)
+    for n in (1, 2, 7, 100, 401):
+        v = list(rng.exponential(1.0, n))
+        assert e3.p99(v) == pytest.approx(float(np.percentile(v, 99)))
+
+
+def test_round_metrics_counts_events_and_throughput():
+    lc = kernels(100, [0.01] * 98 + [2.0, 5.0])
+    be = kernels(50, [3.0, 0.1], enqueue_step=10.0, duration=10.0)
+    m = e3.round_metrics(lc, be)
+    assert m["lc_kernels"] == 100 and m["be_kernels"] == 50
+    assert m["lc_events_over_1ms"] == 2
+    assert m["be_events_over_1ms"] == 25
+    assert m["lc_launch_p99_ms"] == pytest.approx(float(np.percentile([r["launch_latency_ms"] for r in lc], 99)))
+    span_ms = max(r["end_time_ms"] for r in be) - 0.0
+    assert m["be_throughput_kps"] == pytest.approx(50 / span_ms)  # kernels per ms = k kernels/s
+    with pytest.raises(ValueError):
+        e3.round_metrics([], be)
+
+
+def _sample(variant, rnd, p99_ms, thr, lc_ev=0, ok=True):
+    s = {"variant": variant, "round": rnd, "warmup": rnd is None, "ok": ok, "cell": "e3/lc2-be4"}
+    if ok:
+        s["metrics"] = {"lc_launch_p99_ms": p99_ms, "be_throughput_kps": thr, "lc_events_over_1ms": lc_ev,
+                        "be_events_over_1ms": 5, "lc_kernels": 400, "be_kernels": 800,
+                        "foreign_cpu_share": 0.01}
+    return s
+
+
+def test_tables_and_verdict():
+    samples = [_sample("native", None, 99.0, 1.0)]  # a warm-up: never counted
+    for r in range(10):
+        samples.append(_sample("native", r, 10.0 + r, 0.360, lc_ev=20))
+        samples.append(_sample("policy", r, 0.1 + r / 100, 0.358))
+        samples.append(_sample("be_idle", r, 5.0, 0.30))
+    samples.append(_sample("policy", 10, 0, 0, ok=False))
+    t = e3.mode_table(samples)
+    assert t["native"]["rounds"] == 10 and t["policy"]["failures"] == 1
+    assert t["native"]["lc_p99_us"]["mean"] == pytest.approx(14500.0)
+    assert t["native"]["lc_p99_us"]["median"] == pytest.approx(14500.0)
+    assert t["native"]["lc_p99_us"]["std"] == pytest.approx(float(np.std([1e4 + 1e3 * r for r in range(10)], ddof=1)))
+    assert t["native"]["lc_events_over_1ms"] == 200
+    v = e3.verdict(t["native"], t["policy"])
+    assert v["lc_p99_mean_change_pct"] < -90 and abs(v["be_throughput_change_pct"]) < 2 and v["met"]
+    assert not e3.verdict(t["native"], t["be_idle"])["met"]
+    md = e3.summarise({"samples": samples})
+    assert "LC per-round P99 launch latency, mean (µs)" in md and "**met**" in md and "**missed**" in md
+    assert "failed rounds" in md
+    assert "No successful native rounds" in e3.summarise({"samples": []})
+
+
+def test_shape_fills_the_device_for_the_round():
+    sh = e3.shape(2, smoke=False)
+    be_work_s = e3.BE_PROCS * sh["streams"] * sh["kernels"] * sh["be_burst_us"] / 1e6
+    assert be_work_s / 2 == pytest.approx(e3.ROUND_S)
+    lc_span_s = sh["kernels"] * (sh["lc_gap_us"] + sh["lc_burst_us"]) / 1e6
+    assert lc_span_s < e3.ROUND_S  # LC requests arrive while BE still runs
+    assert e3.shape(2, smoke=True)["kernels"] == e3.SMOKE["kernels"]
+
+
+def test_tenant_smoke_program(tenant):
+    for args in (["--role", "lc"], ["--role", "be", "--sched", "idle"]):
+        r = subprocess.run([str(tenant), "--smoke", *args], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        d = json.loads(r.stdout.strip().splitlines()[-1])
+        assert d["smoke"] == "ok" and d["kernels_done"] == d["streams"] * d["kernels_per_stream"]
+    r = subprocess.run([str(tenant), "--role", "xx"], capture_output=True, text=True, timeout=10)
+    assert r.returncode == 2 and "lc or be" in r.stderr
+
+
+def test_one_round_end_to_end(tenant, tmp_path, monkeypatch):
+    """A smoke-sized round through the driver: 6 CSVs with E3's columns and S*K rows each."""
+    monkeypatch.setenv("STRATA_BUILD", str(BUILD))
+    cell = e3.cells(SuiteContext(smoke=True))[0]
+    assert cell.metric == "lc_launch_p99_ms" and not cell.higher_is_better
+    argv = [str(a) for a in cell.argv]
+    argv[argv.index("--csv-dir") + 1] = str(tmp_path)
+    argv.remove("--discard-csv")
+    import resource
+
+    # SCHED_FIFO needs root, CAP_SYS_NICE or an RLIMIT_RTPRIO allowance; else check the native mode.
+    rt_ok = os.geteuid() == 0 or resource.getrlimit(resource.RLIMIT_RTPRIO)[0] >= 10
+    mode = "policy" if rt_ok else "native"
+    env = {**os.environ, **cell.env, "STRATA_LAB_VARIANT": mode, "STRATA_LAB_ROUND": "0"}
+    r = subprocess.run(argv + e3.VARIANTS[mode]["args"], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    m = json.loads(r.stdout.strip().splitlines()[-1])
+    s, k = cell.params["streams"], cell.params["kernels"]
+    assert m["lc_kernels"] == e3.LC_PROCS * s * k and m["be_kernels"] == e3.BE_PROCS * s * k
+    expected = {"lc": ["fifo:10"], "be": ["idle"]} if rt_ok else {"lc": ["normal"], "be": ["normal"]}
+    assert m["sched_observed"] == expected
+    files = sorted(tmp_path.glob(f"round0-{mode}-*.csv"))
+    assert len(files) == e3.LC_PROCS + e3.BE_PROCS
+    for f in files:
+        with open(f, newline="") as fh:
+            rows = list(csv.DictReader(fh))
+            assert list(rows[0].keys()) == e3.CSV_COLUMNS
+        assert len(rows) == s * k
+        for row in rows:
+            assert float(row["enqueue_time_ms"]) <= float(row["start_time_ms"]) <= float(row["end_time_ms"])
+            assert float(row["launch_latency_ms"]) == pytest.approx(
+                float(row["start_time_ms"]) - float(row["enqueue_time_ms"]), abs=2e-6)
+            assert row["priority"] == ("-1" if "-lc" in f.name else "0")

@@ -1,0 +1,165 @@
+"""E5 suite: /proc counters, client output parsing, the matrix, the report, and real smoke runs of
+strata's HTTP server (answers, then one driver sample under wrk)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from strata_lab.suite import SuiteContext
+from strata_lab.suites import e5
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = Path(os.environ.get("STRATA_BUILD", ROOT / "build"))
+HTTPD = BUILD / "bin" / "strata-bench-e5-httpd"
+
+
+@pytest.fixture(scope="module")
+def httpd() -> Path:
+    if not HTTPD.exists():
+        if not shutil.which("cmake"):
+            pytest.skip("cmake is not installed")
+        gen = ["-G", "Ninja"] if shutil.which("ninja") else []
+        for cmd in (["cmake", "-S", str(ROOT), "-B", str(BUILD), *gen, "-DCMAKE_BUILD_TYPE=Release"],
+                    ["cmake", "--build", str(BUILD), "--target", "strata-bench-e5-httpd"]):
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode != 0:
+                pytest.fail(f"{' '.join(cmd)} failed:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
+    return HTTPD
+
+
+def test_thread_counters_of_this_process():
+    pid = os.getpid()
+    before = e5.thread_counters([pid])
+    assert pid in before and before[pid]["vol"] >= 0 and before[pid]["cpu_ticks"] >= 0
+    t0 = time.monotonic()
+    for _ in range(20):
+        time.sleep(0.001)  # voluntary switches
+    x = sum(i * i for i in range(300000))  # some CPU
+    after = e5.thread_counters([pid])
+    d = e5.counter_deltas(before, after, time.monotonic() - t0)
+    me = next(t for t in d["threads"] if t["tid"] == pid)
+    assert me["vol_per_s"] > 0 and x > 0
+    assert d["thread_count"] == len(after) and d["cpu_cores"] >= 0
+    assert e5.process_tree(pid)[0] == pid
+    assert e5.peak_rss_kb([pid]) > 0
+
+
+def test_counter_deltas_math():
+    before = {1: {"name": "a", "vol": 10, "invol": 2, "cpu_ticks": 100}}
+    after = {1: {"name": "a", "vol": 30, "invol": 6, "cpu_ticks": 100 + e5.CLK_TCK},
+             2: {"name": "b", "vol": 10, "invol": 0, "cpu_ticks": 0}}  # appeared in the window
+    d = e5.counter_deltas(before, after, 2.0)
+    assert [t["vol_per_s"] for t in d["threads"]] == [10.0, 5.0]
+    assert d["vol_per_s_per_thread"] == 7.5 and d["invol_per_s_per_thread"] == 1.0
+    assert d["cpu_cores"] == pytest.approx(0.5)
+
+
+def test_parse_wrk_and_redis():
+    line = ('{"wrk":1,"requests":1000,"duration_us":2000000,"bytes":5,"errors":{"connect":0,"read":1,'
+            '"write":0,"status":0,"timeout":0},"latency_us":{"min":1,"mean":2.0,"stdev":1.0,"max":900,'
+            '"p50":100,"p75":150,"p90":200,"p99":500,"p999":800}}')
+    w = e5.parse_wrk("Running 2s test\n" + line + "\n")
+    assert w["requests_per_sec"] == 500 and w["latency_p90_ms"] == 0.2 and w["latency_p99_ms"] == 0.5
+    assert w["errors"] == 1
+    with pytest.raises(ValueError):
+        e5.parse_wrk("no report")
+    csv_text = ('"test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms",'
+                '"p99_latency_ms","max_latency_ms"\n"SET","19479.98","2.5","0.1","2.799","14.135","18.063","21.807"\n')
+    r = e5.parse_redis_csv(csv_text)
+    assert r["requests_per_sec"] == pytest.approx(19479.98) and r["latency_p95_ms"] == pytest.approx(14.135)
+    assert "latency_p90_ms" not in r
+
+
+def test_matrix_defaults_and_environment(monkeypatch):
+    for k in ("STRATA_E5_SERVERS", "STRATA_E5_SERVER_CPUS", "STRATA_E5_CLIENT_CPUS",
+              "STRATA_E5_CLIENT_THREADS", "STRATA_E5_CONNECTIONS"):
+        monkeypatch.delenv(k, raising=False)
+    m2 = e5.matrix(SuiteContext(cpus=[0, 1]))
+    assert m2["server_cpus"] == ["0"] and m2["client_cpus"] == ["1", "0"] and m2["client_threads"] == [1, 2]
+    m16 = e5.matrix(SuiteContext(cpus=list(range(16))))
+    assert m16["server_cpus"] == ["0", "0-1", "0,1,2,3"] and m16["client_cpus"] == ["4,5,6,7"]
+    monkeypatch.setenv("STRATA_E5_SERVERS", "httpd")
+    monkeypatch.setenv("STRATA_E5_SERVER_CPUS", "0 0-1")
+    monkeypatch.setenv("STRATA_E5_CLIENT_CPUS", "1")
+    monkeypatch.setenv("STRATA_E5_CLIENT_THREADS", "3")
+    m = e5.matrix(SuiteContext(cpus=[0, 1]))
+    assert m["servers"] == ["httpd"] and m["server_cpus"] == ["0", "0-1"] and m["client_threads"] == [3]
+    assert e5.matrix(SuiteContext(cpus=[0, 1], threads=[4]))["client_threads"] == [4]
+    monkeypatch.setenv("STRATA_E5_SERVERS", "apache")
+    with pytest.raises(ValueError):
+        e5.matrix(SuiteContext(cpus=[0, 1]))
+
+
+def test_summarise_table():
+    cell = {"id": "e5-httpd/s0/c1/t1", "params": {"server": "httpd", "server_cpus": "0", "client_cpus": "1",
+                                                   "client_threads": 1}}
+    metrics = {"requests_per_sec": 1000.0, "latency_p50_ms": 1.0, "latency_p90_ms": 2.0, "latency_p99_ms": 3.0,
+               "server_vol_cs_per_s_per_thread": 10.0, "server_invol_cs_per_s_per_thread": 1.0,
+               "client_vol_cs_per_s_per_thread": 5.0, "client_invol_cs_per_s_per_thread": 0.5,
+               "server_cpu_cores": 0.9, "client_cpu_cores": 0.8, "server_peak_rss_kb": 2048, "errors": 0,
+               "foreign_cpu_share": 0.0}
+    samples = [{"cell": cell["id"], "variant": v, "warmup": False, "ok": True,
+                "metrics": {**metrics, "requests_per_sec": rps}}
+               for v, rps in (("glibc", 900.0), ("glibc", 1100.0), ("glibc", 1000.0), ("mimalloc", 2000.0))]
+    samples.append({"cell": cell["id"], "variant": "mimalloc", "warmup": False, "ok": False})
+    doc = {"cells": [cell], "variants": {"glibc": {}, "mimalloc": {}}, "samples": samples,
+           "settings": {"cpus": [0, 1]}}
+    rows = e5.cell_table(doc)
+    assert rows[0]["requests_per_sec"] == 1000.0 and rows[0]["n"] == 3
+    assert rows[1]["n"] == 1 and rows[1]["failures"] == 1
+    md = e5.summarise(doc)
+    assert "| httpd | 0 | 1 | 1 | glibc | 1,000 |" in md and "16-core" in md
+
+
+def test_httpd_smoke_program(httpd):
+    r = subprocess.run([str(httpd), "--smoke"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.strip().splitlines()[-1])["smoke"] == "ok"
+
+
+def test_httpd_answers_http_clients(httpd):
+    proc = subprocess.Popen([str(httpd), "--port", "0", "--threads", "2", "--body-bytes", "37",
+                             "--max-seconds", "30"], stdout=subprocess.PIPE, text=True)
+    try:
+        port = json.loads(proc.stdout.readline())["port"]
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        for path in ("/", "/a/b?c=d"):
+            conn.request("GET", path)
+            resp = conn.getresponse()
+            assert resp.status == 200 and resp.read() == b"x" * 37
+            assert resp.getheader("Content-Length") == "37"
+        conn.request("DELETE", "/")
+        resp = conn.getresponse()
+        assert resp.status == 405 and resp.read() == b""
+        conn.close()
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=10)
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert proc.returncode == 0 and summary["requests"] == 3 and summary["peak_rss_kb"] > 0
+
+
+@pytest.mark.skipif(not shutil.which("wrk"), reason="wrk not installed (scripts/setup.sh installs it)")
+def test_one_sample_end_to_end(httpd, monkeypatch):
+    """A smoke-sized sample through the driver: a fresh pinned server, one wrk run, the metrics."""
+    monkeypatch.setenv("STRATA_BUILD", str(BUILD))
+    cells = e5.cells(SuiteContext(smoke=True, cpus=sorted(os.sched_getaffinity(0))))
+    assert len(cells) == 1 and cells[0].preload == "driver" and cells[0].metric == "requests_per_sec"
+    c = cells[0]
+    r = subprocess.run([str(a) for a in c.argv], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, **c.env, "STRATA_LAB_PRELOAD": ""})
+    assert r.returncode == 0, r.stderr
+    m = json.loads(r.stdout.strip().splitlines()[-1])
+    assert m["requests"] > 0 and m["errors"] == 0 and m["requests_per_sec"] > 0
+    assert 0 < m["latency_p50_ms"] <= m["latency_p90_ms"] <= m["latency_p99_ms"]
+    assert m["server_peak_rss_kb"] > 0 and m["server_cpu_cores"] > 0
+    assert m["server_vol_cs_per_s_per_thread"] >= 0 and m["client_vol_cs_per_s_per_thread"] >= 0
+    assert len(m["server_threads"]) >= 2  # main thread + at least one worker
