@@ -461,8 +461,10 @@ std::string group_numa() {
     if (!where.empty()) pages += std::string(nodes.empty() ? "" : ",") + "\"unbacked\":" +
                                  std::to_string(where.back());
     pages += "}";
+    summary bw = summarise(gbps);
+    flat += ",\"numa." + spec + "/first_touch_gbps\":" + num(bw.median);
     out += (si ? "," : "") + str(spec) + ":{\"applied\":" + (applied ? "true" : "false") +
-           ",\"bandwidth\":" + summary_json(summarise(gbps)) + ",\"pages_per_node\":" + pages +
+           ",\"bandwidth\":" + summary_json(bw) + ",\"pages_per_node\":" + pages +
            ",\"placement_matches_policy\":" + (matches ? "true" : "false") +
            ",\"kernel_policy\":" + str(kernel_mode >= 0 && kernel_mode <= 4 ? mode_names[kernel_mode] : "unknown") +
            "}";
@@ -655,7 +657,7 @@ int main(int argc, char** argv) {
     }
 
   raw("{\"suite\":\"e4\",\"schema\":1,\"allocator\":" + str(allocator_name()) +
-      ",\"smoke\":" + (cfg.smoke ? "true" : "false") + ",\"threads\":1,\"samples\":" +
+      ",\"smoke\":" + (cfg.smoke ? "true" : "false") + ",\"threads\":" + (cfg.wants("batch100") ? "2" : "1") + ",\"samples\":" +
       std::to_string(cfg.samples) + ",\"cpus\":" + std::to_string(std::thread::hardware_concurrency()) +
       ",\"groups\":{");
   bool first = true;
