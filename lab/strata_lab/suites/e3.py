@@ -228,6 +228,21 @@ def summarise(results: dict) -> str:
 
 # ---- the suite ----------------------------------------------------------------------------
 
+def rt_allowed(priority: int = 10) -> bool:
+    """Whether this user may put LC tenants under SCHED_FIFO (root, or an RLIMIT_RTPRIO grant;
+    CAP_SYS_NICE alone is not detected and is reported by the tenant when it fails)."""
+    import resource
+
+    return os.geteuid() == 0 or resource.getrlimit(resource.RLIMIT_RTPRIO)[0] >= priority
+
+
+def smoke_skip():
+    if not rt_allowed():
+        return ("the policy mode puts LC tenants under SCHED_FIFO, which needs root or an "
+                "RLIMIT_RTPRIO of 10 (ulimit -r 10)")
+    return None
+
+
 def calibrate(exe: str | Path) -> float:
     """Loop iterations per µs on an idle CPU, measured once so every round and mode runs the same
     work per kernel."""
