@@ -10,7 +10,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from . import __version__, allocators, analysis, machine, paths, results, runner
+from . import __version__, allocators, machine, paths, results, runner
 from .errors import LabError
 from .suite import SuiteContext, available_suites, load_suite
 
@@ -42,7 +42,7 @@ def _int_list(text: str, what: str) -> list[int]:
 
 def cmd_run(a: argparse.Namespace) -> int:
     suite = load_suite(a.suite)
-    cpus = runner.parse_cpus(a.cpus) if a.cpus else sorted(os.sched_getaffinity(0))
+    cpus = runner.parse_cpus(a.cpus) if a.cpus is not None else sorted(os.sched_getaffinity(0))
     if a.rounds is not None and a.rounds < 1:
         raise LabError("--rounds must be at least 1")
     if a.warmup is not None and a.warmup < 0:
@@ -169,7 +169,7 @@ def _progress(err, disabled: bool):
 
 
 def _show(doc: dict, console, baseline: str | None, write_report: bool) -> None:
-    from . import tables
+    from . import analysis, tables
 
     an = analysis.analyse(doc, baseline)
     tables.print_analysis(an, console, doc)
@@ -199,7 +199,7 @@ def cmd_report(a: argparse.Namespace) -> int:
 
 
 def cmd_compare(a: argparse.Namespace) -> int:
-    from . import tables
+    from . import analysis, tables
 
     if not 0 < a.alpha < 1:
         raise LabError("--alpha must be between 0 and 1")

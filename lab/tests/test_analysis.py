@@ -1,0 +1,87 @@
+"""analysis: ratios against the baseline, geometric mean, failures and oversubscription, compare."""
+
+import pytest
+
+from strata_lab import analysis, results
+
+
+def doc_with(values: dict, cells=None, complete=True, failures=()):
+    """values: {(cell, variant): [metric per round]}."""
+    cells = cells or [{"id": "a/t1", "workload": "a", "threads": 1, "metric": "ops", "unit": "ops/s",
+                       "higher_is_better": True, "oversubscribed": False, "latency_metrics": []},
+                      {"id": "b/t4", "workload": "b", "threads": 4, "metric": "ms", "unit": "ms",
+                       "higher_is_better": False, "oversubscribed": True, "latency_metrics": ["p99"]}]
+    samples = []
+    for (cell, variant), vals in values.items():
+        for r, v in enumerate(vals):
+            samples.append({"cell": cell, "variant": variant, "round": r, "warmup": False, "ok": True,
+                            "metrics": {cells[[c["id"] for c in cells].index(cell)]["metric"]: v, "p99": v * 2},
+                            "peak_rss_kb": 1000 * (2 if variant == "x" else 1)})
+        # a warm-up sample with an absurd value must not count
+        samples.append({"cell": cell, "variant": variant, "round": None, "warmup": True, "ok": True,
+                        "metrics": {"ops": 1e12, "ms": 1e12}, "peak_rss_kb": 1})
+    for cell, variant in failures:
+        samples.append({"cell": cell, "variant": variant, "round": 0, "warmup": False, "ok": False,
+                        "failure": {"kind": "crash", "message": "killed by signal SIGSEGV",
+                                    "exit_status": -11, "stderr_tail": "boom"}})
+    return {"schema": results.SCHEMA, "schema_version": 1, "run_id": "t", "suite": "s",
+            "complete": complete, "interrupted": None if complete else "SIGINT",
+            "settings": {"rounds": 5, "cpus": [0, 1], "baseline": "base", "planned_samples": 99},
+            "variants": {"base": {}, "x": {}}, "cells": cells, "samples": samples,
+            "machine": {}, "git": {}}
+
+
+def test_ratios_geomean_and_warnings():
+    d = doc_with({("a/t1", "base"): [10, 10, 10, 10, 10], ("a/t1", "x"): [20, 20, 20, 20, 20],
+                  ("b/t4", "base"): [8, 8, 8, 8, 8], ("b/t4", "x"): [4, 4, 4, 4, 4]})
+    an = analysis.analyse(d)
+    a, b = an["cells"]
+    assert a["by_variant"]["x"]["speedup"] == 2.0          # 20 / 10 ops/s
+    assert b["by_variant"]["x"]["speedup"] == 2.0          # 8 ms / 4 ms, lower is better
+    assert a["by_variant"]["x"]["rss_ratio"] == 2.0         # 2000 / 1000 KiB
+    assert an["geomean"]["x"]["speedup"] == pytest.approx(2.0)
+    assert an["geomean"]["base"]["speedup"] == 1.0
+    assert a["by_variant"]["x"]["summary"].median == 20     # warm-up 1e12 excluded
+    # per-round P99 of the latency metric: p99 = 2 * ms = 8 in every round for x
+    assert b["by_variant"]["x"]["latency"]["p99"]["mean"] == 8.0
+    assert any("oversubscribed" in w for w in an["warnings"])
+
+
+def test_failures_are_counted_never_averaged():
+    d = doc_with({("a/t1", "base"): [10, 11, 12, 10, 11], ("a/t1", "x"): [20, 21, 22, 20, 21],
+                  ("b/t4", "base"): [8] * 5, ("b/t4", "x"): []}, failures=[("b/t4", "x")] * 5)
+    an = analysis.analyse(d)
+    e = an["cells"][1]["by_variant"]["x"]
+    assert e["n"] == 0 and e["failures"] == 5 and e["summary"] is None and e["speedup"] is None
+    assert any("failure — crash: killed by signal SIGSEGV" in w for w in an["warnings"])
+    assert an["geomean"]["x"]["cells"] == 1  # only the cell where both succeeded
+
+
+def test_wide_spread_and_incomplete_are_flagged():
+    d = doc_with({("a/t1", "base"): [10, 10, 10, 10, 10], ("a/t1", "x"): [5, 10, 20, 10, 15],
+                  ("b/t4", "base"): [8] * 5, ("b/t4", "x"): [8] * 5}, complete=False)
+    an = analysis.analyse(d)
+    assert any(w.startswith("INCOMPLETE") for w in an["warnings"])
+    assert any("a/t1 / x: wide spread" in w for w in an["warnings"])
+
+
+def test_compare_says_which_differences_are_significant():
+    a = doc_with({("a/t1", "base"): [1, 2, 3, 4, 5], ("a/t1", "x"): [10, 11, 12, 13, 14],
+                  ("b/t4", "base"): [8] * 5, ("b/t4", "x"): [8] * 5})
+    b = doc_with({("a/t1", "base"): [6, 7, 8, 9, 10], ("a/t1", "x"): [10, 12, 11, 14, 13],
+                  ("b/t4", "base"): [8] * 5, ("b/t4", "x"): [8] * 5})
+    cmp = analysis.compare(a, b)
+    rows = {(r["cell"], r["variant"]): r for r in cmp["rows"]}
+    base = rows[("a/t1", "base")]
+    assert base["significant"] and base["p_value"] == pytest.approx(2 / 252)
+    assert base["speedup"] == 8 / 3 and base["verdict"] == "faster"
+    assert not rows[("a/t1", "x")]["significant"]
+    assert rows[("b/t4", "x")]["verdict"] == "no significant difference"
+
+
+def test_unknown_baseline_is_an_error():
+    from strata_lab.errors import LabError
+
+    d = doc_with({("a/t1", "base"): [1], ("a/t1", "x"): [2], ("b/t4", "base"): [1], ("b/t4", "x"): [1]})
+    with pytest.raises(LabError, match="baseline 'nope'"):
+        analysis.analyse(d, "nope")

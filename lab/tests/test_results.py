@@ -1,0 +1,84 @@
+"""results.json: round trip, never overwriting a run, clear errors for corrupt files."""
+
+import json
+import os
+
+import pytest
+
+from strata_lab import results
+from strata_lab.errors import LabError
+
+from .conftest import lab
+
+
+def minimal_doc():
+    return {
+        "schema": results.SCHEMA, "schema_version": results.SCHEMA_VERSION, "run_id": "x",
+        "suite": "patterns", "complete": True, "interrupted": None, "settings": {"rounds": 1, "cpus": [0]},
+        "variants": {"glibc": {"kind": "allocator", "library": None, "version": "2.36"}},
+        "cells": [{"id": "larson/t1", "workload": "larson", "threads": 1, "metric": "ops_per_sec"}],
+        "samples": [{"index": 0, "cell": "larson/t1", "variant": "glibc", "round": 0, "warmup": False,
+                     "ok": True, "metrics": {"ops_per_sec": 1.5e6, "nested": {"a": [1, 2]}},
+                     "peak_rss_kb": 3000}],
+    }
+
+
+def test_round_trip(tmp_path):
+    doc = minimal_doc()
+    results.write_atomic(tmp_path / "results.json", doc)
+    back = results.load(tmp_path)
+    back.pop("_path")
+    assert back == doc
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+
+
+def test_non_finite_numbers_become_null(tmp_path):
+    doc = minimal_doc()
+    doc["samples"][0]["metrics"]["ratio"] = float("inf")
+    results.write_atomic(tmp_path / "results.json", doc)
+    assert json.loads((tmp_path / "results.json").read_text())["samples"][0]["metrics"]["ratio"] is None
+
+
+def test_new_run_dir_never_reuses_a_directory(tmp_path):
+    dirs = {results.new_run_dir(tmp_path, "e1") for _ in range(3)}
+    assert len(dirs) == 3 and all(d.is_dir() for d in dirs)
+
+
+@pytest.mark.parametrize("content, message", [
+    ("{not json", "not valid JSON"),
+    ('{"schema": "something else"}', "not a strata-lab results document"),
+    ('{"schema": "strata-lab/results", "schema_version": 1}', "missing"),
+    ("", "not valid JSON"),
+])
+def test_corrupt_files_are_refused(tmp_path, content, message):
+    (tmp_path / "results.json").write_text(content)
+    with pytest.raises(LabError, match=message):
+        results.load(tmp_path)
+
+
+def test_sample_naming_unknown_cell_is_corrupt(tmp_path):
+    doc = minimal_doc()
+    doc["samples"][0]["cell"] = "nope/t1"
+    results.write_atomic(tmp_path / "results.json", doc)
+    with pytest.raises(LabError, match="unknown cell"):
+        results.load(tmp_path)
+
+
+def test_newer_schema_version_is_refused(tmp_path):
+    doc = minimal_doc()
+    doc["schema_version"] = 99
+    results.write_atomic(tmp_path / "results.json", doc)
+    with pytest.raises(LabError, match="schema version 99"):
+        results.load(tmp_path)
+
+
+def test_cli_report_on_corrupt_file_exits_nonzero(tmp_path):
+    (tmp_path / "results.json").write_text('{"schema": "strata-lab/results", "samples": [')
+    r = lab("report", str(tmp_path))
+    assert r.returncode == 2
+    assert "corrupt results file" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_cli_report_on_missing_file(tmp_path):
+    r = lab("report", str(tmp_path / "nothing"))
+    assert r.returncode == 2 and "no results file" in r.stderr

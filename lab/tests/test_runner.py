@@ -1,0 +1,116 @@
+"""One sample = one process: results, failures (exit, signal, timeout, bad output), preload, CPUs."""
+
+import os
+
+import pytest
+
+from strata_lab import allocators, runner
+from strata_lab.errors import LabError
+from strata_lab.suite import Cell, parse_last_json
+
+
+def sample(script: str, timeout: float = 30, metric: str = "v", variant=None, **kw):
+    cell = Cell(workload="sh", threads=1, argv=["/bin/sh", "-c", script], metric=metric,
+                timeout_s=timeout, **kw)
+    return runner.run_sample(cell, variant or runner.Variant("glibc"), None, {}, None,
+                             lambda c, out: parse_last_json(out))
+
+
+def test_success_records_metrics_and_usage():
+    rec = sample('echo "log line"; echo \'{"v": 42.5, "threads": 1, "extra": [1,2]}\'')
+    assert rec["ok"] and rec["failure"] is None
+    assert rec["metrics"] == {"v": 42.5, "threads": 1, "extra": [1, 2]}
+    for key in ("wall_s", "user_s", "sys_s", "peak_rss_kb", "voluntary_ctx_switches",
+                "involuntary_ctx_switches", "minor_faults", "major_faults"):
+        assert rec[key] is not None and rec[key] >= 0
+    assert rec["exit_status"] == 0
+    # the launcher gives the command's own peak RSS, not the lab's (~100 MiB with numpy loaded)
+    assert rec["rusage_source"] == "launcher" and rec["peak_rss_kb"] < 20000
+
+
+def test_nonzero_exit_is_a_failure_with_stderr_tail():
+    rec = sample('echo "{\\"v\\": 1}"; echo "it went wrong" >&2; exit 3')
+    assert not rec["ok"] and "metrics" not in rec
+    f = rec["failure"]
+    assert f["kind"] == "exit" and f["exit_status"] == 3 and "it went wrong" in f["stderr_tail"]
+
+
+def test_crash_is_recorded_with_its_signal():
+    rec = sample('echo partial >&2; kill -SEGV $$')
+    assert not rec["ok"]
+    assert rec["failure"]["kind"] == "crash" and rec["failure"]["signal"] == "SIGSEGV"
+    assert rec["exit_status"] == -11 and "partial" in rec["failure"]["stderr_tail"]
+
+
+def test_timeout_kills_the_process_group():
+    rec = sample("sleep 30 & sleep 30; echo '{\"v\": 1}'", timeout=0.3)
+    assert not rec["ok"] and rec["failure"]["kind"] == "timeout"
+    assert "0.3 s" in rec["failure"]["message"]
+
+
+@pytest.mark.parametrize("script, why", [("echo not json", "no JSON"),
+                                         ("echo '{\"other\": 1}'", "no finite number 'v'"),
+                                         ("echo '{\"v\": \"fast\"}'", "no finite number 'v'")])
+def test_output_without_the_metric_is_a_failure(script, why):
+    rec = sample(script)
+    assert not rec["ok"] and rec["failure"]["kind"] == "parse" and why in rec["failure"]["message"]
+
+
+def test_allocator_goes_into_ld_preload_of_the_command_only():
+    lib = allocators.locate("jemalloc") or allocators.locate("mimalloc")
+    if lib is None:
+        pytest.skip("no peer allocator installed (scripts/setup.sh installs them)")
+    v = runner.Variant.from_allocator(lib)
+    rec = sample('printf \'{"v": 1, "preload": "%s"}\\n\' "$LD_PRELOAD"', variant=v)
+    assert rec["ok"] and rec["metrics"]["preload"] == lib.library
+    rec = sample('printf \'{"v": 1, "preload": "%s", "driver": "%s"}\\n\' "$LD_PRELOAD" "$STRATA_LAB_PRELOAD"',
+                 variant=v, preload="driver")
+    assert rec["metrics"]["preload"] == "" and rec["metrics"]["driver"] == lib.library
+
+
+def test_pinning_reaches_the_command():
+    cpu = sorted(os.sched_getaffinity(0))[-1]
+    cell = Cell(workload="sh", threads=1, metric="v", argv=[
+        "/bin/sh", "-c", "printf '{\"v\": 1, \"allowed\": \"%s\"}\\n' \"$(grep Cpus_allowed_list /proc/self/status | cut -f2)\""])
+    rec = runner.run_sample(cell, runner.Variant("glibc"), [cpu], {}, None, lambda c, o: parse_last_json(o))
+    assert rec["metrics"]["allowed"] == str(cpu) and rec["cpus"] == [cpu]
+    assert os.sched_getaffinity(0) != {cpu} or len(os.sched_getaffinity(0)) == 1  # lab restored
+
+
+def test_workload_timeline_and_own_peak_rss_override():
+    rec = sample('echo \'{"v": 1, "srv_kb": 777, "rss_timeline": {"t_ms": [0, 10], "rss_kb": [5, 6]}}\'',
+                 peak_rss_metric="srv_kb")
+    assert rec["peak_rss_kb"] == 777 and rec["rss_timeline"]["source"] == "workload"
+    assert rec["rss_timeline"]["rss_kb"] == [5, 6] and "rss_timeline" not in rec["metrics"]
+
+
+@pytest.mark.parametrize("text, expected", [("0", [0]), ("0-0", [0]), (" 0 ", [0])])
+def test_parse_cpus(text, expected):
+    assert runner.parse_cpus(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "a", "1-0", "-1", "0,,1", "9999", "0-9999", "0;1"])
+def test_bad_cpu_lists(text):
+    with pytest.raises(LabError, match="bad CPU list"):
+        runner.parse_cpus(text)
+
+
+def test_plan_interleaves_variants_within_rounds():
+    cells = [Cell("a", 1, ["x"], "m"), Cell("b", 1, ["x"], "m")]
+    vs = [runner.Variant("p"), runner.Variant("q"), runner.Variant("r")]
+    order = runner.plan(cells, vs, rounds=5, warmup=1, seed=3)
+    assert len(order) == 2 * 3 * (5 + 1)
+    counted = [(c.id, v.name, r) for c, v, r in order if r is not None]
+    for r in range(5):  # every cell and variant exactly once per round, rounds in order
+        block = [x for x in counted if x[2] == r]
+        assert sorted(block) == sorted((c.id, v.name, r) for c in cells for v in vs)
+    rounds_seen = [r for _, _, r in counted]
+    assert rounds_seen == sorted(rounds_seen)
+    # warm-ups of a cell come before its first counted sample
+    first = {c.id: next(i for i, (cc, _, r) in enumerate(order) if cc.id == c.id and r is not None) for c in cells}
+    for i, (c, _, r) in enumerate(order):
+        if r is None:
+            assert i < first[c.id]
+    # the order within rounds is shuffled (not always the same permutation)
+    perms = {tuple(v for cid, v, rr in counted if rr == r and cid == "a/t1") for r in range(5)}
+    assert len(perms) > 1
