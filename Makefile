@@ -38,8 +38,8 @@ test-lab:
 
 # The main job: strata against the peer allocators, ending in a table and a report.
 bench: build
-	@if [ -x $(LAB) ]; then $(LAB) run --suite default --report; \
-	 else $(VENV)/bin/python bench/e1_compare.py; fi
+	@if [ ! -x $(LAB) ]; then echo "make bench: $(LAB) is missing: run make setup" >&2; exit 1; fi
+	@$(LAB) run --suite default --report
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan
