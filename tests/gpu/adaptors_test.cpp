@@ -1,0 +1,136 @@
+// statistics, limiting, tracking and logging adaptors.
+#include <strata/gpu/gpu.hpp>
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace strata::gpu;
+
+namespace {
+
+struct adaptors : ::testing::Test {
+  std::shared_ptr<sim_backend> dev = make_sim_backend();
+  cuda_resource upstream{dev};
+};
+
+TEST_F(adaptors, statistics_counts_current_peak_and_total) {
+  statistics_adaptor stats(upstream);
+  void* a = stats.allocate(1000);
+  void* b = stats.allocate(3000);
+  stats.deallocate(a, 1000);
+  void* c = stats.allocate(500);
+  auto k = stats.counts();
+  EXPECT_EQ(k.current_bytes, 3500);
+  EXPECT_EQ(k.peak_bytes, 4000);
+  EXPECT_EQ(k.total_bytes, 4500);
+  EXPECT_EQ(k.current_count, 2);
+  EXPECT_EQ(k.peak_count, 2);
+  EXPECT_EQ(k.total_count, 3);
+  stats.deallocate(b, 3000);
+  stats.deallocate(c, 500);
+  EXPECT_EQ(stats.counts().current_bytes, 0);
+}
+
+TEST_F(adaptors, statistics_is_exact_under_threads) {
+  statistics_adaptor stats(upstream);
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 4; ++t)
+    ts.emplace_back([&] {
+      for (int i = 0; i < 200; ++i) stats.deallocate(stats.allocate(256), 256);
+    });
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(stats.counts().total_count, 800);
+  EXPECT_EQ(stats.counts().current_bytes, 0);
+}
+
+TEST_F(adaptors, limiting_refuses_past_the_limit_with_the_remaining_budget) {
+  limiting_adaptor limit(upstream, 1 << 20);
+  void* a = limit.allocate(768 << 10);
+  try {
+    limit.allocate(512 << 10);
+    FAIL() << "over the limit";
+  } catch (const out_of_memory_error& e) {
+    EXPECT_EQ(e.requested(), std::size_t{512} << 10);
+    EXPECT_EQ(e.free_total(), std::size_t{256} << 10);
+    EXPECT_EQ(e.fragmentation(), 0.0);
+  }
+  EXPECT_EQ(limit.used(), std::size_t{768} << 10);
+  limit.deallocate(a, 768 << 10);
+  void* b = limit.allocate(1 << 20);  // the whole budget again
+  limit.deallocate(b, 1 << 20);
+  EXPECT_EQ(limit.used(), 0u);
+}
+
+TEST_F(adaptors, limiting_gives_back_the_charge_when_upstream_fails) {
+  limiting_adaptor limit(upstream, ~std::size_t{0} >> 1);
+  EXPECT_THROW(limit.allocate(std::size_t{1} << 40), out_of_memory_error);  // device refuses
+  EXPECT_EQ(limit.used(), 0u);
+}
+
+TEST_F(adaptors, tracking_reports_outstanding_and_mismatched_frees) {
+  tracking_adaptor track(upstream);
+  stream_view s = dev->stream_create();
+  void* a = track.allocate(100, s);
+  void* b = track.allocate(200);
+  auto live = track.outstanding();
+  ASSERT_EQ(live.size(), 2u);
+  EXPECT_EQ(live[a].bytes, 100u);
+  EXPECT_EQ(live[a].stream, s);
+  EXPECT_EQ(track.outstanding_bytes(), 300u);
+  track.deallocate(b, 999);  // wrong size: counted, not forwarded
+  EXPECT_EQ(track.mismatched_deallocations(), 1u);
+  EXPECT_EQ(track.outstanding().size(), 2u);
+  int x;
+  track.deallocate(&x, 4);  // never allocated here
+  EXPECT_EQ(track.mismatched_deallocations(), 2u);
+  track.deallocate(b, 200);
+  track.deallocate(a, 100, s);
+  EXPECT_EQ(track.outstanding_bytes(), 0u);
+  EXPECT_EQ(upstream.info().allocated_bytes, 0u);
+  dev->stream_destroy(s);
+}
+
+TEST_F(adaptors, logging_writes_a_replayable_csv_trace) {
+  std::ostringstream out;
+  stream_view s = dev->stream_create();
+  void* a;
+  {
+    logging_adaptor log(upstream, out);
+    a = log.allocate(4096, s);
+    log.deallocate(a, 4096, s);
+    EXPECT_THROW(log.allocate(std::size_t{1} << 40), out_of_memory_error);
+  }
+  std::istringstream in(out.str());
+  std::string line;
+  std::vector<std::string> lines;
+  while (std::getline(in, line)) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 4u) << out.str();
+  EXPECT_EQ(lines[0], logging_adaptor::header);
+  auto fields = [](const std::string& l) {
+    std::vector<std::string> f;
+    std::stringstream ss(l);
+    std::string x;
+    while (std::getline(ss, x, ',')) f.push_back(x);
+    return f;
+  };
+  auto alloc = fields(lines[1]), free = fields(lines[2]), oom = fields(lines[3]);
+  ASSERT_EQ(alloc.size(), 7u);
+  EXPECT_EQ(alloc[0], "alloc");
+  EXPECT_EQ(free[0], "free");
+  EXPECT_EQ(oom[0], "oom");
+  EXPECT_EQ(std::stoull(alloc[3], nullptr, 16), reinterpret_cast<std::uintptr_t>(a));
+  EXPECT_EQ(alloc[3], free[3]);
+  EXPECT_EQ(alloc[4], "4096");
+  EXPECT_EQ(std::stoull(alloc[5], nullptr, 16), s.id());
+  EXPECT_EQ(alloc[6], "256");
+  EXPECT_EQ(alloc[1], free[1]);                             // same thread
+  EXPECT_LE(std::stoll(alloc[2]), std::stoll(free[2]));     // time never runs backwards
+  EXPECT_EQ(oom[3], "0x0");
+  dev->stream_destroy(s);
+}
+
+}  // namespace

@@ -1,0 +1,246 @@
+// Behaviour specific to each resource: cross-stream reuse guarded by events (and the checker
+// catching a resource that does not guard it), growth, release, defragment-and-retry and the
+// out-of-memory report.
+#include <strata/gpu/gpu.hpp>
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+using namespace strata::gpu;
+
+namespace {
+
+// Deliberately wrong: one free list for all streams, reused without any event.
+class naive_resource final : public device_memory_resource {
+ public:
+  explicit naive_resource(device_memory_resource& up)
+      : device_memory_resource(up.shared_backend()), up_(up) {}
+  ~naive_resource() override {
+    for (auto [p, n] : free_) up_.deallocate(p, n);
+  }
+
+ private:
+  void* do_allocate(std::size_t n, stream_view s, std::size_t) override {
+    for (auto it = free_.begin(); it != free_.end(); ++it)
+      if (it->second == n) {
+        void* p = it->first;
+        free_.erase(it);
+        backend().note_reuse(p, n, s);
+        return p;
+      }
+    return up_.allocate(n);
+  }
+  void do_deallocate(void* p, std::size_t n, stream_view s, std::size_t) noexcept override {
+    backend().note_release(p, n, s);
+    free_.emplace_back(p, n);
+  }
+  resource_info do_info() const override { return {}; }
+  std::string_view do_name() const noexcept override { return "naive"; }
+
+  device_memory_resource& up_;
+  std::vector<std::pair<void*, std::size_t>> free_;
+};
+
+struct resources : ::testing::Test {
+  std::shared_ptr<sim_backend> dev = make_sim_backend();
+  cuda_resource upstream{dev};
+  stream_view a = dev->stream_create();
+  stream_view b = dev->stream_create();
+  void* gate = nullptr;
+
+  // Holds stream a's work pending until the test opens the gate.
+  void hold_a() { gate = dev->gate_enqueue(a); }
+  void open_a() {
+    if (gate) dev->gate_open(gate);
+    gate = nullptr;
+  }
+  // True while stream b cannot make progress (it waits for a's pending work).
+  bool b_waits_for_a() {
+    void* ev = dev->event_create();
+    dev->launch_spin(b, 0);
+    dev->event_record(ev, b);
+    const bool pending = !dev->event_query(ev);
+    dev->event_destroy(ev);
+    return pending;
+  }
+  void TearDown() override {
+    open_a();
+    dev->device_synchronize();
+    dev->stream_destroy(a);
+    dev->stream_destroy(b);
+  }
+};
+
+TEST_F(resources, checker_catches_a_resource_that_reuses_across_streams_unguarded) {
+  naive_resource naive(upstream);
+  hold_a();
+  void* p = naive.allocate(4096, a);
+  naive.deallocate(p, 4096, a);
+  void* q = naive.allocate(4096, b);
+  EXPECT_EQ(q, p);
+  EXPECT_EQ(dev->violation_count(), 1u);
+  naive.deallocate(q, 4096, b);
+  open_a();  // the naive resource's destructor frees to the device, which waits for a
+}
+
+TEST_F(resources, pool_steals_across_streams_behind_an_event) {
+  pool_options o;
+  o.initial_size = 0;
+  o.maximum_size = 1 << 20;
+  o.min_growth = 1 << 20;
+  pool_resource pool(upstream, o);
+  hold_a();
+  void* p = pool.allocate(1 << 20, a);  // the whole pool, on a's list once freed
+  pool.deallocate(p, 1 << 20, a);
+  void* q = pool.allocate(1 << 20, b);  // only a's block fits: b must wait for a
+  EXPECT_EQ(q, p);
+  EXPECT_EQ(dev->violation_count(), 0u);
+  EXPECT_TRUE(b_waits_for_a());
+  open_a();
+  pool.deallocate(q, 1 << 20, b);
+}
+
+TEST_F(resources, pool_reports_fragmentation_when_out_of_memory) {
+  pool_options o;
+  o.initial_size = 4 << 20;
+  o.maximum_size = 4 << 20;
+  pool_resource pool(upstream, o);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 16; ++i) blocks.push_back(pool.allocate(256 << 10));
+  for (int i = 0; i < 16; i += 2) pool.deallocate(blocks[i], 256 << 10);  // 8 holes of 256 KiB
+  try {
+    pool.allocate(1 << 20);
+    FAIL() << "a 1 MiB block cannot fit in 256 KiB holes";
+  } catch (const out_of_memory_error& e) {
+    EXPECT_EQ(e.requested(), std::size_t{1} << 20);
+    EXPECT_EQ(e.free_total(), std::size_t{2} << 20);
+    EXPECT_DOUBLE_EQ(e.fragmentation(), 1.0 - 0.125);
+    EXPECT_NE(std::string(e.what()).find("fragmentation 0.875"), std::string::npos) << e.what();
+  }
+  const resource_info i = pool.info();
+  EXPECT_DOUBLE_EQ(i.fragmentation(), 0.875);
+  for (int i = 1; i < 16; i += 2) pool.deallocate(blocks[i], 256 << 10);
+  EXPECT_DOUBLE_EQ(pool.info().fragmentation(), 0.0);  // all coalesced again
+  void* big = pool.allocate(4 << 20);
+  pool.deallocate(big, 4 << 20);
+}
+
+TEST_F(resources, pool_grows_and_release_returns_free_chunks) {
+  pool_options o;
+  o.initial_size = 1 << 20;
+  o.min_growth = 1 << 20;
+  pool_resource pool(upstream, o);
+  void* x = pool.allocate(512 << 10);
+  void* y = pool.allocate(3 << 20);  // needs a second chunk
+  EXPECT_GE(pool.info().reserved_bytes, std::size_t{4} << 20);
+  pool.deallocate(y, 3 << 20);
+  pool.release();
+  EXPECT_EQ(pool.info().reserved_bytes, std::size_t{1} << 20);  // x's chunk stays
+  pool.deallocate(x, 512 << 10);
+  pool.release();
+  EXPECT_EQ(pool.info().reserved_bytes, 0u);
+  EXPECT_EQ(upstream.info().allocated_bytes, 0u);
+}
+
+TEST_F(resources, arena_cross_stream_free_and_superblock_reuse_are_guarded) {
+  arena_options o;
+  o.initial_size = 4 << 20;
+  o.maximum_size = 4 << 20;
+  o.superblock_size = 1 << 20;
+  arena_resource arena(upstream, o);
+  hold_a();
+  std::vector<void*> on_a;
+  for (int i = 0; i < 8; ++i) on_a.push_back(arena.allocate(256 << 10, a));  // 2 superblocks
+  for (void* p : on_a) arena.deallocate(p, 256 << 10, a);  // one empty superblock goes global
+  // b takes superblocks the global arena got back from a's arena: guarded by a's event
+  std::vector<void*> on_b;
+  for (int i = 0; i < 12; ++i) on_b.push_back(arena.allocate(256 << 10, b));
+  EXPECT_EQ(dev->violation_count(), 0u);
+  open_a();
+  for (void* p : on_b) arena.deallocate(p, 256 << 10, b);
+  EXPECT_EQ(dev->violation_count(), 0u);
+}
+
+TEST_F(resources, arena_large_blocks_and_defragment_on_exhaustion) {
+  arena_options o;
+  o.initial_size = 4 << 20;
+  o.maximum_size = 4 << 20;
+  o.superblock_size = 1 << 20;
+  arena_resource arena(upstream, o);
+  // small blocks spread over all four superblocks of four per-stream arenas
+  std::vector<stream_view> streams{a, b, dev->stream_create(), dev->stream_create()};
+  std::vector<std::pair<void*, stream_view>> small;
+  for (auto s : streams) small.emplace_back(arena.allocate(4096, s), s);
+  for (auto [p, s] : small) arena.deallocate(p, 4096, s);  // each arena keeps its empty superblock
+  // a 4 MiB block needs every superblock back: defragment-and-retry must find them
+  void* big = arena.allocate(4 << 20, a);
+  ASSERT_NE(big, nullptr);
+  EXPECT_THROW(arena.allocate(4096, b), out_of_memory_error);
+  arena.deallocate(big, 4 << 20, a);
+  arena.release();
+  EXPECT_EQ(arena.info().reserved_bytes, 0u);
+  dev->device_synchronize();
+  dev->stream_destroy(streams[2]);
+  dev->stream_destroy(streams[3]);
+}
+
+TEST_F(resources, strata_steals_across_streams_behind_an_event) {
+  strata_options o;
+  o.initial_size = 2 << 20;
+  o.maximum_size = 2 << 20;  // one slab: the page heap is empty after the first refill
+  strata_resource mr(upstream, o);
+  hold_a();
+  void* p = mr.allocate(4096, a);  // a's heap gets the whole slab of 4 KiB blocks
+  mr.deallocate(p, 4096, a);
+  void* q = mr.allocate(4096, b);  // b's heap is empty, the page heap too: steal from a
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(dev->violation_count(), 0u);
+  EXPECT_TRUE(b_waits_for_a());
+  open_a();
+  mr.deallocate(q, 4096, b);
+}
+
+TEST_F(resources, strata_same_stream_reuse_is_immediate_and_lock_free) {
+  strata_resource mr(upstream);
+  void* p = mr.allocate(5000, a);
+  mr.deallocate(p, 5000, a);
+  EXPECT_EQ(mr.allocate(5000, a), p);  // the heap's free stack: last in, first out
+  mr.deallocate(p, 5000, a);
+  const resource_info i = mr.info();
+  EXPECT_EQ(i.allocated_bytes, 0u);
+  ASSERT_TRUE(i.lock_wait_ns.has_value());
+}
+
+TEST_F(resources, strata_defragments_empty_slabs_for_a_large_request) {
+  strata_options o;
+  o.initial_size = 8 << 20;
+  o.maximum_size = 8 << 20;
+  strata_resource mr(upstream, o);
+  // fill four slabs with small blocks of four classes, then free them all
+  std::vector<std::pair<void*, std::size_t>> small;
+  for (std::size_t n : {std::size_t{256}, std::size_t{4096}, std::size_t{65536}, std::size_t{200000}})
+    for (std::size_t used = 0; used + n <= (std::size_t{1} << 20); used += n)
+      small.emplace_back(mr.allocate(n, a), n);
+  for (auto [p, n] : small) mr.deallocate(p, n, a);
+  // a block as large as the whole heap needs every slab back
+  void* big = mr.allocate(8 << 20, b);
+  ASSERT_NE(big, nullptr);
+  EXPECT_EQ(dev->violation_count(), 0u);
+  mr.deallocate(big, 8 << 20, b);
+  mr.release();
+  EXPECT_EQ(mr.info().reserved_bytes, 0u);
+}
+
+TEST_F(resources, async_resource_trims_to_release_threshold) {
+  async_options o;
+  o.release_threshold = 0;
+  async_resource mr(dev, o);
+  void* p = mr.allocate(1 << 20, a);
+  mr.deallocate(p, 1 << 20, a);
+  dev->stream_synchronize(a);
+  mr.trim(0);
+  EXPECT_EQ(mr.info().reserved_bytes, 0u);
+}
+
+}  // namespace
