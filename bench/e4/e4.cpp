@@ -25,6 +25,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <dlfcn.h>
 #include <functional>
 #include <sched.h>
@@ -121,23 +122,13 @@ std::string summary_json(const summary& s) {
 
 // ---- measurement -------------------------------------------------------------------------------
 // body(iterations) runs the work `iterations` times and returns the nanoseconds of the timed part
-// (so that setup and teardown stay out).  Result: ns per operation (ops_per_iteration each).
-summary measure(const std::function<std::uint64_t(std::size_t)>& body, double ops_per_iteration) {
-  std::size_t iters = 1;
-  double target_ns = cfg.sample_ms * 1e6;
-  for (;;) {  // calibrate: about sample_ms per sample
-    std::uint64_t t = body(iters);
-    if (double(t) >= target_ns / 4 || iters >= (std::size_t(1) << 30)) {
-      if (t > 0) iters = std::max<std::size_t>(1, std::size_t(double(iters) * target_ns / double(t)));
-      break;
-    }
-    iters *= 4;
-  }
-  body(iters);  // warm-up
-  std::vector<double> per_op;
-  for (int s = 0; s < cfg.samples; ++s)
-    per_op.push_back(double(body(iters)) / (double(iters) * ops_per_iteration));
-  return summarise(per_op);
+// (so that setup and teardown stay out).  Results are ns per operation (ops_per_iteration each).
+struct pending {
+  std::function<std::uint64_t(std::size_t)> body;
+  double ops_per_iteration;
+};
+pending measure(std::function<std::uint64_t(std::size_t)> body, double ops_per_iteration) {
+  return {std::move(body), ops_per_iteration};
 }
 
 // "a is 1.9x faster than b" only when the intervals are apart.
@@ -146,7 +137,7 @@ std::string compare(const char* a_name, const summary& a, const char* b_name, co
   bool apart = (a.hi < b.lo || b.hi < a.lo) && a.n >= 6 && b.n >= 6;
   double ratio = a.median > 0 ? b.median / a.median : 0;
   std::string verdict;
-  char buf[160];
+  char buf[200];
   if (!apart) {
     std::snprintf(buf, sizeof buf, "no difference (%s; medians %.3g vs %.3g)",
                   a.n >= 6 && b.n >= 6 ? "95% intervals overlap" : "too few samples", a.median,
@@ -161,27 +152,71 @@ std::string compare(const char* a_name, const summary& a, const char* b_name, co
          ",\"significant\":" + (apart ? "true" : "false") + ",\"verdict\":" + str(verdict) + "}";
 }
 
+// The rows of one group.  They are measured together, their samples interleaved (round r of
+// every row before round r + 1 of any), so that a drift in the machine's load — this is a shared
+// machine — spreads over all rows instead of biasing whichever ran during it.
 struct result_set {
-  std::vector<std::pair<std::string, summary>> rows;
-  std::vector<std::string> comparisons;
-  void add(const std::string& name, const summary& s) {
-    rows.emplace_back(name, s);
-    flat += ",\"" + current_group + "." + name + "\":" + num(s.median);
+  struct row {
+    std::string name;
+    pending work;
+    std::size_t iters = 1;
+    std::vector<double> per_op;
+    summary s;
+  };
+  std::vector<row> rows;
+  std::vector<std::pair<std::string, std::string>> pairs;
+
+  bool done = false;
+
+  void add(const std::string& name, pending work) {
+    row r;
+    r.name = name;
+    r.work = std::move(work);
+    rows.push_back(std::move(r));
+  }
+  void cmp(const std::string& a, const std::string& b) { pairs.emplace_back(a, b); }
+
+  void run() {
+    if (done) return;
+    done = true;
+    double target_ns = cfg.sample_ms * 1e6;
+    for (row& r : rows) {  // calibrate each row to about sample_ms per sample, then warm it up
+      std::size_t iters = 1;
+      for (;;) {
+        std::uint64_t t = r.work.body(iters);
+        if (double(t) >= target_ns / 4 || iters >= (std::size_t(1) << 30)) {
+          if (t > 0)
+            iters = std::max<std::size_t>(1, std::size_t(double(iters) * target_ns / double(t)));
+          break;
+        }
+        iters *= 4;
+      }
+      r.iters = iters;
+      r.work.body(iters);
+    }
+    for (int s = 0; s < cfg.samples; ++s)
+      for (row& r : rows)
+        r.per_op.push_back(double(r.work.body(r.iters)) /
+                           (double(r.iters) * r.work.ops_per_iteration));
+    for (row& r : rows) {
+      r.s = summarise(r.per_op);
+      flat += ",\"" + current_group + "." + r.name + "\":" + num(r.s.median);
+    }
   }
   const summary& get(const std::string& name) const {
     for (auto& r : rows)
-      if (r.first == name) return r.second;
+      if (r.name == name) return r.s;
     std::abort();
   }
-  void cmp(const std::string& a, const std::string& b) {
-    comparisons.push_back(compare(a.c_str(), get(a), b.c_str(), get(b)));
-  }
-  std::string to_json(const std::string& extra = "") const {
+  std::string to_json(const std::string& extra = "") {
+    run();
     std::string j = "{\"unit\":\"ns/op\",\"results\":{";
     for (std::size_t i = 0; i < rows.size(); ++i)
-      j += (i ? "," : "") + str(rows[i].first) + ":" + summary_json(rows[i].second);
+      j += (i ? "," : "") + str(rows[i].name) + ":" + summary_json(rows[i].s);
     j += "},\"comparisons\":[";
-    for (std::size_t i = 0; i < comparisons.size(); ++i) j += (i ? "," : "") + comparisons[i];
+    for (std::size_t i = 0; i < pairs.size(); ++i)
+      j += (i ? "," : "") + compare(pairs[i].first.c_str(), get(pairs[i].first),
+                                    pairs[i].second.c_str(), get(pairs[i].second));
     j += "]" + extra + "}";
     return j;
   }
@@ -267,10 +302,12 @@ std::string group_pool_vs_general() {
 // A live set of n objects built and torn down repeatedly: ns per allocate+free pair.
 std::string group_pool_sizes() {
   result_set r;
+  std::deque<std::vector<object*>> ptr_sets;  // outlive the loop: rows run after it
+  std::deque<pool_t> pools;
   for (std::size_t n : {std::size_t(10), std::size_t(100), std::size_t(1000)}) {
-    std::vector<object*> ptrs(n);
+    std::vector<object*>& ptrs = ptr_sets.emplace_back(n);
     std::string sz = std::to_string(n);
-    r.add("n" + sz + "/general", measure([&](std::size_t it) {
+    r.add("n" + sz + "/general", measure([&ptrs](std::size_t it) {
             std::uint64_t t0 = now_ns();
             for (std::size_t i = 0; i < it; ++i) {
               for (auto& p : ptrs) escape(p = new object(i));
@@ -278,8 +315,8 @@ std::string group_pool_sizes() {
             }
             return now_ns() - t0;
           }, double(n)));
-    pool_t pool;
-    r.add("n" + sz + "/object_pool", measure([&](std::size_t it) {
+    pool_t& pool = pools.emplace_back();
+    r.add("n" + sz + "/object_pool", measure([&ptrs, &pool](std::size_t it) {
             std::uint64_t t0 = now_ns();
             for (std::size_t i = 0; i < it; ++i) {
               for (auto& p : ptrs) escape(p = pool.create(i));
@@ -304,7 +341,7 @@ std::string group_preallocation() {
   for (bool on : {true, false}) {
     for (bool total : {false, true}) {
       std::string name = std::string(on ? "on" : "off") + (total ? "/total" : "/load");
-      r.add(name, measure([&](std::size_t it) {
+      r.add(name, measure([&, on, total](std::size_t it) {
               std::uint64_t t = 0;
               for (std::size_t i = 0; i < it; ++i) {
                 std::uint64_t t0 = now_ns();
@@ -320,6 +357,7 @@ std::string group_preallocation() {
   }
   r.cmp("on/load", "off/load");
   r.cmp("on/total", "off/total");
+  r.run();  // before the pools' stats below are read
   auto st = [](const strata::pool_stats& s) {
     return "{\"live\":" + std::to_string(s.live) + ",\"free\":" + std::to_string(s.free) +
            ",\"capacity\":" + std::to_string(s.capacity) + ",\"refills\":" +
@@ -506,7 +544,7 @@ std::string group_batch100() {
   // Two threads, each allocating a batch and handing it to the other to free (cross-thread
   // frees), through a single-slot mailbox.  ns per batch per thread.
   auto two_threads = [&](auto alloc, auto release) {
-    return measure([&](std::size_t it) {
+    return measure([alloc, release](std::size_t it) {
       std::atomic<object**> box[2] = {nullptr, nullptr};
       auto worker = [&](int me) {
         std::vector<object*> mine(batch);
