@@ -96,7 +96,11 @@ def test_tables_and_verdict():
     assert not e3.verdict(t["native"], t["be_idle"])["met"]
     md = e3.summarise({"samples": samples})
     assert "LC per-round P99 launch latency, mean (µs)" in md and "**met**" in md and "**missed**" in md
-    assert "failed rounds" in md
+    assert "failed rounds" in md and "warning" not in md
+    for smp in samples:
+        if smp.get("ok"):
+            smp["metrics"]["foreign_cpu_share"] = 0.3
+    assert "not trustworthy" in e3.summarise({"samples": samples})
     assert "No successful native rounds" in e3.summarise({"samples": []})
 
 

@@ -12,6 +12,7 @@ Modes (variants):
   be_idle  ablation: BE under SCHED_IDLE, LC left at SCHED_OTHER.  On the reference machine this
            alone was not enough (see docs/e3-e5.md): fair-class wake-ups of LC workers on the
            other CPU were sometimes delayed by milliseconds.
+  lc_fifo  ablation: LC at SCHED_FIFO 10, BE left at SCHED_OTHER — what promoting LC alone does.
 
 CPU mode models one contended device: the tenants share ``DEVICE_CPUS`` CPUs (the first ones of
 the run's --cpus), and the BE kernel length is derived from it so a round takes ~2 s.
@@ -44,6 +45,8 @@ VARIANTS = {
                "description": "BE SCHED_IDLE, LC SCHED_FIFO priority 10"},
     "be_idle": {"args": ["--lc-sched", "normal", "--be-sched", "idle"],
                 "description": "ablation: BE SCHED_IDLE, LC SCHED_OTHER"},
+    "lc_fifo": {"args": ["--lc-sched", "fifo:10", "--be-sched", "normal"],
+                "description": "ablation: LC SCHED_FIFO 10, BE SCHED_OTHER"},
 }
 BASELINE = "native"
 ROUNDS = 10
@@ -54,6 +57,7 @@ CSV_COLUMNS = ["stream_id", "kernel_id", "priority", "kernel_type", "enqueue_tim
 EVENT_THRESHOLD_MS = 1.0
 TARGET_P99_DROP = -90.0    # % change of the LC per-round P99 mean
 TARGET_BE_BAND = 2.0       # |% change| of BE throughput
+FOREIGN_WARN = 0.05        # other processes' share of the device above which BE figures are noise
 
 DEVICE_CPUS = 2            # the tenants share this many CPUs: one "device"
 ROUND_S = 2.0              # target length of a round (BE work / DEVICE_CPUS)
@@ -219,6 +223,13 @@ def summarise(results: dict) -> str:
         out.append(f"- **{m}**: LC per-round P99 mean {_pct(v['lc_p99_mean_change_pct'])}, BE throughput "
                    f"{_pct(v['be_throughput_change_pct'])} — target (≤ {TARGET_P99_DROP:.0f} % and within "
                    f"±{TARGET_BE_BAND:.0f} %) **{'met' if v['met'] else 'missed'}**")
+    noisy = {m: t["foreign_cpu_share"] for m, t in table.items()
+             if t.get("rounds") and t["foreign_cpu_share"] > FOREIGN_WARN}
+    if noisy:
+        out.append("- **warning**: other processes used "
+                   + ", ".join(f"{v * 100:.0f} % ({m})" for m, v in noisy.items())
+                   + " of the device during the rounds; BE tenants under SCHED_IDLE yield to them, so "
+                   "the BE-throughput comparison is not trustworthy — rerun on a quiet machine")
     fails = {m: t["failures"] for m, t in table.items() if t.get("failures")}
     if fails:
         out.append(f"- failed rounds (not counted): {fails}")
