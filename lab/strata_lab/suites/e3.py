@@ -233,8 +233,45 @@ def summarise(results: dict) -> str:
     fails = {m: t["failures"] for m, t in table.items() if t.get("failures")}
     if fails:
         out.append(f"- failed rounds (not counted): {fails}")
+    plot = _plot(results, table)
+    if plot:
+        out += ["", f"![E3 per-round P99 and BE throughput]({plot})"]
     out.append("")
     return "\n".join(out)
+
+
+def _plot(results: dict, table: dict) -> str | None:
+    """Per-round LC P99 (log scale) and BE throughput per mode, next to results.json."""
+    where = results.get("_path")
+    if not where:
+        return None
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    by_mode: dict[str, list] = {}
+    for s in results.get("samples", []):
+        if s.get("ok") and not s.get("warmup"):
+            by_mode.setdefault(s["variant"], []).append((s["round"], s["metrics"]))
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+    for mode, pts in by_mode.items():
+        pts.sort(key=lambda x: x[0])
+        a1.plot([r for r, _ in pts], [m["lc_launch_p99_ms"] * 1000 for _, m in pts], "o-", label=mode)
+        a2.plot([r for r, _ in pts], [m["be_throughput_kps"] for _, m in pts], "o-", label=mode)
+    a1.set_yscale("log")
+    a1.set_title("LC launch latency, P99 per round (µs)")
+    a2.set_title("BE throughput per round (k kernels/s)")
+    for a in (a1, a2):
+        a.set_xlabel("round")
+        a.legend(fontsize=8)
+    fig.tight_layout()
+    path = Path(where).parent / "e3-rounds.png"
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path.name
 
 
 # ---- the suite ----------------------------------------------------------------------------
