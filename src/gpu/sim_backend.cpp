@@ -33,8 +33,15 @@ namespace {
 
 struct sim_stream;
 
+struct sim_gate {
+  std::mutex m;
+  std::condition_variable cv;
+  bool open = false;
+};
+
 struct sim_op {
   std::uint64_t spin_ns = 0;
+  sim_gate* gate = nullptr;  // wait until the host opens it
   sim_stream* wait_on = nullptr;  // wait until wait_on->completed >= wait_ticket
   std::uint64_t wait_ticket = 0;
 };
@@ -62,6 +69,10 @@ struct sim_stream {
         op = queue.front();
       }
       if (op.spin_ns) std::this_thread::sleep_for(std::chrono::nanoseconds(op.spin_ns));
+      if (op.gate) {
+        std::unique_lock lock(op.gate->m);
+        op.gate->cv.wait(lock, [&] { return op.gate->open; });
+      }
       if (op.wait_on) {
         std::unique_lock lock(op.wait_on->m);
         op.wait_on->done_cv.wait(lock, [&] {
@@ -134,6 +145,7 @@ class sim_backend_impl final : public sim_backend {
   }
 
   ~sim_backend_impl() override {
+    for (auto& g : gates_) gate_open(g.get());  // never leave a worker parked at a gate
     for (auto& s : streams_) s->shut_down();
     std::lock_guard lock(mem_m_);
     for (auto& [p, n] : live_) std::free(p);
@@ -223,7 +235,7 @@ class sim_backend_impl final : public sim_backend {
       raise(src, t);
       for (auto& [k, v] : clock) raise(k, v);
     }
-    st->enqueue(sim_op{0, src, t});
+    st->enqueue(sim_op{0, nullptr, src, t});
   }
   void device_synchronize() override {
     std::vector<sim_stream*> all;
@@ -233,7 +245,7 @@ class sim_backend_impl final : public sim_backend {
     }
     for (sim_stream* s : all) s->synchronize();
   }
-  void launch_spin(stream_view s, std::uint64_t ns) override { get(s)->enqueue(sim_op{ns, nullptr, 0}); }
+  void launch_spin(stream_view s, std::uint64_t ns) override { get(s)->enqueue(sim_op{ns, nullptr, nullptr, 0}); }
 
   // ---- stream-ordered pool (the driver's cudaMallocAsync, emulated) --------------------------
   bool supports_async_pool() const noexcept override { return true; }
@@ -356,6 +368,24 @@ class sim_backend_impl final : public sim_backend {
   std::uint64_t completed_ops(stream_view s) const override {
     return get(s)->completed.load(std::memory_order_acquire);
   }
+  void* gate_enqueue(stream_view s) override {
+    sim_gate* g;
+    {
+      std::lock_guard lock(streams_m_);
+      gates_.push_back(std::make_unique<sim_gate>());
+      g = gates_.back().get();
+    }
+    get(s)->enqueue(sim_op{0, g, nullptr, 0});
+    return g;
+  }
+  void gate_open(void* gate) override {
+    auto* g = static_cast<sim_gate*>(gate);
+    {
+      std::lock_guard lock(g->m);
+      g->open = true;
+    }
+    g->cv.notify_all();
+  }
 
  private:
   struct release_record {
@@ -441,6 +471,7 @@ class sim_backend_impl final : public sim_backend {
   const sim_options options_;
   mutable std::mutex streams_m_;
   std::vector<std::unique_ptr<sim_stream>> streams_;
+  std::vector<std::unique_ptr<sim_gate>> gates_;
   sim_stream* default_stream_ = nullptr;
 
   std::mutex mem_m_;

@@ -187,8 +187,8 @@ TEST_F(resources, arena_large_blocks_and_defragment_on_exhaustion) {
 
 TEST_F(resources, strata_steals_across_streams_behind_an_event) {
   strata_options o;
-  o.initial_size = 2 << 20;
-  o.maximum_size = 2 << 20;  // one slab: the page heap is empty after the first refill
+  o.initial_size = 64 << 10;
+  o.maximum_size = 64 << 10;  // one 64 KiB slab: the page heap is empty after the first refill
   strata_resource mr(upstream, o);
   hold_a();
   void* p = mr.allocate(4096, a);  // a's heap gets the whole slab of 4 KiB blocks
@@ -197,7 +197,8 @@ TEST_F(resources, strata_steals_across_streams_behind_an_event) {
   ASSERT_NE(q, nullptr);
   EXPECT_EQ(dev->violation_count(), 0u);
   EXPECT_TRUE(b_waits_for_a());
-  open_a();
+  open_a();  // (a defragmentation would synchronise the device, i.e. wait for the gate)
+  EXPECT_THROW(mr.allocate(1 << 20, b), out_of_memory_error);  // nothing left to grow into
   mr.deallocate(q, 4096, b);
 }
 

@@ -111,6 +111,10 @@ class sim_backend : public device_backend {
   virtual void clear_violations() noexcept = 0;
   // Operations completed by a stream's worker (tests use it to observe ordering).
   virtual std::uint64_t completed_ops(stream_view s) const = 0;
+  // A gate: an operation that holds its stream until the host opens it, so tests can keep
+  // work pending for as long as they need without relying on timing.  Owned by the backend.
+  virtual void* gate_enqueue(stream_view s) = 0;
+  virtual void gate_open(void* gate) = 0;
 };
 
 std::shared_ptr<sim_backend> make_sim_backend(sim_options options = {});

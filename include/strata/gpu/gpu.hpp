@@ -12,3 +12,4 @@
 #include <strata/gpu/statistics_adaptor.hpp>
 #include <strata/gpu/strata_resource.hpp>
 #include <strata/gpu/tracking_adaptor.hpp>
+#include <strata/gpu/resource_stack.hpp>

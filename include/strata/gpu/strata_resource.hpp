@@ -6,7 +6,8 @@
 //             take no shared lock: the heap's own spin lock is only ever contended by a steal.
 //   class     a request size rounded up (256 B steps to 1 KiB, then 4 classes per power of
 //             two); a block keeps its class for life, so freed blocks never need coalescing.
-//   slab      a slab_size run of device memory cut into blocks of one small class.
+//   slab      a run of device memory cut into blocks of one small class (<= 64 KiB): at least
+//             8 blocks and 64 KiB, at most slab_size.  Larger classes are single blocks.
 //   page heap the global, coalescing store of device memory (one lock, rarely taken): it
 //             hands out slabs and large blocks, each free range guarded by the events of the
 //             streams that last released it.
@@ -31,9 +32,9 @@ struct strata_options {
   std::size_t initial_size = std::size_t{64} << 20;  // first page-heap chunk (0: lazily)
   std::size_t maximum_size = std::numeric_limits<std::size_t>::max();
   std::size_t min_growth = std::size_t{32} << 20;
-  std::size_t slab_size = std::size_t{2} << 20;  // power of two; small classes <= slab_size / 4
+  std::size_t slab_size = std::size_t{2} << 20;  // power of two; the largest slab
   // Bytes of large blocks one heap may keep cached; beyond it blocks go back to the page heap.
-  std::size_t heap_cache_bytes = std::size_t{64} << 20;
+  std::size_t heap_cache_bytes = std::size_t{32} << 20;
 };
 
 class strata_resource final : public device_memory_resource {

@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Checks strata-e2-gpu's output (run by ctest).
+
+  check_e2.py smoke BIN           --smoke --backend sim: valid JSON, every resource x threads x
+                                  phase present with every metric
+  check_e2.py replay BIN TRACE    record a trace with --trace, replay it against every resource
+  check_e2.py no-driver BIN       --backend cuda with no driver: non-zero exit, clear message
+"""
+import json
+import os
+import subprocess
+import sys
+
+RESOURCES = ["cuda", "async", "pool", "arena", "strata"]
+THREADS = [1, 4, 8, 16]
+PHASES = ["baseline", "fragmented", "long_term"]
+METRICS = ["time_ms", "change_pct", "alloc_ns_total", "operations", "lock_wait_ns",
+           "fragmentation", "peak_reserved_bytes"]
+
+
+def fail(msg):
+    print("check_e2: " + msg, file=sys.stderr)
+    sys.exit(1)
+
+
+def run(args, env=None):
+    p = subprocess.run(args, capture_output=True, text=True, env=env, timeout=280)
+    return p.returncode, p.stdout, p.stderr
+
+
+def smoke(binary):
+    rc, out, err = run([binary, "--smoke", "--backend", "sim", "--table"])
+    if rc != 0:
+        fail(f"exit status {rc}\n{err[-2000:]}")
+    doc = json.loads(out)
+    if doc.get("schema") != "strata.e2-gpu/1" or doc.get("backend") != "sim" or not doc.get("smoke"):
+        fail("bad header: " + out[:300])
+    if doc["phases"] != PHASES:
+        fail(f"phases {doc['phases']}")
+    cells = {(r["resource"], r["threads"]): r for r in doc["results"]}
+    for res in RESOURCES:
+        for t in THREADS:
+            r = cells.get((res, t))
+            if r is None:
+                fail(f"missing cell {res} x {t}")
+            if r["status"] != "ok":
+                fail(f"{res} x {t}: {r.get('error')}")
+            for ph in PHASES:
+                m = r["phases"].get(ph)
+                if m is None:
+                    fail(f"{res} x {t}: missing phase {ph}")
+                for k in METRICS:
+                    if k not in m:
+                        fail(f"{res} x {t} {ph}: missing {k}")
+                if m["time_ms"] <= 0 or m["operations"] <= 0 or m["peak_reserved_bytes"] <= 0:
+                    fail(f"{res} x {t} {ph}: implausible {m}")
+                if res in ("pool", "arena", "strata") and m["lock_wait_ns"] is None:
+                    fail(f"{res} has locks but reported no lock wait")
+                if res == "async" and m["fragmentation"] is not None:
+                    fail("async cannot know its fragmentation")
+                if m["fragmentation"] is not None and not 0 <= m["fragmentation"] <= 1:
+                    fail(f"{res} x {t} {ph}: fragmentation {m['fragmentation']}")
+            if r["phases"]["baseline"]["change_pct"] != 0:
+                fail("baseline change must be 0")
+    sys.stderr.write(err)
+
+
+def replay(binary, trace):
+    rc, out, err = run([binary, "--smoke", "--backend", "sim", "--resource", "pool",
+                        "--threads", "2", "--trace", trace])
+    if rc != 0:
+        fail(f"trace run: exit {rc}\n{err[-2000:]}")
+    with open(trace) as f:
+        lines = f.read().splitlines()
+    if lines[0] != "op,thread,time_ns,ptr,bytes,stream,alignment" or len(lines) < 100:
+        fail(f"trace has {len(lines)} lines, header {lines[0]!r}")
+    allocs = sum(1 for l in lines[1:] if l.startswith("alloc,"))
+    frees = sum(1 for l in lines[1:] if l.startswith("free,"))
+    if allocs != frees:
+        fail(f"trace: {allocs} allocs but {frees} frees")
+    rc, out, err = run([binary, "--backend", "sim", "--replay", trace])
+    if rc != 0:
+        fail(f"replay: exit {rc}\n{err[-2000:]}")
+    doc = json.loads(out)
+    if doc["operations"] != allocs + frees:
+        fail(f"replayed {doc['operations']} operations, trace has {allocs + frees}")
+    got = [r["resource"] for r in doc["results"]]
+    if got != RESOURCES:
+        fail(f"replay resources {got}")
+    for r in doc["results"]:
+        if r["status"] != "ok" or r["failed_allocations"] != 0:
+            fail(f"replay {r}")
+
+
+def no_driver(binary):
+    env = dict(os.environ, STRATA_CUDA_LIBRARY="/nonexistent/strata-check-libcuda.so.1")
+    rc, out, err = run([binary, "--smoke", "--backend", "cuda"], env=env)
+    if rc == 0:
+        fail("--backend cuda without a driver exited 0")
+    if "cannot use the cuda backend" not in err or "cannot load the CUDA driver library" not in err:
+        fail("unclear message: " + err)
+    if out.strip():
+        fail("printed results without a device: " + out[:200])
+
+
+if __name__ == "__main__":
+    mode = sys.argv[1]
+    if mode == "smoke":
+        smoke(sys.argv[2])
+    elif mode == "replay":
+        replay(sys.argv[2], sys.argv[3])
+    elif mode == "no-driver":
+        no_driver(sys.argv[2])
+    else:
+        fail("unknown mode " + mode)

@@ -1,0 +1,546 @@
+// strata-e2-gpu: experiment E2 (docs/gpu.md) - multithreaded fragmentation of device memory
+// resources.  Each thread has its own stream and launches a spin kernel between allocations.
+//
+//   baseline    timed: the reference workload W
+//   (fragment)  untimed: interleaved small/large blocks, large ones freed out of order, small
+//               ones pinned until the end of the cell
+//   fragmented  timed: W again
+//   (churn)     untimed: long_factor x iterations of mixed allocate/free, some blocks pinned
+//   long_term   timed: W again
+//
+// W per thread: `iterations` times { allocate a log-uniform size, launch a spin kernel, free
+// the oldest of the last 8 blocks on the thread's stream }, then synchronise the stream.
+// Every W uses the same seeds, so the three timed phases do identical work.
+//
+// One JSON document on stdout (schema in docs/gpu.md); --table adds a text table on stderr.
+// --replay trace.csv replays a logging_adaptor trace against each resource instead.
+#include <strata/gpu/gpu.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace strata::gpu;
+using clk = std::chrono::steady_clock;
+
+namespace {
+
+struct config {
+  std::string backend = "sim";
+  std::vector<std::string> resources;  // empty: all
+  std::vector<int> threads{1, 4, 8, 16};
+  bool smoke = false;
+  bool table = false;
+  std::size_t iterations = 2000;
+  std::size_t long_factor = 10;
+  std::uint64_t kernel_ns = 20000;
+  std::size_t min_size = 256;
+  std::size_t max_size = std::size_t{4} << 20;
+  std::size_t pool_bytes = std::size_t{1} << 30;  // initial size of pool/arena/strata
+  std::size_t sim_capacity = std::size_t{16} << 30;
+  std::uint64_t seed = 20240601;
+  std::string replay;
+  std::string trace;
+};
+
+[[noreturn]] void usage(const std::string& why) {
+  std::fprintf(stderr,
+               "strata-e2-gpu: %s\n"
+               "usage: strata-e2-gpu [--backend sim|cuda] [--resource NAME[,NAME..]|all]\n"
+               "         [--threads 1,4,8,16] [--smoke] [--iterations N] [--long-factor K]\n"
+               "         [--kernel-ns NS] [--max-size BYTES] [--pool-mib MIB] [--seed S]\n"
+               "         [--table] [--trace OUT.csv] [--replay TRACE.csv]\n"
+               "resources: cuda async pool arena strata\n",
+               why.c_str());
+  std::exit(2);
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string x;
+  while (std::getline(ss, x, ',')) if (!x.empty()) out.push_back(x);
+  return out;
+}
+
+config parse(int argc, char** argv) {
+  config c;
+  bool iterations_set = false, factor_set = false, kernel_set = false, pool_set = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage("missing value after " + a);
+      return argv[++i];
+    };
+    auto number = [&]() -> unsigned long long {
+      const std::string v = value();
+      char* end = nullptr;
+      const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
+      if (v.empty() || *end) usage("not a number: " + v);
+      return n;
+    };
+    if (a == "--backend") c.backend = value();
+    else if (a == "--resource") {
+      const std::string v = value();
+      if (v != "all") c.resources = split(v);
+    } else if (a == "--threads") {
+      c.threads.clear();
+      for (auto& t : split(value())) {
+        const int n = std::atoi(t.c_str());
+        if (n < 1 || n > 1024) usage("bad thread count: " + t);
+        c.threads.push_back(n);
+      }
+    } else if (a == "--smoke") c.smoke = true;
+    else if (a == "--table") c.table = true;
+    else if (a == "--iterations") c.iterations = number(), iterations_set = true;
+    else if (a == "--long-factor") c.long_factor = number(), factor_set = true;
+    else if (a == "--kernel-ns") c.kernel_ns = number(), kernel_set = true;
+    else if (a == "--max-size") c.max_size = number();
+    else if (a == "--pool-mib") c.pool_bytes = std::size_t(number()) << 20, pool_set = true;
+    else if (a == "--seed") c.seed = number();
+    else if (a == "--replay") c.replay = value();
+    else if (a == "--trace") c.trace = value();
+    else if (a == "-h" || a == "--help") usage("help");
+    else usage("unknown option " + a);
+  }
+  if (c.backend != "sim" && c.backend != "cuda") usage("unknown backend " + c.backend);
+  if (c.smoke) {  // small enough for CI on two cores, still every phase and resource
+    if (!iterations_set) c.iterations = 40;
+    if (!factor_set) c.long_factor = 2;
+    if (!kernel_set) c.kernel_ns = 2000;
+    if (!pool_set) c.pool_bytes = std::size_t{256} << 20;
+  }
+  if (c.resources.empty()) c.resources = resource_stack::names();
+  for (auto& r : c.resources) {
+    const auto& n = resource_stack::names();
+    if (std::find(n.begin(), n.end(), r) == n.end()) usage("unknown resource " + r);
+  }
+  if (c.min_size > c.max_size) usage("--max-size below the minimum size");
+  return c;
+}
+
+// ---- the workload --------------------------------------------------------------------------
+struct phase_result {
+  double time_ms = 0;
+  std::uint64_t alloc_ns = 0;
+  std::uint64_t operations = 0;
+  std::optional<std::uint64_t> lock_wait_ns;
+  double fragmentation = 0;
+  std::size_t peak_reserved = 0;
+};
+
+struct thread_timer {
+  std::uint64_t ns = 0, ops = 0;
+  clk::time_point start{}, end{};  // this thread's part of the phase
+  void* allocate(device_memory_resource& mr, std::size_t n, stream_view s) {
+    const auto t0 = clk::now();
+    void* p = mr.allocate(n, s);
+    ns += static_cast<std::uint64_t>((clk::now() - t0).count());
+    ++ops;
+    return p;
+  }
+  void deallocate(device_memory_resource& mr, void* p, std::size_t n, stream_view s) {
+    const auto t0 = clk::now();
+    mr.deallocate(p, n, s);
+    ns += static_cast<std::uint64_t>((clk::now() - t0).count());
+    ++ops;
+  }
+};
+
+std::size_t log_uniform(std::mt19937_64& rng, std::size_t lo, std::size_t hi) {
+  std::uniform_real_distribution<double> d(std::log2(double(lo)), std::log2(double(hi)));
+  return std::max<std::size_t>(lo, static_cast<std::size_t>(std::exp2(d(rng))));
+}
+
+struct block {
+  void* p;
+  std::size_t n;
+};
+
+struct worker_state {
+  std::vector<block> pinned;  // kept alive until the cell ends
+};
+
+void workload(device_memory_resource& mr, device_backend& dev, stream_view s, const config& c,
+              std::uint64_t seed, thread_timer& tm) {
+  std::mt19937_64 rng(seed);
+  constexpr std::size_t window = 8;
+  std::vector<block> ring;
+  ring.reserve(window);
+  std::size_t oldest = 0;
+  for (std::size_t i = 0; i < c.iterations; ++i) {
+    const std::size_t n = log_uniform(rng, c.min_size, c.max_size);
+    block b{tm.allocate(mr, n, s), n};
+    if (c.kernel_ns) dev.launch_spin(s, c.kernel_ns);
+    if (ring.size() < window) {
+      ring.push_back(b);
+    } else {
+      tm.deallocate(mr, ring[oldest].p, ring[oldest].n, s);
+      ring[oldest] = b;
+      oldest = (oldest + 1) % window;
+    }
+  }
+  for (auto& b : ring) tm.deallocate(mr, b.p, b.n, s);
+  dev.stream_synchronize(s);
+}
+
+void fragment(device_memory_resource& mr, device_backend& dev, stream_view s, const config& c,
+              std::uint64_t seed, worker_state& st, thread_timer& tm) {
+  std::mt19937_64 rng(seed);
+  std::vector<block> large;
+  const std::size_t count = std::max<std::size_t>(16, c.iterations / 2);
+  for (std::size_t i = 0; i < count; ++i) {
+    if (i % 2 == 0) {
+      const std::size_t n = log_uniform(rng, c.min_size, 16 << 10);
+      st.pinned.push_back({tm.allocate(mr, n, s), n});
+    } else {
+      const std::size_t n = log_uniform(rng, std::min<std::size_t>(256 << 10, c.max_size), c.max_size);
+      large.push_back({tm.allocate(mr, n, s), n});
+    }
+  }
+  if (c.kernel_ns) dev.launch_spin(s, c.kernel_ns);
+  std::shuffle(large.begin(), large.end(), rng);  // out of order
+  for (auto& b : large) tm.deallocate(mr, b.p, b.n, s);
+  dev.stream_synchronize(s);
+}
+
+void churn(device_memory_resource& mr, device_backend& dev, stream_view s, const config& c,
+           std::uint64_t seed, worker_state& st, thread_timer& tm) {
+  std::mt19937_64 rng(seed);
+  std::vector<block> live;
+  const std::size_t steps = c.iterations * c.long_factor;
+  for (std::size_t i = 0; i < steps; ++i) {
+    if (live.size() < 32 && (live.empty() || rng() % 2)) {
+      const std::size_t n = log_uniform(rng, c.min_size, c.max_size);
+      block b{tm.allocate(mr, n, s), n};
+      if (i % 64 == 0 && b.n <= (64 << 10)) st.pinned.push_back(b);  // long-lived survivors
+      else live.push_back(b);
+      if (c.kernel_ns && i % 4 == 0) dev.launch_spin(s, c.kernel_ns);
+    } else {
+      const std::size_t k = rng() % live.size();
+      tm.deallocate(mr, live[k].p, live[k].n, s);
+      live[k] = live.back();
+      live.pop_back();
+    }
+  }
+  for (auto& b : live) tm.deallocate(mr, b.p, b.n, s);
+  dev.stream_synchronize(s);
+}
+
+// ---- one cell: resource x thread count -------------------------------------------------------
+struct cell_result {
+  std::string resource;
+  int threads = 0;
+  std::string error;  // empty: ok
+  std::map<std::string, phase_result> phases;
+};
+
+const char* const phase_names[] = {"baseline", "fragmented", "long_term"};
+
+cell_result run_cell(const std::string& name, int nthreads, const config& c,
+                     std::shared_ptr<device_backend> dev, bool trace_this) {
+  cell_result out;
+  out.resource = name;
+  out.threads = nthreads;
+  try {
+    stack_options so;
+    so.initial_size = c.pool_bytes;
+    resource_stack stack(name, dev, so);
+    std::unique_ptr<logging_adaptor> logger;
+    if (trace_this) logger = std::make_unique<logging_adaptor>(stack.top(), c.trace);
+    device_memory_resource& mr = logger ? static_cast<device_memory_resource&>(*logger) : stack.top();
+
+    std::vector<stream_view> streams;
+    for (int t = 0; t < nthreads; ++t) streams.push_back(dev->stream_create());
+    std::vector<worker_state> state(nthreads);
+    std::vector<thread_timer> timers(nthreads);
+    std::atomic<bool> failed{false};
+    std::string failure;
+    std::mutex failure_m;
+
+    // step k of the script: 0 baseline, 1 fragment, 2 fragmented, 3 churn, 4 long_term
+    constexpr int steps = 5;
+    std::barrier sync(nthreads + 1);
+    std::vector<std::thread> pool;
+    for (int t = 0; t < nthreads; ++t) {
+      pool.emplace_back([&, t] {
+        const std::uint64_t wseed = c.seed + 7919 * std::uint64_t(t);
+        for (int k = 0; k < steps; ++k) {
+          sync.arrive_and_wait();  // start
+          if (!failed.load()) {
+            try {
+              thread_timer& tm = timers[t];
+              tm.start = clk::now();
+              if (k == 1) fragment(mr, *dev, streams[t], c, wseed + 1, state[t], tm);
+              else if (k == 3) churn(mr, *dev, streams[t], c, wseed + 3, state[t], tm);
+              else workload(mr, *dev, streams[t], c, wseed, tm);
+              tm.end = clk::now();
+            } catch (const std::exception& e) {
+              std::lock_guard lock(failure_m);
+              if (!failed.exchange(true)) failure = e.what();
+            }
+          }
+          sync.arrive_and_wait();  // done
+        }
+      });
+    }
+    int timed = 0;
+    for (int k = 0; k < steps; ++k) {
+      for (auto& tm : timers) tm = {};
+      const auto wait_before = mr.info().lock_wait_ns;
+      sync.arrive_and_wait();
+      sync.arrive_and_wait();
+      if (k % 2 == 1) continue;  // setup steps are not timed phases
+      // first thread's start to last thread's end (the workers' clocks, not this thread's
+      // wake-ups: on a loaded machine the main thread can be scheduled late)
+      clk::time_point first = clk::time_point::max(), last = clk::time_point::min();
+      for (auto& tm : timers) first = std::min(first, tm.start), last = std::max(last, tm.end);
+      const double ms = last > first ? std::chrono::duration<double, std::milli>(last - first).count() : 0.0;
+      phase_result r;
+      r.time_ms = ms;
+      for (auto& tm : timers) r.alloc_ns += tm.ns, r.operations += tm.ops;
+      const resource_info info = mr.info();
+      if (info.lock_wait_ns && wait_before) r.lock_wait_ns = *info.lock_wait_ns - *wait_before;
+      r.fragmentation = info.fragmentation();
+      r.peak_reserved = info.peak_reserved_bytes;
+      out.phases[phase_names[timed++]] = r;
+    }
+    for (auto& th : pool) th.join();
+    for (int t = 0; t < nthreads; ++t)
+      for (auto& b : state[t].pinned) mr.deallocate(b.p, b.n, streams[t]);
+    dev->device_synchronize();
+    for (auto s : streams) dev->stream_destroy(s);
+    if (failed) out.error = failure;
+  } catch (const std::exception& e) {
+    out.error = e.what();
+  }
+  return out;
+}
+
+// ---- replay ----------------------------------------------------------------------------------
+struct trace_op {
+  bool alloc;
+  std::uint64_t ptr, stream;
+  std::size_t bytes, alignment;
+};
+
+std::vector<trace_op> read_trace(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    std::fprintf(stderr, "strata-e2-gpu: cannot read trace %s\n", path.c_str());
+    std::exit(2);
+  }
+  std::vector<trace_op> ops;
+  std::string line;
+  std::getline(in, line);
+  if (line != logging_adaptor::header) {
+    std::fprintf(stderr, "strata-e2-gpu: %s is not a logging_adaptor trace\n", path.c_str());
+    std::exit(2);
+  }
+  while (std::getline(in, line)) {
+    auto f = split(line);
+    if (f.size() != 7 || f[0] == "oom") continue;
+    ops.push_back({f[0] == "alloc", std::stoull(f[3], nullptr, 16), std::stoull(f[5], nullptr, 16),
+                   std::stoull(f[4]), std::stoull(f[6])});
+  }
+  return ops;
+}
+
+std::string json_number(double v) {
+  if (std::isnan(v) || std::isinf(v)) return "null";
+  char b[64];
+  std::snprintf(b, sizeof b, "%.6g", v);
+  return b;
+}
+
+std::string json_string(const std::string& s) {
+  std::string o = "\"";
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') o += '\\', o += ch;
+    else if (static_cast<unsigned char>(ch) < 0x20) {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\u%04x", ch);
+      o += b;
+    } else o += ch;
+  }
+  return o + "\"";
+}
+
+int replay(const config& c, std::shared_ptr<device_backend> dev) {
+  const auto ops = read_trace(c.replay);
+  std::printf("{\n  \"schema\": \"strata.e2-gpu.replay/1\",\n  \"backend\": %s,\n  \"trace\": %s,\n"
+              "  \"operations\": %zu,\n  \"results\": [",
+              json_string(c.backend).c_str(), json_string(c.replay).c_str(), ops.size());
+  bool first = true, any_failed = false;
+  for (const auto& name : c.resources) {
+    std::string error;
+    double ms = 0, frag = 0;
+    std::uint64_t alloc_ns = 0;
+    std::size_t peak = 0, failed = 0;
+    try {
+      stack_options so;
+      so.initial_size = c.pool_bytes;
+      resource_stack stack(name, dev, so);
+      auto& mr = stack.top();
+      std::map<std::uint64_t, stream_view> streams;
+      std::map<std::uint64_t, block> live;
+      auto stream_for = [&](std::uint64_t id) {
+        if (id == 0) return stream_view{};
+        auto it = streams.find(id);
+        if (it == streams.end()) it = streams.emplace(id, dev->stream_create()).first;
+        return it->second;
+      };
+      thread_timer tm;
+      const auto t0 = clk::now();
+      for (const auto& op : ops) {
+        const stream_view s = stream_for(op.stream);
+        if (op.alloc) {
+          try {
+            const auto t1 = clk::now();
+            void* p = mr.allocate(op.bytes, s, op.alignment);
+            tm.ns += static_cast<std::uint64_t>((clk::now() - t1).count());
+            live[op.ptr] = block{p, op.bytes};
+          } catch (const std::bad_alloc&) {
+            ++failed;
+          }
+        } else if (auto it = live.find(op.ptr); it != live.end()) {
+          const auto t1 = clk::now();
+          mr.deallocate(it->second.p, op.bytes, s, op.alignment);
+          tm.ns += static_cast<std::uint64_t>((clk::now() - t1).count());
+          live.erase(it);
+        }
+      }
+      dev->device_synchronize();
+      ms = std::chrono::duration<double, std::milli>(clk::now() - t0).count();
+      alloc_ns = tm.ns;
+      const auto info = mr.info();
+      frag = info.fragmentation();
+      peak = info.peak_reserved_bytes;
+      for (auto& [k, b] : live) mr.deallocate(b.p, b.n, {});
+      dev->device_synchronize();
+      for (auto& [id, s] : streams) dev->stream_destroy(s);
+    } catch (const std::exception& e) {
+      error = e.what();
+      any_failed = true;
+    }
+    std::printf("%s\n    {\"resource\": %s, \"status\": %s", first ? "" : ",", json_string(name).c_str(),
+                error.empty() ? "\"ok\"" : "\"error\"");
+    if (!error.empty()) std::printf(", \"error\": %s}", json_string(error).c_str());
+    else
+      std::printf(", \"time_ms\": %s, \"alloc_ns_total\": %llu, \"failed_allocations\": %zu, "
+                  "\"fragmentation\": %s, \"peak_reserved_bytes\": %zu}",
+                  json_number(ms).c_str(), static_cast<unsigned long long>(alloc_ns), failed,
+                  json_number(frag).c_str(), peak);
+    first = false;
+  }
+  std::printf("\n  ]\n}\n");
+  return any_failed ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const config c = parse(argc, argv);
+  std::shared_ptr<device_backend> dev;
+  try {
+    if (c.backend == "sim") {
+      sim_options so;
+      so.capacity_bytes = c.sim_capacity;
+      so.check_reuse = false;  // the checker serialises every call; the tests run it instead
+      dev = make_sim_backend(so);
+    } else {
+      dev = make_cuda_backend(0);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "strata-e2-gpu: cannot use the %s backend: %s\n", c.backend.c_str(), e.what());
+    return 3;
+  }
+  if (!c.replay.empty()) return replay(c, dev);
+
+  std::printf("{\n  \"schema\": \"strata.e2-gpu/1\",\n  \"backend\": %s,\n  \"device\": %s,\n"
+              "  \"smoke\": %s,\n",
+              json_string(c.backend).c_str(), json_string(dev->description()).c_str(),
+              c.smoke ? "true" : "false");
+  std::printf("  \"config\": {\"iterations\": %zu, \"long_factor\": %zu, \"kernel_ns\": %llu, "
+              "\"min_size\": %zu, \"max_size\": %zu, \"initial_pool_bytes\": %zu, \"seed\": %llu, "
+              "\"window\": 8, \"threads\": [",
+              c.iterations, c.long_factor, static_cast<unsigned long long>(c.kernel_ns), c.min_size,
+              c.max_size, c.pool_bytes, static_cast<unsigned long long>(c.seed));
+  for (std::size_t i = 0; i < c.threads.size(); ++i) std::printf("%s%d", i ? ", " : "", c.threads[i]);
+  std::printf("]},\n  \"phases\": [\"baseline\", \"fragmented\", \"long_term\"],\n  \"results\": [");
+  std::fflush(stdout);
+
+  std::vector<cell_result> all;
+  bool first = true, traced = false;
+  for (const auto& name : c.resources) {
+    for (int t : c.threads) {
+      const bool trace_this = !c.trace.empty() && !traced;
+      traced = traced || trace_this;
+      cell_result r = run_cell(name, t, c, dev, trace_this);
+      std::printf("%s\n    {\"resource\": %s, \"threads\": %d, \"status\": %s", first ? "" : ",",
+                  json_string(r.resource).c_str(), r.threads, r.error.empty() ? "\"ok\"" : "\"error\"");
+      if (!r.error.empty()) std::printf(", \"error\": %s", json_string(r.error).c_str());
+      if (r.phases.size() == 3) {
+        std::printf(", \"phases\": {");
+        const double base = r.phases["baseline"].time_ms;
+        for (int k = 0; k < 3; ++k) {
+          const auto& p = r.phases[phase_names[k]];
+          std::printf("%s\n      %s: {\"time_ms\": %s, \"change_pct\": %s, \"alloc_ns_total\": %llu, "
+                      "\"operations\": %llu, \"lock_wait_ns\": %s, \"fragmentation\": %s, "
+                      "\"peak_reserved_bytes\": %zu}",
+                      k ? "," : "", json_string(phase_names[k]).c_str(), json_number(p.time_ms).c_str(),
+                      json_number(base > 0 ? 100.0 * (p.time_ms - base) / base : 0.0).c_str(),
+                      static_cast<unsigned long long>(p.alloc_ns), static_cast<unsigned long long>(p.operations),
+                      p.lock_wait_ns ? std::to_string(*p.lock_wait_ns).c_str() : "null",
+                      json_number(p.fragmentation).c_str(), p.peak_reserved);
+        }
+        std::printf("}");
+      }
+      std::printf("}");
+      std::fflush(stdout);
+      first = false;
+      all.push_back(std::move(r));
+    }
+  }
+  std::printf("\n  ]\n}\n");
+
+  bool any_failed = false;
+  for (auto& r : all) any_failed = any_failed || !r.error.empty();
+  if (c.table) {
+    std::fprintf(stderr, "E2 on %s (%s)%s\n", c.backend.c_str(), dev->description().c_str(),
+                 c.smoke ? " - smoke mode" : "");
+    std::fprintf(stderr, "%-7s %3s  %10s %10s %8s %10s %8s  %9s %9s %7s %9s\n", "res", "thr",
+                 "base ms", "frag ms", "frag %", "long ms", "long %", "alloc ms", "lock ms", "frag",
+                 "peak MiB");
+    for (auto& r : all) {
+      if (!r.error.empty()) {
+        std::fprintf(stderr, "%-7s %3d  error: %s\n", r.resource.c_str(), r.threads, r.error.c_str());
+        continue;
+      }
+      auto& b = r.phases["baseline"];
+      auto& f = r.phases["fragmented"];
+      auto& l = r.phases["long_term"];
+      char lock[32] = "-";
+      if (l.lock_wait_ns) std::snprintf(lock, sizeof lock, "%.2f", *l.lock_wait_ns / 1e6);
+      std::fprintf(stderr, "%-7s %3d  %10.2f %10.2f %+7.1f%% %10.2f %+7.1f%%  %9.2f %9s %7.3f %9.1f\n",
+                   r.resource.c_str(), r.threads, b.time_ms, f.time_ms,
+                   100.0 * (f.time_ms - b.time_ms) / b.time_ms, l.time_ms,
+                   100.0 * (l.time_ms - b.time_ms) / b.time_ms, l.alloc_ns / 1e6, lock,
+                   std::isnan(l.fragmentation) ? -1.0 : l.fragmentation, l.peak_reserved / 1048576.0);
+    }
+  }
+  return any_failed ? 1 : 0;
+}

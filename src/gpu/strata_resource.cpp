@@ -1,0 +1,481 @@
+// strata_resource: thread-and-stream-private heaps of size-classed blocks over a page heap.
+//
+// allocate(bytes, S)                          fast path: no shared lock
+//   heap = heap_for(S)          thread-local cache -> this thread's heap for S
+//   heap lock (uncontended unless a steal is in progress); pop the class's free stack; return
+//   allocate_slow (noinline):
+//     1. page heap (global lock), no growth: a slab cut into blocks, or one large block
+//     2. steal half a free stack from another heap: same stream as is; other stream after
+//        making S wait on an event recorded on the victim's stream
+//     3. page heap, growing from the upstream
+//     4. defragment: synchronise, flush cached large blocks and empty slabs to the page heap
+//     5. out_of_memory_error
+//
+// deallocate(p, S)                            fast path: no shared lock
+//   push on this thread's heap for S (stream order makes it safe for S at once); a large block
+//   beyond the heap's cache budget goes back to the page heap guarded by an event on S.
+//
+// Lock order: page heap, then heaps.  The fast path holds one heap lock and takes no other;
+// the slow path never holds a heap lock while taking the page heap's or another heap's.
+#include <strata/gpu/strata_resource.hpp>
+
+#include "gpu/detail/event_guard.hpp"
+#include "gpu/detail/free_list.hpp"
+#include "gpu/detail/overaligned.hpp"
+#include "gpu/detail/timed_mutex.hpp"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <bit>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+namespace strata::gpu {
+
+using detail::free_list;
+using detail::round_up;
+
+namespace {
+
+// Size classes: 256 B steps to 1 KiB, then four per power of two up to 64 MiB.
+constexpr std::size_t max_class_size = std::size_t{64} << 20;
+constexpr unsigned class_count = 4 + 4 * (26 - 10);
+
+constexpr unsigned class_of(std::size_t size) noexcept {  // 1 <= size <= max_class_size
+  if (size <= 1024) return static_cast<unsigned>((size - 1) / 256);
+  const unsigned k = static_cast<unsigned>(std::bit_width(size - 1)) - 1;  // 2^k < size <= 2^(k+1)
+  const std::size_t base = std::size_t{1} << k;
+  return 4 + (k - 10) * 4 + static_cast<unsigned>((size - 1 - base) / (base / 4));
+}
+
+constexpr std::size_t class_size(unsigned c) noexcept {
+  if (c < 4) return std::size_t{256} * (c + 1);
+  const unsigned k = 10 + (c - 4) / 4;
+  const std::size_t base = std::size_t{1} << k;
+  return base + (base / 4) * ((c - 4) % 4 + 1);
+}
+
+static_assert(class_of(256) == 0 && class_of(1024) == 3 && class_size(3) == 1024);
+static_assert(class_size(class_of(1025)) == 1280 && class_size(class_of(2048)) == 2048);
+static_assert(class_size(class_of(2049)) == 2560 && class_of(max_class_size) == class_count - 1);
+static_assert(class_size(class_count - 1) == max_class_size);
+
+std::atomic<std::uint64_t> next_strata_resource_id{1};
+
+struct heap {
+  explicit heap(stream_view s) : stream(s) {}
+  detail::timed_mutex<detail::spin_lock> lock;
+  stream_view stream;
+  std::array<std::vector<std::uintptr_t>, class_count> bins;
+  std::size_t cached_large = 0;  // bytes cached in classes above the small limit
+  std::int64_t allocated = 0;    // handed out minus returned through this heap
+};
+
+struct heap_key {
+  std::thread::id thread;
+  std::uintptr_t stream;
+  bool operator==(const heap_key&) const = default;
+};
+struct heap_key_hash {
+  std::size_t operator()(const heap_key& k) const noexcept {
+    return std::hash<std::thread::id>{}(k.thread) * 31 + std::hash<std::uintptr_t>{}(k.stream);
+  }
+};
+
+}  // namespace
+
+struct strata_resource::impl {
+  impl(device_memory_resource& up, strata_options o, device_backend& b)
+      : upstream(up), options(o), backend(b), events(b), pages(&chunk_starts),
+        small_limit(std::min(o.slab_size / 4, std::size_t{64} << 10)) {}
+
+  device_memory_resource& upstream;
+  const strata_options options;
+  device_backend& backend;
+  const std::uint64_t id = next_strata_resource_id.fetch_add(1);
+  detail::event_pool events;  // first: outlives every guard below
+  detail::overaligned_table overaligned;
+
+  // page heap
+  mutable detail::timed_mutex<> page_mutex;
+  std::map<std::uintptr_t, std::size_t> chunks;
+  std::set<std::uintptr_t> chunk_starts;
+  free_list pages;
+  std::map<std::uintptr_t, unsigned> slabs;  // slab start -> class (length: slab_bytes(class))
+  std::size_t reserved = 0, peak = 0;
+  std::atomic<std::int64_t> huge_allocated{0};
+  const std::size_t small_limit;
+
+  // heaps
+  mutable std::mutex heaps_mutex;
+  std::unordered_map<heap_key, std::unique_ptr<heap>, heap_key_hash> heaps;
+  std::vector<heap*> heap_list;
+
+  bool is_small(unsigned c) const noexcept { return class_size(c) <= small_limit; }
+
+  // A slab holds at least 8 blocks and at least 64 KiB, at most slab_size: a heap touching a
+  // class pays for a few blocks, not a whole 2 MiB.
+  std::size_t slab_bytes(unsigned c) const noexcept {
+    const std::size_t cs = class_size(c);
+    const std::size_t want = std::max<std::size_t>(8 * cs, std::size_t{64} << 10);
+    return std::min(options.slab_size, want) / cs * cs;
+  }
+
+  heap& heap_for(stream_view s) {
+    struct cached {
+      std::uint64_t resource = 0;
+      void* stream = nullptr;
+      heap* h = nullptr;
+    };
+    thread_local cached cache[8];
+    thread_local unsigned next = 0;
+    for (auto& c : cache)
+      if (c.resource == id && c.stream == s.handle()) [[likely]]
+        return *c.h;
+    return heap_for_slow(s, cache, next);
+  }
+
+  template <class Cache>
+  [[gnu::noinline]] heap& heap_for_slow(stream_view s, Cache* cache, unsigned& next) {
+    heap* h;
+    {
+      std::lock_guard lock(heaps_mutex);
+      auto& slot = heaps[heap_key{std::this_thread::get_id(), s.id()}];
+      if (!slot) {
+        slot = std::make_unique<heap>(s);
+        heap_list.push_back(slot.get());
+      }
+      h = slot.get();
+    }
+    cache[next++ % 8] = {id, s.handle(), h};
+    return *h;
+  }
+
+  // ---- page heap (page_mutex held) ----------------------------------------------------------
+  bool grow(std::size_t need) {
+    if (reserved >= options.maximum_size || options.maximum_size - reserved < need) return false;
+    std::size_t size = std::max(need, options.min_growth);
+    size = round_up(std::min(size, options.maximum_size - reserved), detail::native);
+    if (size < need || size > options.maximum_size - reserved) size = need;
+    for (;;) {
+      try {
+        void* p = upstream.allocate(size);
+        const auto a = reinterpret_cast<std::uintptr_t>(p);
+        chunks.emplace(a, size);
+        chunk_starts.insert(a);
+        pages.insert(a, size);
+        reserved += size;
+        peak = std::max(peak, reserved);
+        return true;
+      } catch (const std::bad_alloc&) {
+        if (size == need) return false;
+        size = need;
+      }
+    }
+  }
+
+  // Takes n bytes for stream s: orders s after the range's guards.  0 when none fits.
+  std::uintptr_t take_pages(std::size_t n, stream_view s) {
+    auto r = pages.take_best_fit(n);
+    if (!r) return 0;
+    if (r->size > n) pages.insert(r->addr + n, r->size - n, r->guards);
+    detail::wait_for(backend, r->guards, s);
+    return r->addr;
+  }
+
+  void return_pages(std::uintptr_t p, std::size_t n, stream_view released_on) {
+    auto guard = std::make_shared<detail::event_guard>(events, released_on);
+    std::lock_guard lock(page_mutex);
+    pages.insert(p, n, {std::move(guard)});
+  }
+
+  // Device synchronised, page heap and every heap locked by the caller: cached large blocks
+  // and the blocks of wholly free slabs go back to the page heap.
+  void flush_heaps() {
+    std::map<std::uintptr_t, std::size_t> free_in_slab;
+    for (heap* h : heap_list) {
+      for (unsigned c = 0; c < class_count; ++c) {
+        auto& bin = h->bins[c];
+        if (!is_small(c)) {
+          for (std::uintptr_t p : bin) pages.insert(p, class_size(c));
+          bin.clear();
+          continue;
+        }
+        for (std::uintptr_t p : bin) ++free_in_slab[std::prev(slabs.upper_bound(p))->first];
+      }
+      h->cached_large = 0;
+    }
+    std::set<std::uintptr_t> empty;
+    for (auto& [start, n] : free_in_slab)
+      if (n == slab_bytes(slabs[start]) / class_size(slabs[start])) empty.insert(start);
+    if (empty.empty()) return;
+    for (heap* h : heap_list)
+      for (unsigned c = 0; c < class_count && is_small(c); ++c)
+        std::erase_if(h->bins[c], [&](std::uintptr_t p) {
+          return empty.count(std::prev(slabs.upper_bound(p))->first) != 0;
+        });
+    for (std::uintptr_t start : empty) {
+      pages.insert(start, slab_bytes(slabs.at(start)));
+      slabs.erase(start);
+    }
+  }
+
+  void defragment() {
+    backend.device_synchronize();
+    std::lock_guard hl(heaps_mutex);
+    for (heap* h : heap_list) h->lock.lock();
+    flush_heaps();
+    for (heap* h : heap_list) h->lock.unlock();
+  }
+
+  void release_free_chunks() {
+    for (auto it = chunks.begin(); it != chunks.end();) {
+      auto r = pages.find_containing(it->first);
+      if (r && r->first == it->first && r->second == it->second) {
+        pages.take_at(it->first);
+        chunk_starts.erase(it->first);
+        reserved -= it->second;
+        upstream.deallocate(reinterpret_cast<void*>(it->first), it->second);
+        it = chunks.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  // Page heap for n bytes: as is, then growing, then after a defragmentation.
+  std::uintptr_t take_pages_hard(std::size_t n, stream_view s) {
+    std::lock_guard lock(page_mutex);
+    if (std::uintptr_t p = take_pages(n, s)) return p;
+    if (grow(n))
+      if (std::uintptr_t p = take_pages(n, s)) return p;
+    defragment();
+    if (std::uintptr_t p = take_pages(n, s)) return p;
+    release_free_chunks();
+    if (grow(n))
+      if (std::uintptr_t p = take_pages(n, s)) return p;
+    return 0;
+  }
+
+  [[noreturn]] void out_of_memory(std::size_t bytes) {
+    std::lock_guard lock(page_mutex);
+    std::size_t total = pages.total(), largest = pages.largest();
+    std::lock_guard hl(heaps_mutex);
+    for (heap* h : heap_list) {
+      std::lock_guard l(h->lock);
+      for (unsigned c = 0; c < class_count; ++c)
+        if (!h->bins[c].empty()) {
+          total += h->bins[c].size() * class_size(c);
+          largest = std::max(largest, class_size(c));
+        }
+    }
+    throw out_of_memory_error("strata", bytes, total,
+                              total ? 1.0 - double(largest) / double(total) : 0.0);
+  }
+
+  // ---- slow path ----------------------------------------------------------------------------
+  // Puts the blocks of [p, p + n) for class c into h and returns the first.
+  std::uintptr_t fill(heap& h, unsigned c, std::uintptr_t p, std::size_t n) {
+    const std::size_t cs = class_size(c);
+    const std::size_t count = n / cs;
+    std::lock_guard lock(h.lock);
+    auto& bin = h.bins[c];
+    for (std::size_t i = count; i-- > 1;) bin.push_back(p + i * cs);  // low addresses first
+    if (!is_small(c)) h.cached_large += (count - 1) * cs;
+    h.allocated += static_cast<std::int64_t>(cs);
+    return p;
+  }
+
+  // One block of class c from the page heap without growing it.
+  std::uintptr_t refill_no_growth(heap& h, unsigned c, stream_view s) {
+    const std::size_t n = is_small(c) ? slab_bytes(c) : class_size(c);
+    std::uintptr_t p;
+    {
+      std::lock_guard lock(page_mutex);
+      p = take_pages(n, s);
+      if (!p) return 0;
+      if (is_small(c)) slabs.emplace(p, c);
+    }
+    return fill(h, c, p, n);
+  }
+
+  std::uintptr_t refill_hard(heap& h, unsigned c, stream_view s) {
+    const std::size_t n = is_small(c) ? slab_bytes(c) : class_size(c);
+    std::uintptr_t p = take_pages_hard(n, s);
+    if (!p) return 0;
+    if (is_small(c)) {
+      std::lock_guard lock(page_mutex);
+      slabs.emplace(p, c);
+    }
+    return fill(h, c, p, n);
+  }
+
+  std::uintptr_t steal(heap& h, unsigned c, stream_view s) {
+    std::vector<heap*> victims;
+    {
+      std::lock_guard lock(heaps_mutex);
+      victims = heap_list;
+    }
+    // same-stream heaps first: their blocks need no event
+    std::stable_partition(victims.begin(), victims.end(), [&](heap* v) { return v->stream == s; });
+    const std::size_t cs = class_size(c);
+    for (heap* v : victims) {
+      if (v == &h) continue;
+      std::vector<std::uintptr_t> got;
+      {
+        std::lock_guard lock(v->lock);
+        auto& bin = v->bins[c];
+        if (bin.empty()) continue;
+        const std::size_t take = (bin.size() + 1) / 2;
+        got.assign(bin.end() - static_cast<std::ptrdiff_t>(take), bin.end());
+        bin.resize(bin.size() - take);
+        if (!is_small(c)) v->cached_large -= take * cs;
+      }
+      if (!(v->stream == s)) {
+        detail::event_guard g(events, v->stream);  // covers every free already in v's bin
+        backend.stream_wait_event(s, g.event);
+      }
+      std::lock_guard lock(h.lock);
+      const std::uintptr_t p = got.back();
+      got.pop_back();
+      h.bins[c].insert(h.bins[c].end(), got.begin(), got.end());
+      if (!is_small(c)) h.cached_large += got.size() * cs;
+      h.allocated += static_cast<std::int64_t>(cs);
+      return p;
+    }
+    return 0;
+  }
+
+  [[gnu::noinline]] std::uintptr_t allocate_slow(heap& h, unsigned c, stream_view s) {
+    if (std::uintptr_t p = refill_no_growth(h, c, s)) return p;
+    if (std::uintptr_t p = steal(h, c, s)) return p;
+    return refill_hard(h, c, s);
+  }
+
+  void* allocate_huge(std::size_t bytes, std::size_t need, stream_view s) {
+    const std::uintptr_t p = take_pages_hard(need, s);
+    if (!p) out_of_memory(bytes);
+    huge_allocated += static_cast<std::int64_t>(need);
+    return reinterpret_cast<void*>(p);
+  }
+};
+
+strata_resource::strata_resource(device_memory_resource& upstream, strata_options options)
+    : device_memory_resource(upstream.shared_backend()),
+      impl_(std::make_unique<impl>(upstream, options, backend())) {
+  const std::size_t slab = options.slab_size;
+  if (slab < (std::size_t{64} << 10) || (slab & (slab - 1)) != 0 || slab > max_class_size)
+    throw std::invalid_argument("strata_resource: slab_size must be a power of two in [64 KiB, 64 MiB]");
+  if (options.initial_size > 0) {
+    std::lock_guard lock(impl_->page_mutex);
+    impl_->grow(round_up(options.initial_size, detail::native));
+  }
+}
+
+strata_resource::~strata_resource() {
+  backend().device_synchronize();
+  impl_->pages = free_list(&impl_->chunk_starts);  // drop guards before the events go
+  for (auto& [p, size] : impl_->chunks) impl_->upstream.deallocate(reinterpret_cast<void*>(p), size);
+}
+
+void strata_resource::release() {
+  std::lock_guard lock(impl_->page_mutex);
+  impl_->defragment();
+  impl_->release_free_chunks();
+}
+
+void* strata_resource::do_allocate(std::size_t bytes, stream_view stream, std::size_t alignment) {
+  const std::size_t need = round_up(detail::padded_size(bytes, alignment), detail::native);
+  void* p;
+  if (need > max_class_size) [[unlikely]] {
+    p = impl_->allocate_huge(bytes, need, stream);
+    if (backend().checks_reuse()) backend().note_reuse(p, need, stream);
+  } else {
+    const unsigned c = class_of(need);
+    heap& h = impl_->heap_for(stream);
+    std::uintptr_t a = 0;
+    {
+      std::lock_guard lock(h.lock);
+      auto& bin = h.bins[c];
+      if (!bin.empty()) [[likely]] {
+        a = bin.back();
+        bin.pop_back();
+        h.allocated += static_cast<std::int64_t>(class_size(c));
+        if (!impl_->is_small(c)) h.cached_large -= class_size(c);
+      }
+    }
+    if (!a) a = impl_->allocate_slow(h, c, stream);
+    if (!a) impl_->out_of_memory(bytes);
+    p = reinterpret_cast<void*>(a);
+    if (backend().checks_reuse()) backend().note_reuse(p, class_size(c), stream);
+  }
+  return alignment > detail::native ? impl_->overaligned.align(p, alignment) : p;
+}
+
+void strata_resource::do_deallocate(void* p, std::size_t bytes, stream_view stream,
+                                    std::size_t alignment) noexcept {
+  const std::size_t need = round_up(detail::padded_size(bytes, alignment), detail::native);
+  if (alignment > detail::native) p = impl_->overaligned.base(p);
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  try {
+    if (need > max_class_size) [[unlikely]] {
+      if (backend().checks_reuse()) backend().note_release(p, need, stream);
+      impl_->huge_allocated -= static_cast<std::int64_t>(need);
+      impl_->return_pages(a, need, stream);
+      return;
+    }
+    const unsigned c = class_of(need);
+    const std::size_t cs = class_size(c);
+    if (backend().checks_reuse()) backend().note_release(p, cs, stream);
+    heap& h = impl_->heap_for(stream);
+    {
+      std::lock_guard lock(h.lock);
+      h.allocated -= static_cast<std::int64_t>(cs);
+      const bool small = impl_->is_small(c);
+      if (small || h.cached_large + cs <= impl_->options.heap_cache_bytes) [[likely]] {
+        h.bins[c].push_back(a);
+        if (!small) h.cached_large += cs;
+        return;
+      }
+    }
+    impl_->return_pages(a, cs, stream);  // over the heap's cache budget
+  } catch (...) {
+    // Only a failing driver call (event record) or allocation failure lands here; the block
+    // is lost to reuse, the resource stays consistent.
+  }
+}
+
+resource_info strata_resource::do_info() const {
+  resource_info i;
+  std::lock_guard lock(impl_->page_mutex);
+  i.reserved_bytes = impl_->reserved;
+  i.peak_reserved_bytes = impl_->peak;
+  std::size_t total = impl_->pages.total(), largest = impl_->pages.largest();
+  std::int64_t allocated = impl_->huge_allocated.load();
+  std::uint64_t wait = impl_->page_mutex.wait_ns();
+  std::lock_guard hl(impl_->heaps_mutex);
+  for (heap* h : impl_->heap_list) {
+    std::lock_guard l(h->lock);
+    for (unsigned c = 0; c < class_count; ++c)
+      if (!h->bins[c].empty()) {
+        total += h->bins[c].size() * class_size(c);
+        largest = std::max(largest, class_size(c));
+      }
+    allocated += h->allocated;
+    wait += h->lock.wait_ns();
+  }
+  i.allocated_bytes = static_cast<std::size_t>(std::max<std::int64_t>(allocated, 0));
+  i.free_bytes = total;
+  i.largest_free_block = largest;
+  i.lock_wait_ns = wait;
+  return i;
+}
+
+}  // namespace strata::gpu
