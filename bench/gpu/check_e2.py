@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks strata-e2-gpu's output (run by ctest).
+"""Checks strata-bench-e2-gpu's output (run by ctest).
 
   check_e2.py smoke BIN           --smoke --backend sim: valid JSON, every resource x threads x
                                   phase present with every metric

@@ -1,4 +1,4 @@
-// strata-e2-gpu: experiment E2 (docs/gpu.md) - multithreaded fragmentation of device memory
+// strata-bench-e2-gpu: experiment E2 (docs/gpu.md) - multithreaded fragmentation of device memory
 // resources.  Each thread has its own stream and launches a spin kernel between allocations.
 //
 //   baseline    timed: the reference workload W
@@ -58,8 +58,8 @@ struct config {
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
-               "strata-e2-gpu: %s\n"
-               "usage: strata-e2-gpu [--backend sim|cuda] [--resource NAME[,NAME..]|all]\n"
+               "strata-bench-e2-gpu: %s\n"
+               "usage: strata-bench-e2-gpu [--backend sim|cuda] [--resource NAME[,NAME..]|all]\n"
                "         [--threads 1,4,8,16] [--smoke] [--iterations N] [--long-factor K]\n"
                "         [--kernel-ns NS] [--max-size BYTES] [--pool-mib MIB] [--seed S]\n"
                "         [--table] [--trace OUT.csv] [--replay TRACE.csv]\n"
@@ -340,14 +340,14 @@ struct trace_op {
 std::vector<trace_op> read_trace(const std::string& path) {
   std::ifstream in(path);
   if (!in) {
-    std::fprintf(stderr, "strata-e2-gpu: cannot read trace %s\n", path.c_str());
+    std::fprintf(stderr, "strata-bench-e2-gpu: cannot read trace %s\n", path.c_str());
     std::exit(2);
   }
   std::vector<trace_op> ops;
   std::string line;
   std::getline(in, line);
   if (line != logging_adaptor::header) {
-    std::fprintf(stderr, "strata-e2-gpu: %s is not a logging_adaptor trace\n", path.c_str());
+    std::fprintf(stderr, "strata-bench-e2-gpu: %s is not a logging_adaptor trace\n", path.c_str());
     std::exit(2);
   }
   while (std::getline(in, line)) {
@@ -465,7 +465,7 @@ int main(int argc, char** argv) {
       dev = make_cuda_backend(0);
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "strata-e2-gpu: cannot use the %s backend: %s\n", c.backend.c_str(), e.what());
+    std::fprintf(stderr, "strata-bench-e2-gpu: cannot use the %s backend: %s\n", c.backend.c_str(), e.what());
     return 3;
   }
   if (!c.replay.empty()) return replay(c, dev);

@@ -183,7 +183,7 @@ struct strata_resource::impl {
 
   // Takes n bytes for stream s: orders s after the range's guards.  0 when none fits.
   std::uintptr_t take_pages(std::size_t n, stream_view s) {
-    auto r = pages.take_best_fit(n);
+    auto r = pages.take_best_fit_ready(n);
     if (!r) return 0;
     if (r->size > n) pages.insert(r->addr + n, r->size - n, r->guards);
     detail::wait_for(backend, r->guards, s);

@@ -62,6 +62,19 @@ class free_list {
     return take(by_addr_.find(s->second));
   }
 
+  // Like take_best_fit, but among the first `scan` candidates by size prefers one whose guards
+  // have all completed (taking it orders no stream after another); falls back to the best fit.
+  std::optional<free_range> take_best_fit_ready(std::size_t size, int scan = 8) {
+    auto s = by_size_.lower_bound(size);
+    for (int i = 0; s != by_size_.end() && i < scan; ++s, ++i) {
+      auto it = by_addr_.find(s->second);
+      bool ready = true;
+      for (const guard_ptr& g : it->second.guards) ready = ready && g->complete();
+      if (ready) return take(it);
+    }
+    return take_best_fit(size);
+  }
+
   // Removes and returns the range starting exactly at addr.
   std::optional<free_range> take_at(std::uintptr_t addr) {
     auto it = by_addr_.find(addr);

@@ -1,0 +1,109 @@
+"""E2 on the device memory resources: three phases per resource and thread count.
+
+Runs build/bin/strata-bench-e2-gpu once per sample with one resource (the variant) and one
+thread count (the cell).  The device is the real GPU when the CUDA driver loads, otherwise the
+simulated device; STRATA_E2_BACKEND=sim|cuda forces one.  Simulated timings say how the
+resources behave on the host side (locks, stream ordering), not how fast a GPU is.
+"""
+
+import ctypes
+import json
+import os
+
+from strata_lab.suite import Cell
+
+RESOURCES = ["strata", "pool", "arena", "async", "cuda"]
+DESCRIPTION = ("E2 GPU device resources: baseline / fragmented / long-term time, % change, time in "
+               "allocate/deallocate, lock wait, fragmentation and peak reserved, per thread count")
+VARIANTS = {
+    "strata": {"args": ["--resource", "strata"], "description": "strata_resource: per-(thread, stream) heaps"},
+    "pool": {"args": ["--resource", "pool"], "description": "coalescing best-fit pool, one lock"},
+    "arena": {"args": ["--resource", "arena"], "description": "per-stream/thread arenas over a global arena"},
+    "async": {"args": ["--resource", "async"], "description": "driver stream-ordered pool (cudaMallocAsync)"},
+    "cuda": {"args": ["--resource", "cuda"], "description": "cuMemAlloc/cuMemFree per request"},
+}
+BASELINE = "pool"
+ROUNDS = 5
+WARMUP = 1
+
+PHASES = ("baseline", "fragmented", "long_term")
+
+
+def backend() -> str:
+    forced = os.environ.get("STRATA_E2_BACKEND")
+    if forced in ("sim", "cuda"):
+        return forced
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        return "cuda"
+    except OSError:
+        return "sim"
+
+
+def cells(ctx, threads=(1, 4, 8, 16)):
+    exe = ctx.bin("e2-gpu")
+    dev = backend()
+    out = []
+    for t in ctx.thread_counts(threads, smoke=[1, 4]):
+        argv = [exe, "--backend", dev, "--threads", t] + (["--smoke"] if ctx.smoke else [])
+        out.append(Cell(workload="e2-gpu", threads=t, argv=argv, metric="long_term_ms", unit="ms",
+                        higher_is_better=False, params={"backend": dev, "phases": list(PHASES)},
+                        timeout_s=300.0))
+    return out
+
+
+def parse(cell, stdout: str) -> dict:
+    """One cell of strata-bench-e2-gpu's document, flattened to numbers."""
+    doc = json.loads(stdout)
+    [r] = doc["results"]
+    if r["status"] != "ok":
+        raise ValueError(f"{r['resource']} x {r['threads']} threads failed: {r.get('error')}")
+    m = {"threads": r["threads"]}
+    for ph in PHASES:
+        p = r["phases"][ph]
+        m[f"{ph}_ms"] = p["time_ms"]
+        m[f"{ph}_change_pct"] = p["change_pct"]
+        m[f"{ph}_alloc_ns"] = p["alloc_ns_total"]
+        m[f"{ph}_peak_reserved_bytes"] = p["peak_reserved_bytes"]
+        if p["lock_wait_ns"] is not None:
+            m[f"{ph}_lock_wait_ns"] = p["lock_wait_ns"]
+        if p["fragmentation"] is not None:
+            m[f"{ph}_fragmentation"] = p["fragmentation"]
+    return m
+
+
+def summarise(results: dict) -> str:
+    """Per thread count and resource: baseline -> fragmented (Δ %) -> long term (Δ %), with the
+    long-term phase's time in allocate/deallocate, lock wait, fragmentation and peak reserved
+    (medians over rounds)."""
+    import statistics
+
+    lines = ["## E2 on device resources (medians over rounds)", "",
+             "| threads | resource | baseline ms | fragmented ms (Δ %) | long term ms (Δ %) | "
+             "alloc ms | lock wait ms | fragmentation | peak reserved MiB |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for c in results["cells"]:
+        if c["workload"] != "e2-gpu":
+            continue
+        for v in results["variants"]:
+            ok = [s["metrics"] for s in results["samples"] if s["cell"] == c["id"] and s["variant"] == v
+                  and s.get("ok") and not s.get("warmup")]
+            if not ok:
+                lines.append(f"| {c['threads']} | {v} | failed | | | | | | |")
+                continue
+
+            def med(k):
+                xs = [m[k] for m in ok if isinstance(m.get(k), (int, float))]
+                return statistics.median(xs) if xs else None
+
+            def fmt(x, scale=1.0, spec=".2f"):
+                return "–" if x is None else format(x / scale, spec)
+
+            lines.append(
+                f"| {c['threads']} | {v} | {fmt(med('baseline_ms'))} | "
+                f"{fmt(med('fragmented_ms'))} ({fmt(med('fragmented_change_pct'), spec='+.1f')} %) | "
+                f"{fmt(med('long_term_ms'))} ({fmt(med('long_term_change_pct'), spec='+.1f')} %) | "
+                f"{fmt(med('long_term_alloc_ns'), 1e6)} | {fmt(med('long_term_lock_wait_ns'), 1e6)} | "
+                f"{fmt(med('long_term_fragmentation'), spec='.3f')} | "
+                f"{fmt(med('long_term_peak_reserved_bytes'), 1048576.0, '.1f')} |")
+    return "\n".join(lines)
