@@ -10,6 +10,9 @@ from . import stats
 from .errors import LabError
 
 
+BUSY_WARN = 0.10  # share of all CPUs used by other processes during samples
+
+
 def counted(doc: dict, cell_id: str, variant: str) -> list[dict]:
     return [s for s in doc["samples"] if s["cell"] == cell_id and s["variant"] == variant
             and not s.get("warmup")]
@@ -73,14 +76,25 @@ def analyse(doc: dict, baseline: str | None = None) -> dict:
         if c.get("oversubscribed"):
             warnings.append(f"{c['id']}: oversubscribed ({c['threads']} threads on "
                             f"{len(c['cpus']) if c.get('cpus') else len(doc['settings'].get('cpus') or [])} CPUs)")
+        wide = []
         for v, entry in per_v.items():
             for w in entry["warnings"]:
                 if w.startswith("only "):
                     few.append(f"{c['id']}/{v} ({entry['n']})")
+                elif w.startswith("wide spread"):
+                    wide.append(f"{v} {entry['summary'].cv * 100:.0f} %")
                 else:
                     warnings.append(f"{c['id']} / {v}: {w}")
             for m in entry["failure_messages"]:
                 warnings.append(f"{c['id']} / {v}: failure — {m}")
+        if wide:
+            warnings.append(f"{c['id']}: wide spread (CV > {stats.CV_WARN * 100:.0f} %) for " + ", ".join(wide))
+    busy = [s["other_cpu_frac"] for s in doc["samples"] if s.get("other_cpu_frac") is not None
+            and not s.get("warmup")]
+    other_cpu = float(stats.median(busy)) if busy else None
+    if other_cpu is not None and other_cpu > BUSY_WARN:
+        warnings.insert(0, f"BUSY MACHINE: other processes used a median {other_cpu * 100:.0f} % of all "
+                           f"CPUs while the samples ran; expect noise and rerun on a quiet machine")
     if few:
         warnings.append(f"fewer than {stats.MIN_ROUNDS} successful rounds in {len(few)} cell/variant "
                         f"pairs: " + ", ".join(few[:8]) + (" …" if len(few) > 8 else ""))
@@ -100,7 +114,7 @@ def analyse(doc: dict, baseline: str | None = None) -> dict:
         geo[v] = {"speedup": stats.geomean(sp), "ci": stats.geomean_speedup_ci(pairs),
                   "cells": len(pairs), "of": len(doc["cells"])}
     return {"baseline": baseline, "variants": variants, "cells": cells_out, "geomean": geo,
-            "warnings": warnings}
+            "warnings": warnings, "other_cpu_frac": other_cpu}
 
 
 def compare(a: dict, b: dict, alpha: float = 0.05) -> dict:

@@ -130,6 +130,20 @@ def _downsample(t: list, v: list, n: int = TIMELINE_MAX_POINTS) -> tuple[list, l
     return ts, vs
 
 
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def _busy_jiffies() -> int | None:
+    """CPU time all processes spent busy since boot (aggregate line of /proc/stat)."""
+    try:
+        with open("/proc/stat") as f:
+            parts = f.readline().split()
+        user, nice, system, idle, iowait, irq, softirq, steal = (int(x) for x in parts[1:9])
+        return user + nice + system + irq + softirq + steal
+    except (OSError, ValueError):
+        return None
+
+
 def _tail(path: Path, n: int = STDERR_TAIL) -> str:
     try:
         data = path.read_bytes()
@@ -212,6 +226,7 @@ def run_sample(cell: Cell, variant: Variant, cpus: list[int] | None, extra_env: 
         else:
             env.update(preload_env)
         with open(out_p, "wb") as fo, open(err_p, "wb") as fe:
+            busy0 = _busy_jiffies()
             t0 = time.perf_counter()
             try:
                 with _affinity(cpus):
@@ -253,6 +268,7 @@ def run_sample(cell: Cell, variant: Variant, cpus: list[int] | None, extra_env: 
                 proc.returncode = -9
                 raise
             wall = time.perf_counter() - t0
+            busy1 = _busy_jiffies()
             _kill_group(proc.pid)  # stragglers the workload left in its group
             proc.returncode = os.waitstatus_to_exitcode(status)
         usage = {"maxrss": ru.ru_maxrss, "utime": ru.ru_utime, "stime": ru.ru_stime,
@@ -278,6 +294,12 @@ def run_sample(cell: Cell, variant: Variant, cpus: list[int] | None, extra_env: 
         "involuntary_ctx_switches": usage["nivcsw"], "minor_faults": usage["minflt"],
         "major_faults": usage["majflt"], "exit_status": code, "rusage_source": rusage_source,
     })
+    # CPU time the rest of the machine used while the sample ran (the lab's own polling is a
+    # small part of it): a noisy neighbour shows here before it shows as a wide spread.
+    if busy0 is not None and busy1 is not None and wall > 0:
+        other = max(0.0, (busy1 - busy0) / CLK_TCK - usage["utime"] - usage["stime"])
+        rec["other_cpu_s"] = round(other, 3)
+        rec["other_cpu_frac"] = round(other / (wall * (os.cpu_count() or 1)), 4)
     ts, vs = _downsample(t_ms, rss)
     rec["rss_timeline"] = {"interval_ms": RSS_INTERVAL_S * 1000, "source": "lab", "t_ms": ts, "rss_kb": vs}
 

@@ -62,7 +62,8 @@ def test_wide_spread_and_incomplete_are_flagged():
                   ("b/t4", "base"): [8] * 5, ("b/t4", "x"): [8] * 5}, complete=False)
     an = analysis.analyse(d)
     assert any(w.startswith("INCOMPLETE") for w in an["warnings"])
-    assert any("a/t1 / x: wide spread" in w for w in an["warnings"])
+    # 5 10 20 10 15: mean 12, sample std sqrt(32.5) = 5.70 -> CV 48 %
+    assert "a/t1: wide spread (CV > 10 %) for x 48 %" in an["warnings"]
 
 
 def test_compare_says_which_differences_are_significant():
@@ -85,3 +86,15 @@ def test_unknown_baseline_is_an_error():
     d = doc_with({("a/t1", "base"): [1], ("a/t1", "x"): [2], ("b/t4", "base"): [1], ("b/t4", "x"): [1]})
     with pytest.raises(LabError, match="baseline 'nope'"):
         analysis.analyse(d, "nope")
+
+
+def test_busy_machine_is_flagged():
+    d = doc_with({("a/t1", "base"): [10] * 5, ("a/t1", "x"): [10] * 5,
+                  ("b/t4", "base"): [8] * 5, ("b/t4", "x"): [8] * 5})
+    for s in d["samples"]:
+        s["other_cpu_frac"] = 0.02
+    assert not any("BUSY" in w for w in analysis.analyse(d)["warnings"])
+    for s in d["samples"]:
+        s["other_cpu_frac"] = 0.5
+    an = analysis.analyse(d)
+    assert an["other_cpu_frac"] == 0.5 and an["warnings"][0].startswith("BUSY MACHINE: other processes used a median 50 %")

@@ -24,6 +24,7 @@ def test_success_records_metrics_and_usage():
                 "involuntary_ctx_switches", "minor_faults", "major_faults"):
         assert rec[key] is not None and rec[key] >= 0
     assert rec["exit_status"] == 0
+    assert rec["other_cpu_s"] >= 0 and 0 <= rec["other_cpu_frac"]
     # the launcher gives the command's own peak RSS, not the lab's (~100 MiB with numpy loaded)
     assert rec["rusage_source"] == "launcher" and rec["peak_rss_kb"] < 20000
 
