@@ -153,6 +153,7 @@ struct arena_resource::impl {
       }
       a->empty_sb = 0;
     }
+    global_free.coalesce_after_sync();
   }
 
   // Takes `size` bytes (a superblock multiple) from the global arena for stream s, growing or

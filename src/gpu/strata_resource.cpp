@@ -233,6 +233,7 @@ struct strata_resource::impl {
     for (heap* h : heap_list) h->lock.lock();
     flush_heaps();
     for (heap* h : heap_list) h->lock.unlock();
+    pages.coalesce_after_sync();
   }
 
   void release_free_chunks() {

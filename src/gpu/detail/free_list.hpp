@@ -7,11 +7,13 @@
 
 #include "gpu/detail/event_guard.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <set>
+#include <vector>
 
 namespace strata::gpu::detail {
 
@@ -30,29 +32,40 @@ class free_list {
   bool empty() const noexcept { return by_addr_.empty(); }
   std::size_t largest() const noexcept { return by_size_.empty() ? 0 : by_size_.rbegin()->first; }
 
+  // Merging a range still guarded by a pending event into an unguarded neighbour would make
+  // every later taker of the merged range wait for that event (chaining streams together), so
+  // ranges merge only when their pending guards are the same (usually: none).
   void insert(std::uintptr_t addr, std::size_t size, guard_list guards = {}) {
     if (size == 0) return;
-    // merge with the range that ends at addr
+    prune(guards);
     auto next = by_addr_.lower_bound(addr);
     if (next != by_addr_.begin() && !is_boundary(addr)) {
       auto prev = std::prev(next);
-      if (prev->first + prev->second.size == addr) {
+      if (prev->first + prev->second.size == addr && mergeable(prev->second.guards, guards)) {
         addr = prev->first;
         size += prev->second.size;
-        merge_guards(guards, prev->second.guards);
         erase(prev);
       }
     }
-    // merge with the range that starts at addr + size
     next = by_addr_.find(addr + size);
-    if (next != by_addr_.end() && !is_boundary(addr + size)) {
+    if (next != by_addr_.end() && !is_boundary(addr + size) && mergeable(next->second.guards, guards)) {
       size += next->second.size;
-      merge_guards(guards, next->second.guards);
       erase(next);
     }
     auto it = by_addr_.emplace(addr, entry{size, std::move(guards), {}}).first;
     it->second.size_it = by_size_.emplace(size, addr);
     total_ += size;
+  }
+
+  // After a device synchronisation every guard has completed: drop them all and merge every
+  // pair of adjacent ranges that the guards kept apart.
+  void coalesce_after_sync() {
+    std::vector<std::pair<std::uintptr_t, std::size_t>> all;
+    for (auto& [a, e] : by_addr_) all.emplace_back(a, e.size);
+    by_addr_.clear();
+    by_size_.clear();
+    total_ = 0;
+    for (auto [a, n] : all) insert(a, n);
   }
 
   // Removes and returns the smallest range of at least `size` bytes.
@@ -111,6 +124,18 @@ class free_list {
   using addr_map = std::map<std::uintptr_t, entry>;
 
   bool is_boundary(std::uintptr_t a) const { return boundaries_ && boundaries_->count(a) != 0; }
+
+  static void prune(guard_list& g) {
+    std::erase_if(g, [](const guard_ptr& x) { return x->complete(); });
+  }
+  // `mine` is already pruned; the neighbour's guards are pruned here.
+  static bool mergeable(guard_list& theirs, const guard_list& mine) {
+    prune(theirs);
+    if (theirs.size() != mine.size()) return false;
+    for (const guard_ptr& g : theirs)
+      if (std::find(mine.begin(), mine.end(), g) == mine.end()) return false;
+    return true;
+  }
 
   void erase(addr_map::iterator it) {
     total_ -= it->second.size;
