@@ -13,6 +13,8 @@
  *   exits with the command's status (128+signal when it was killed by a signal).
  * STRATA_LAB_SPAWN_PRELOAD=LIB in its environment becomes the command's LD_PRELOAD, so that the
  * launcher itself never runs under the allocator being measured.
+ * If the lab dies (even by SIGKILL) the launcher and then the command are killed too
+ * (PR_SET_PDEATHSIG), so no workload outlives the run that started it.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -20,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -41,12 +44,18 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: strata-lab-spawn PREFIX COMMAND [ARGS...]\n");
     return 125;
   }
+  pid_t lab = getppid();
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != lab) return 125; /* the lab died before the line above */
+  pid_t self = getpid();
   pid_t pid = fork();
   if (pid < 0) {
     perror("strata-lab-spawn: fork");
     return 125;
   }
   if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* kept across exec: dies with the launcher */
+    if (getppid() != self) _exit(125);
     const char* preload = getenv("STRATA_LAB_SPAWN_PRELOAD");
     if (preload && *preload) setenv("LD_PRELOAD", preload, 1);
     unsetenv("STRATA_LAB_SPAWN_PRELOAD");
