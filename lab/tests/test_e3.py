@@ -94,8 +94,12 @@ def test_tables_and_verdict():
     v = e3.verdict(t["native"], t["policy"])
     assert v["lc_p99_mean_change_pct"] < -90 and abs(v["be_throughput_change_pct"]) < 2 and v["met"]
     assert not e3.verdict(t["native"], t["be_idle"])["met"]
+    bp = v["be_paired"]
+    assert bp["rounds"] == 10 and bp["mean_pct"] == pytest.approx((0.358 - 0.360) / 0.360 * 100)
+    assert bp["low_pct"] == pytest.approx(bp["mean_pct"]) and bp["within_band"]  # no spread here
     md = e3.summarise({"samples": samples})
     assert "LC per-round P99 launch latency, mean (µs)" in md and "**met**" in md and "**missed**" in md
+    assert "paired by round" in md
     assert "failed rounds" in md and "warning" not in md
     for smp in samples:
         if smp.get("ok"):

@@ -105,7 +105,9 @@ def test_summarise_table():
                "server_vol_cs_per_s_per_thread": 10.0, "server_invol_cs_per_s_per_thread": 1.0,
                "client_vol_cs_per_s_per_thread": 5.0, "client_invol_cs_per_s_per_thread": 0.5,
                "server_cpu_cores": 0.9, "client_cpu_cores": 0.8, "server_peak_rss_kb": 2048, "errors": 0,
-               "foreign_cpu_share": 0.0}
+               "foreign_cpu_share": 0.0,
+               "server_threads": [{"name": "main", "vol_per_s": 20.0, "invol_per_s": 0.0, "cpu": 0.0},
+                                  {"name": "worker", "vol_per_s": 900.0, "invol_per_s": 70.0, "cpu": 0.9}]}
     samples = [{"cell": cell["id"], "variant": v, "warmup": False, "ok": True,
                 "metrics": {**metrics, "requests_per_sec": rps}}
                for v, rps in (("glibc", 900.0), ("glibc", 1100.0), ("glibc", 1000.0), ("mimalloc", 2000.0))]
@@ -115,8 +117,9 @@ def test_summarise_table():
     rows = e5.cell_table(doc)
     assert rows[0]["requests_per_sec"] == 1000.0 and rows[0]["n"] == 3
     assert rows[1]["n"] == 1 and rows[1]["failures"] == 1
+    assert rows[0]["server_busiest_vol_per_s"] == 900.0 and rows[0]["server_busiest_invol_per_s"] == 70.0
     md = e5.summarise(doc)
-    assert "| httpd | 0 | 1 | 1 | glibc | 1,000 |" in md and "16-core" in md
+    assert "| httpd | 0 | 1 | 1 | glibc | 1,000 |" in md and "16-core" in md and "10 (900)" in md
 
 
 def test_httpd_smoke_program(httpd):

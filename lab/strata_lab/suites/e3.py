@@ -151,7 +151,7 @@ def mode_table(samples: list[dict]) -> dict:
         if not s.get("ok"):
             failures[s["variant"]] = failures.get(s["variant"], 0) + 1
             continue
-        by_mode.setdefault(s["variant"], []).append(s["metrics"])
+        by_mode.setdefault(s["variant"], []).append({**s["metrics"], "_round": s.get("round")})
     out = {}
     for mode, rounds in by_mode.items():
         p99s = [m["lc_launch_p99_ms"] * 1000.0 for m in rounds]
@@ -164,7 +164,8 @@ def mode_table(samples: list[dict]) -> dict:
             "be_events_over_1ms": sum(m["be_events_over_1ms"] for m in rounds),
             "lc_kernels": sum(m["lc_kernels"] for m in rounds),
             "be_kernels": sum(m["be_kernels"] for m in rounds),
-            "be_throughput_kps": {"mean": _mean(thr), "median": _median(thr), "std": _std(thr)},
+            "be_throughput_kps": {"mean": _mean(thr), "median": _median(thr), "std": _std(thr),
+                                  "by_round": {m["_round"]: m["be_throughput_kps"] for m in rounds}},
             "foreign_cpu_share": _mean([m.get("foreign_cpu_share", 0.0) for m in rounds]),
         }
     for mode in failures:
@@ -178,7 +179,25 @@ def verdict(native: dict, policy: dict) -> dict:
     be_change = _change(policy["be_throughput_kps"]["mean"], native["be_throughput_kps"]["mean"])
     met = (p99_change is not None and be_change is not None and p99_change <= TARGET_P99_DROP
            and abs(be_change) <= TARGET_BE_BAND)
-    return {"lc_p99_mean_change_pct": p99_change, "be_throughput_change_pct": be_change, "met": met}
+    return {"lc_p99_mean_change_pct": p99_change, "be_throughput_change_pct": be_change, "met": met,
+            "be_paired": paired_change(native["be_throughput_kps"].get("by_round", {}),
+                                       policy["be_throughput_kps"].get("by_round", {}))}
+
+
+def paired_change(base: dict, new: dict) -> dict | None:
+    """BE throughput change paired by round (the modes of a round share LC arrivals and run
+    back to back): mean per-round change in % of the native mean, with a 95 % t interval."""
+    rounds = sorted(set(base) & set(new), key=str)
+    if len(rounds) < 2:
+        return None
+    from scipy import stats as sps
+
+    ref = _mean([base[r] for r in rounds])
+    d = [(new[r] - base[r]) / ref * 100.0 for r in rounds]
+    half = float(sps.t.ppf(0.975, len(d) - 1)) * _std(d) / math.sqrt(len(d))
+    m = _mean(d)
+    return {"rounds": len(d), "mean_pct": m, "low_pct": m - half, "high_pct": m + half,
+            "within_band": -TARGET_BE_BAND <= m - half and m + half <= TARGET_BE_BAND}
 
 
 def _f(x, fmt="{:.1f}"):
@@ -223,6 +242,11 @@ def summarise(results: dict) -> str:
         out.append(f"- **{m}**: LC per-round P99 mean {_pct(v['lc_p99_mean_change_pct'])}, BE throughput "
                    f"{_pct(v['be_throughput_change_pct'])} — target (≤ {TARGET_P99_DROP:.0f} % and within "
                    f"±{TARGET_BE_BAND:.0f} %) **{'met' if v['met'] else 'missed'}**")
+        bp = v["be_paired"]
+        if bp:
+            out.append(f"  - BE throughput change paired by round: {bp['mean_pct']:+.2f} % "
+                       f"[{bp['low_pct']:+.2f}, {bp['high_pct']:+.2f}] (95 %, {bp['rounds']} rounds): the "
+                       f"interval {'lies' if bp['within_band'] else 'does not lie'} within ±{TARGET_BE_BAND:.0f} %")
     noisy = {m: t["foreign_cpu_share"] for m, t in table.items()
              if t.get("rounds") and t["foreign_cpu_share"] > FOREIGN_WARN}
     if noisy:

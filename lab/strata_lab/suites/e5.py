@@ -501,6 +501,10 @@ def cell_table(results: dict) -> list[dict]:
             for k in keys:
                 vals = [m[k] for m in ok if isinstance(m.get(k), (int, float))]
                 row[k] = _median(vals)
+            # pidstat-style view of the thread doing the work: the server thread with most CPU
+            busiest = [max(m["server_threads"], key=lambda t: t["cpu"]) for m in ok if m.get("server_threads")]
+            row["server_busiest_vol_per_s"] = _median([t["vol_per_s"] for t in busiest])
+            row["server_busiest_invol_per_s"] = _median([t["invol_per_s"] for t in busiest])
             rows.append(row)
     return rows
 
@@ -515,7 +519,7 @@ def summarise(results: dict) -> str:
         return ""
     out = ["### E5 — servers under a pinning matrix (medians over rounds)", "",
            "| server | server CPUs | client CPUs | client threads | allocator | req/s | p50 ms | p90 ms | "
-           "p99 ms | srv vcs/s/thr | srv ivcs/s/thr | cli vcs/s/thr | cli ivcs/s/thr | srv CPU | cli CPU | "
+           "p99 ms | srv vcs/s/thr (busiest) | srv ivcs/s/thr (busiest) | cli vcs/s/thr | cli ivcs/s/thr | srv CPU | cli CPU | "
            "srv peak RSS MiB | other CPU | n (failed) |",
            "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
@@ -525,7 +529,8 @@ def summarise(results: dict) -> str:
         out.append(f"| {r['server']} | {r['server_cpus']} | {r['client_cpus']} | {r['client_threads']} | "
                    f"{r['variant']} | {_fmt(r['requests_per_sec'], ',.0f')} | {_fmt(r['latency_p50_ms'], '.3f')} | "
                    f"{p90} | {_fmt(r['latency_p99_ms'], '.3f')} | "
-                   f"{_fmt(r['server_vol_cs_per_s_per_thread'], ',.0f')} | {_fmt(r['server_invol_cs_per_s_per_thread'], ',.0f')} | "
+                   f"{_fmt(r['server_vol_cs_per_s_per_thread'], ',.0f')} ({_fmt(r['server_busiest_vol_per_s'], ',.0f')}) | "
+                   f"{_fmt(r['server_invol_cs_per_s_per_thread'], ',.0f')} ({_fmt(r['server_busiest_invol_per_s'], ',.0f')}) | "
                    f"{_fmt(r['client_vol_cs_per_s_per_thread'], ',.0f')} | {_fmt(r['client_invol_cs_per_s_per_thread'], ',.0f')} | "
                    f"{_fmt(r['server_cpu_cores'], '.2f')} | {_fmt(r['client_cpu_cores'], '.2f')} | {_fmt(rss, '.1f')} | "
                    f"{_fmt(None if r['foreign_cpu_share'] is None else r['foreign_cpu_share'] * 100, '.0f')} % | "
@@ -533,7 +538,7 @@ def summarise(results: dict) -> str:
     ncpu = len(results.get("settings", {}).get("cpus") or [])
     out += ["", f"CPU columns are in cores (1.00 = one core busy). Client context switches come from wait4 "
             f"over all of the client's threads, divided by the client threads; server ones are per thread "
-            f"from /proc (all threads, mean). 'other CPU' is the share of the machine's CPU time that "
+            f"from /proc: the mean over all server threads, and in brackets the busiest thread (most CPU). 'other CPU' is the share of the machine's CPU time that "
             f"other processes used during the counted window (a shared machine's noise). redis cells "
             f"show p95 where p90 is (redis-benchmark has no p90)."]
     if ncpu and ncpu < 8:
