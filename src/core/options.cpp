@@ -32,6 +32,10 @@ int64_t values[count] = {
     STRATA_OPTIONS(STRATA_X)
 #undef STRATA_X
 };
+// Text values are copied: the environment block may be overwritten later (redis, nginx and
+// others rewrite argv/environ to set their process title), and the value is read again at exit.
+constexpr size_t text_capacity = 4096;
+char text_storage[count][text_capacity];
 const char* texts[count] = {};
 
 bool parse_flag(const char* s, int64_t* out) {
@@ -67,7 +71,15 @@ void init() noexcept {
     switch (d.type) {
       case kind::flag: ok = parse_flag(s, &v); break;
       case kind::integer: ok = parse_integer(s, d, &v); break;
-      case kind::text: texts[i] = s; continue;
+      case kind::text:
+        if (strlen(s) >= text_capacity) {
+          report::message("strata: warning: %s is longer than %zu bytes; ignored\n", d.env,
+                          text_capacity - 1);
+        } else {
+          memcpy(text_storage[i], s, strlen(s) + 1);
+          texts[i] = text_storage[i];
+        }
+        continue;
     }
     if (ok) {
       values[i] = v;
