@@ -32,6 +32,7 @@
 #include <utility>
 #include <vector>
 
+#include "strata/detail/typed_pool.hpp"
 #include "strata/object_pool.hpp"
 
 namespace strata {
@@ -452,63 +453,21 @@ class basic_concurrent_pool {
 }  // namespace detail
 
 template <class T, class Upstream, bool Checked>
-class concurrent_object_pool {
+class concurrent_object_pool
+    : public detail::typed_pool<T, detail::basic_concurrent_pool<Upstream, Checked>, Checked> {
+  using base = detail::typed_pool<T, detail::basic_concurrent_pool<Upstream, Checked>, Checked>;
+
  public:
-  using value_type = T;
-  static constexpr bool checked = Checked;
   static constexpr std::uint32_t magazine_capacity =
       detail::basic_concurrent_pool<Upstream, Checked>::magazine_capacity;
 
-  explicit concurrent_object_pool(Upstream up = Upstream()) noexcept
-      : core_(sizeof(T), alignof(T), std::move(up)) {}
+  explicit concurrent_object_pool(Upstream up = Upstream()) noexcept : base(std::move(up)) {}
   explicit concurrent_object_pool(std::size_t capacity, Upstream up = Upstream())
-      : core_(sizeof(T), alignof(T), std::move(up)) {
-    if (!core_.reserve(capacity)) throw std::bad_alloc();
+      : base(std::move(up)) {
+    if (!this->reserve(capacity)) throw std::bad_alloc();
   }
-  concurrent_object_pool(const concurrent_object_pool&) = delete;
-  concurrent_object_pool& operator=(const concurrent_object_pool&) = delete;
-
-  // No other thread may use the pool any more.  Live objects are destroyed, chunks returned.
-  ~concurrent_object_pool() {
-    if constexpr (!std::is_trivially_destructible_v<T>) {
-      core_.for_each_live([](void* p) { static_cast<T*>(p)->~T(); });
-    }
-  }
-
-  template <class... Args>
-  T* create(Args&&... args) {
-    void* p = core_.allocate();
-    if (p == nullptr) [[unlikely]] throw std::bad_alloc();
-    if constexpr (std::is_nothrow_constructible_v<T, Args&&...>) {
-      return ::new (p) T(std::forward<Args>(args)...);
-    } else {
-      try {
-        return ::new (p) T(std::forward<Args>(args)...);
-      } catch (...) {
-        core_.deallocate(p);
-        throw;
-      }
-    }
-  }
-  // Any thread may destroy an object any thread created.
-  void destroy(T* p) noexcept {
-    if constexpr (Checked) {
-      if (!core_.is_live(p)) core_.deallocate(p);  // reports the misuse before ~T runs
-    }
-    p->~T();
-    core_.deallocate(p);
-  }
-
-  T* allocate() { return static_cast<T*>(core_.allocate()); }
-  void deallocate(T* p) noexcept { core_.deallocate(p); }
-
-  bool reserve(std::size_t n) { return core_.reserve(n); }
-  std::size_t shrink() noexcept { return core_.shrink(); }
-  bool owns(const T* p) const noexcept { return core_.owns(p); }
-  pool_stats stats() const noexcept { return core_.stats(); }
-
- private:
-  detail::basic_concurrent_pool<Upstream, Checked> core_;
+  // Any thread may destroy() an object any thread created.  At destruction no other thread may
+  // use the pool any more: live objects are destroyed, then chunks returned.
 };
 
 }  // namespace strata

@@ -29,6 +29,8 @@
 #include <utility>
 #include <vector>
 
+#include "strata/detail/typed_pool.hpp"
+
 #ifndef STRATA_POOL_CHECKS
 #ifdef NDEBUG
 #define STRATA_POOL_CHECKS 0
@@ -407,7 +409,11 @@ class basic_pool {
     return s;
   }
 
-  slot_store<Upstream, Checked>& store() noexcept { return store_; }
+  // Calls fn(slot) for every object handed out and not returned (see slot_store).
+  template <class Fn>
+  bool for_each_live(Fn&& fn) noexcept {
+    return store_.for_each_live(std::forward<Fn>(fn));
+  }
 
  private:
   __attribute__((noinline)) void* refill() {
@@ -428,13 +434,11 @@ class basic_pool {
 }  // namespace detail
 
 template <class T, class Upstream = new_delete_upstream, bool Checked = STRATA_POOL_CHECKS != 0>
-class object_pool {
- public:
-  using value_type = T;
-  static constexpr bool checked = Checked;
+class object_pool : public detail::typed_pool<T, detail::basic_pool<Upstream, Checked>, Checked> {
+  using base = detail::typed_pool<T, detail::basic_pool<Upstream, Checked>, Checked>;
 
-  explicit object_pool(Upstream up = Upstream()) noexcept
-      : core_(sizeof(T), alignof(T), std::move(up)) {}
+ public:
+  explicit object_pool(Upstream up = Upstream()) noexcept : base(std::move(up)) {}
   // A pool that already holds room for n objects: the first n allocations make no upstream call.
   static object_pool with_capacity(std::size_t n, Upstream up = Upstream()) {
     object_pool pool(std::move(up));
@@ -442,56 +446,7 @@ class object_pool {
     return pool;
   }
   object_pool(object_pool&&) noexcept = default;
-  object_pool(const object_pool&) = delete;
-  object_pool& operator=(const object_pool&) = delete;
-  object_pool& operator=(object_pool&&) = delete;
-
-  // Objects still alive are destroyed, then every chunk goes back to the upstream.
-  ~object_pool() {
-    if constexpr (!std::is_trivially_destructible_v<T>) {
-      core_.store().for_each_live([](void* p) { static_cast<T*>(p)->~T(); });
-    }
-  }
-
-  // Allocates and constructs.  If the constructor throws, the slot goes back to the pool.
-  template <class... Args>
-  T* create(Args&&... args) {
-    void* p = core_.allocate();
-    if (p == nullptr) [[unlikely]] throw std::bad_alloc();
-    if constexpr (std::is_nothrow_constructible_v<T, Args&&...>) {
-      return ::new (p) T(std::forward<Args>(args)...);
-    } else {
-      try {
-        return ::new (p) T(std::forward<Args>(args)...);
-      } catch (...) {
-        core_.deallocate(p);
-        throw;
-      }
-    }
-  }
-  // Destroys and deallocates; p must come from create() on this pool.
-  void destroy(T* p) noexcept {
-    if constexpr (Checked) {
-      if (!core_.is_live(p)) core_.deallocate(p);  // reports the misuse before ~T runs
-    }
-    p->~T();
-    core_.deallocate(p);
-  }
-
-  // Raw, uninitialised storage; pair with deallocate().  nullptr only if a malloc-like upstream
-  // failed.
-  T* allocate() { return static_cast<T*>(core_.allocate()); }
-  void deallocate(T* p) noexcept { core_.deallocate(p); }
-
-  bool reserve(std::size_t n) { return core_.reserve(n); }
-  // Gives whole free chunks back to the upstream; returns the bytes released.
-  std::size_t shrink() noexcept { return core_.shrink(); }
-  // Whether p points at an object slot of this pool (live or not).  O(log chunks).
-  bool owns(const T* p) const noexcept { return core_.owns(p); }
-  pool_stats stats() const noexcept { return core_.stats(); }
-
- private:
-  detail::basic_pool<Upstream, Checked> core_;
+  // Destruction destroys the objects still alive, then every chunk goes back to the upstream.
 };
 
 }  // namespace strata
