@@ -37,6 +37,8 @@
 #include <thread>
 #include <vector>
 
+#include "args.hpp"
+
 namespace {
 
 // ---- time -----------------------------------------------------------------------------------
@@ -96,47 +98,38 @@ struct options {
   bool calibrate = false;
 };
 
-[[noreturn]] void usage(const char* why) {
-  std::fprintf(stderr,
-               "strata-bench-e3-tenant: %s\n"
-               "usage: strata-bench-e3-tenant --role lc|be [--streams S] [--kernels K] [--burst-us B]\n"
-               "         [--gap-us G] [--jitter J] [--sched normal|idle|batch|nice:N|fifo:N]\n"
-               "         [--work-per-us W] [--start-at-ns T] [--out FILE.csv] [--seed N]\n"
-               "         [--timeout-s S]\n"
-               "       strata-bench-e3-tenant --calibrate | --smoke [--out FILE.csv]\n",
-               why);
-  std::exit(2);
-}
+constexpr const char* kUsage =
+    "usage: strata-bench-e3-tenant --role lc|be [--streams S] [--kernels K] [--burst-us B]\n"
+    "         [--gap-us G] [--jitter J] [--sched normal|idle|batch|nice:N|fifo:N]\n"
+    "         [--work-per-us W] [--start-at-ns T] [--out FILE.csv] [--seed N]\n"
+    "         [--timeout-s S]\n"
+    "       strata-bench-e3-tenant --calibrate | --smoke [--out FILE.csv]";
 
 options parse(int argc, char** argv) {
   options o;
-  auto value = [&](int& i) -> const char* {
-    if (i + 1 >= argc) usage("missing value");
-    return argv[++i];
-  };
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--role") o.role = value(i);
-    else if (a == "--streams") o.streams = std::atoi(value(i));
-    else if (a == "--kernels") o.kernels = std::atoi(value(i));
-    else if (a == "--burst-us") o.burst_us = std::atof(value(i));
-    else if (a == "--gap-us") o.gap_us = std::atof(value(i));
-    else if (a == "--jitter") o.jitter = std::atof(value(i));
-    else if (a == "--sched") o.sched = value(i);
-    else if (a == "--work-per-us") o.work_per_us = std::atof(value(i));
-    else if (a == "--start-at-ns") o.start_at_ns = std::atoll(value(i));
-    else if (a == "--out") o.out = value(i);
-    else if (a == "--seed") o.seed = std::strtoull(value(i), nullptr, 10);
-    else if (a == "--timeout-s") o.timeout_s = std::atof(value(i));
-    else if (a == "--smoke") o.smoke = true;
-    else if (a == "--calibrate") o.calibrate = true;
-    else usage(("unknown argument " + a).c_str());
+  strata::bench::arg_parser args(argc, argv, "strata-bench-e3-tenant", kUsage);
+  while (args.next()) {
+    if (args.is("--role")) o.role = args.value();
+    else if (args.is("--streams")) o.streams = args.value<int>();
+    else if (args.is("--kernels")) o.kernels = args.value<int>();
+    else if (args.is("--burst-us")) o.burst_us = args.value<double>();
+    else if (args.is("--gap-us")) o.gap_us = args.value<double>();
+    else if (args.is("--jitter")) o.jitter = args.value<double>();
+    else if (args.is("--sched")) o.sched = args.value();
+    else if (args.is("--work-per-us")) o.work_per_us = args.value<double>();
+    else if (args.is("--start-at-ns")) o.start_at_ns = args.value<int64_t>();
+    else if (args.is("--out")) o.out = args.value();
+    else if (args.is("--seed")) o.seed = args.value<uint64_t>();
+    else if (args.is("--timeout-s")) o.timeout_s = args.value<double>();
+    else if (args.is("--smoke")) o.smoke = true;
+    else if (args.is("--calibrate")) o.calibrate = true;
+    else args.unknown();
   }
-  if (o.role != "lc" && o.role != "be") usage("--role must be lc or be");
-  if (o.streams < 1 || o.streams > 256) usage("--streams out of range 1..256");
-  if (o.kernels < 1 || o.kernels > 1000000) usage("--kernels out of range");
-  if (o.burst_us <= 0 || o.gap_us < 0 || o.jitter < 0 || o.jitter > 1) usage("bad burst/gap/jitter");
-  if (o.timeout_s <= 0) usage("--timeout-s must be positive");
+  if (o.role != "lc" && o.role != "be") args.fail("--role must be lc or be");
+  if (o.streams < 1 || o.streams > 256) args.fail("--streams out of range 1..256");
+  if (o.kernels < 1 || o.kernels > 1000000) args.fail("--kernels out of range");
+  if (o.burst_us <= 0 || o.gap_us < 0 || o.jitter < 0 || o.jitter > 1) args.fail("bad burst/gap/jitter");
+  if (o.timeout_s <= 0) args.fail("--timeout-s must be positive");
   return o;
 }
 

@@ -35,6 +35,7 @@
 #include <thread>
 #include <vector>
 
+#include "args.hpp"
 #include "http_request.h"
 
 namespace {
@@ -56,37 +57,28 @@ struct options {
   bool smoke = false;
 };
 
-[[noreturn]] void usage(const char* why) {
-  std::fprintf(stderr,
-               "strata-bench-e5-httpd: %s\n"
-               "usage: strata-bench-e5-httpd [--bind ADDR] [--port P (0: any)] [--threads N]\n"
-               "         [--body-bytes B] [--scratch-allocs N] [--max-seconds S] | --smoke\n",
-               why);
-  std::exit(2);
-}
+constexpr const char* kUsage =
+    "usage: strata-bench-e5-httpd [--bind ADDR] [--port P (0: any)] [--threads N]\n"
+    "         [--body-bytes B] [--scratch-allocs N] [--max-seconds S] | --smoke";
 
 options parse_options(int argc, char** argv) {
   options o;
-  auto value = [&](int& i) -> const char* {
-    if (i + 1 >= argc) usage("missing value");
-    return argv[++i];
-  };
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--bind") o.bind = value(i);
-    else if (a == "--port") o.port = std::atoi(value(i));
-    else if (a == "--threads") o.threads = std::atoi(value(i));
-    else if (a == "--body-bytes") o.body_bytes = size_t(std::atoll(value(i)));
-    else if (a == "--scratch-allocs") o.scratch_allocs = std::atoi(value(i));
-    else if (a == "--max-seconds") o.max_seconds = std::atof(value(i));
-    else if (a == "--smoke") o.smoke = true;
-    else usage(("unknown argument " + a).c_str());
+  strata::bench::arg_parser args(argc, argv, "strata-bench-e5-httpd", kUsage);
+  while (args.next()) {
+    if (args.is("--bind")) o.bind = args.value();
+    else if (args.is("--port")) o.port = args.value<int>();
+    else if (args.is("--threads")) o.threads = args.value<int>();
+    else if (args.is("--body-bytes")) o.body_bytes = args.value<size_t>();
+    else if (args.is("--scratch-allocs")) o.scratch_allocs = args.value<int>();
+    else if (args.is("--max-seconds")) o.max_seconds = args.value<double>();
+    else if (args.is("--smoke")) o.smoke = true;
+    else args.unknown();
   }
-  if (o.threads < 1 || o.threads > 256) usage("--threads out of range 1..256");
-  if (o.port < 0 || o.port > 65535) usage("--port out of range");
-  if (o.body_bytes > (16u << 20)) usage("--body-bytes over 16 MiB");
-  if (o.scratch_allocs < 0 || o.scratch_allocs > 1000) usage("--scratch-allocs out of range");
-  if (o.max_seconds <= 0) usage("--max-seconds must be positive");
+  if (o.threads < 1 || o.threads > 256) args.fail("--threads out of range 1..256");
+  if (o.port < 0 || o.port > 65535) args.fail("--port out of range");
+  if (o.body_bytes > (16u << 20)) args.fail("--body-bytes over 16 MiB");
+  if (o.scratch_allocs < 0 || o.scratch_allocs > 1000) args.fail("--scratch-allocs out of range");
+  if (o.max_seconds <= 0) args.fail("--max-seconds must be positive");
   return o;
 }
 

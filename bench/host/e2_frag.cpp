@@ -21,36 +21,19 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <string>
 #include <thread>
 #include <vector>
+
+#include "args.hpp"
+#include "proc_status.hpp"
+#include "rng.hpp"
 
 namespace {
 
 using clock_type = std::chrono::steady_clock;
 
-struct rng {
-  uint64_t s;
-  explicit rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 1) {}
-  uint64_t next() {
-    s ^= s >> 12;
-    s ^= s << 25;
-    s ^= s >> 27;
-    return s * 0x2545F4914F6CDD1Dull;
-  }
-};
-
-long status_kb(const char* key) {
-  FILE* f = std::fopen("/proc/self/status", "r");
-  if (!f) return -1;
-  char line[256];
-  long kb = -1;
-  size_t n = std::strlen(key);
-  while (std::fgets(line, sizeof line, f))
-    if (std::strncmp(line, key, n) == 0) kb = std::strtol(line + n, nullptr, 10);
-  std::fclose(f);
-  return kb;
-}
+using strata::bench::rng;
+using strata::bench::status_kb;
 
 char* must_malloc(size_t n) {
   auto* p = static_cast<char*>(std::malloc(n));
@@ -110,33 +93,23 @@ void churn(thread_state& st, size_t iterations, rng& r) {
   }
 }
 
+constexpr const char* kUsage =
+    "usage: strata-bench-e2-frag [--threads N] [--scale X] [--seed N] [--smoke]";
+
 }  // namespace
 
 int main(int argc, char** argv) {
   options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> const char* {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "strata-bench-e2-frag: missing value for %s\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--threads") o.threads = std::atoi(value());
-    else if (a == "--scale") o.scale = std::atof(value());
-    else if (a == "--seed") o.seed = std::strtoull(value(), nullptr, 10);
-    else if (a == "--smoke") o.smoke = true;
-    else {
-      std::fprintf(stderr, "strata-bench-e2-frag: unknown argument %s\nusage: strata-bench-e2-frag "
-                           "[--threads N] [--scale X] [--seed N] [--smoke]\n", a.c_str());
-      return 2;
-    }
+  strata::bench::arg_parser args(argc, argv, "strata-bench-e2-frag", kUsage);
+  while (args.next()) {
+    if (args.is("--threads")) o.threads = args.value<int>();
+    else if (args.is("--scale")) o.scale = args.value<double>();
+    else if (args.is("--seed")) o.seed = args.value<uint64_t>();
+    else if (args.is("--smoke")) o.smoke = true;
+    else args.unknown();
   }
-  if (o.threads < 1 || o.threads > 1024 || !(o.scale > 0)) {
-    std::fprintf(stderr, "strata-bench-e2-frag: --threads must be 1..1024 and --scale positive\n");
-    return 2;
-  }
+  if (o.threads < 1 || o.threads > 1024 || !(o.scale > 0))
+    args.fail("--threads must be 1..1024 and --scale positive");
   if (o.smoke) o.scale = std::min(o.scale, 0.02);
   auto scaled = [&](double n) { return std::max<size_t>(1, size_t(n * o.scale)); };
   const size_t batches = scaled(1500), batch = 256, objects = scaled(40000), iterations = scaled(400000);

@@ -36,6 +36,10 @@
 #include <thread>
 #include <vector>
 
+#include "args.hpp"
+#include "proc_status.hpp"
+#include "rng.hpp"
+
 namespace {
 
 using clock_type = std::chrono::steady_clock;
@@ -48,30 +52,7 @@ struct options {
   bool smoke = false;
 };
 
-// xorshift64*: cheap, per thread, deterministic for a given seed.
-struct rng {
-  uint64_t s;
-  explicit rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 1) {}
-  uint64_t next() {
-    s ^= s >> 12;
-    s ^= s << 25;
-    s ^= s >> 27;
-    return s * 0x2545F4914F6CDD1Dull;
-  }
-  size_t range(size_t lo, size_t hi) { return lo + next() % (hi - lo + 1); }  // inclusive
-  double unit() { return (next() >> 11) * (1.0 / 9007199254740992.0); }
-};
-
-long peak_rss_kb() {
-  FILE* f = std::fopen("/proc/self/status", "r");
-  if (!f) return -1;
-  char line[256];
-  long kb = -1;
-  while (std::fgets(line, sizeof line, f))
-    if (std::strncmp(line, "VmHWM:", 6) == 0) kb = std::strtol(line + 6, nullptr, 10);
-  std::fclose(f);
-  return kb;
-}
+using strata::bench::rng;
 
 void* must_malloc(size_t n) {
   void* p = std::malloc(n);
@@ -322,34 +303,26 @@ result realloc_growth(const options& o) {
   return {total.load(), o.threads, ",\"limit\":" + std::to_string(limit)};
 }
 
-[[noreturn]] void usage(const char* msg) {
-  std::fprintf(stderr,
-               "strata-bench-patterns: %s\nusage: strata-bench-patterns --pattern "
-               "larson|prodcon|cache-thrash|cache-scratch|mstress|pareto|realloc "
-               "[--threads N] [--seconds S] [--seed N] [--smoke]\n",
-               msg);
-  std::exit(2);
-}
+constexpr const char* kUsage =
+    "usage: strata-bench-patterns --pattern "
+    "larson|prodcon|cache-thrash|cache-scratch|mstress|pareto|realloc "
+    "[--threads N] [--seconds S] [--seed N] [--smoke]";
 
 }  // namespace
 
 int main(int argc, char** argv) {
   options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage(("missing value for " + a).c_str());
-      return argv[++i];
-    };
-    if (a == "--pattern") o.pattern = value();
-    else if (a == "--threads") o.threads = std::atoi(value().c_str());
-    else if (a == "--seconds") o.seconds = std::atof(value().c_str());
-    else if (a == "--seed") o.seed = std::strtoull(value().c_str(), nullptr, 10);
-    else if (a == "--smoke") o.smoke = true;
-    else usage(("unknown argument " + a).c_str());
+  strata::bench::arg_parser args(argc, argv, "strata-bench-patterns", kUsage);
+  while (args.next()) {
+    if (args.is("--pattern")) o.pattern = args.value();
+    else if (args.is("--threads")) o.threads = args.value<int>();
+    else if (args.is("--seconds")) o.seconds = args.value<double>();
+    else if (args.is("--seed")) o.seed = args.value<uint64_t>();
+    else if (args.is("--smoke")) o.smoke = true;
+    else args.unknown();
   }
-  if (o.threads < 1 || o.threads > 1024) usage("--threads must be 1..1024");
-  if (!(o.seconds > 0)) usage("--seconds must be positive");
+  if (o.threads < 1 || o.threads > 1024) args.fail("--threads must be 1..1024");
+  if (!(o.seconds > 0)) args.fail("--seconds must be positive");
   if (o.smoke) o.seconds = std::min(o.seconds, 0.05);
 
   const auto t0 = clock_type::now();
@@ -361,12 +334,12 @@ int main(int argc, char** argv) {
   else if (o.pattern == "mstress") r = mstress(o);
   else if (o.pattern == "pareto") r = pareto(o);
   else if (o.pattern == "realloc") r = realloc_growth(o);
-  else usage(("unknown pattern '" + o.pattern + "'").c_str());
+  else args.fail("unknown pattern '" + o.pattern + "'");
   const double secs = std::chrono::duration<double>(clock_type::now() - t0).count();
 
   std::printf("{\"workload\":\"patterns\",\"pattern\":\"%s\",\"threads\":%d,\"seconds\":%.6f,"
               "\"ops\":%llu,\"ops_per_sec\":%.1f,\"peak_rss_kb\":%ld%s}\n",
               o.pattern.c_str(), r.threads, secs, (unsigned long long)r.ops,
-              secs > 0 ? double(r.ops) / secs : 0.0, peak_rss_kb(), r.extra.c_str());
+              secs > 0 ? double(r.ops) / secs : 0.0, strata::bench::status_kb("VmHWM:"), r.extra.c_str());
   return 0;
 }
