@@ -31,11 +31,13 @@
 #include <sched.h>
 #include <string>
 #include <sys/mman.h>
+#include <span>
 #include <sys/syscall.h>
 #include <thread>
 #include <unistd.h>
 #include <vector>
 
+#include "args.hpp"
 #include "strata/concurrent_object_pool.hpp"
 #include "strata/object_pool.hpp"
 
@@ -225,72 +227,78 @@ struct result_set {
 using pool_t = strata::object_pool<object, strata::new_delete_upstream, false>;
 using cpool_t = strata::concurrent_object_pool<object, strata::new_delete_upstream, false>;
 
+// The three sources of objects compared: the general allocator (new/delete, i.e. whatever malloc
+// is preloaded) and the two pools.  Each is a small value, copied into the timed lambdas.
+struct general {
+  object* make(std::uint64_t v) const { return new object(v); }
+  void drop(object* p) const { delete p; }
+};
+template <class Pool>
+struct pooled {
+  Pool* pool;
+  object* make(std::uint64_t v) const { return pool->create(v); }
+  void drop(object* p) const { pool->destroy(p); }
+};
+template <class Pool>
+pooled<Pool> from(Pool& pool) {
+  return {&pool};
+}
+
+// One object made and dropped at once, `it` times: ns per allocate+free cycle.
+template <class Source>
+pending cycle(Source src) {
+  return measure([src](std::size_t it) {
+    std::uint64_t t0 = now_ns();
+    for (std::size_t i = 0; i < it; ++i) {
+      object* p = src.make(i);
+      escape(p);
+      src.drop(p);
+    }
+    return now_ns() - t0;
+  }, 1);
+}
+
+// `it` times: fill every slot of `ptrs`, then drop them all (a live set built and torn down).
+// ops_per_iteration says what one iteration counts as (the slots, or 1 for "per batch").
+template <class Source>
+pending fill_and_drop(std::span<object*> ptrs, Source src, double ops_per_iteration) {
+  return measure([ptrs, src](std::size_t it) {
+    std::uint64_t t0 = now_ns();
+    for (std::size_t i = 0; i < it; ++i) {
+      for (auto& p : ptrs) escape(p = src.make(i));
+      for (auto* p : ptrs) src.drop(p);
+    }
+    return now_ns() - t0;
+  }, ops_per_iteration);
+}
+
 // ---- group 1: pool vs general allocator --------------------------------------------------------
 std::string group_pool_vs_general() {
   result_set r;
   const std::size_t k = 1000;  // objects per round of "single allocation"
   std::vector<object*> ptrs(k);
   // Single allocation: the timed part allocates k objects; freeing them is untimed.
-  r.add("single_alloc/general", measure([&](std::size_t it) {
-          std::uint64_t t = 0;
-          for (std::size_t i = 0; i < it; ++i) {
-            std::uint64_t t0 = now_ns();
-            for (auto& p : ptrs) escape(p = new object(1));
-            t += now_ns() - t0;
-            for (auto* p : ptrs) delete p;
-          }
-          return t;
-        }, double(k)));
+  auto single_alloc = [&ptrs, k](auto src) {
+    return measure([&ptrs, src](std::size_t it) {
+      std::uint64_t t = 0;
+      for (std::size_t i = 0; i < it; ++i) {
+        std::uint64_t t0 = now_ns();
+        for (auto& p : ptrs) escape(p = src.make(1));
+        t += now_ns() - t0;
+        for (auto* p : ptrs) src.drop(p);
+      }
+      return t;
+    }, double(k));
+  };
   pool_t pool;
-  r.add("single_alloc/object_pool", measure([&](std::size_t it) {
-          std::uint64_t t = 0;
-          for (std::size_t i = 0; i < it; ++i) {
-            std::uint64_t t0 = now_ns();
-            for (auto& p : ptrs) escape(p = pool.create(1));
-            t += now_ns() - t0;
-            for (auto* p : ptrs) pool.destroy(p);
-          }
-          return t;
-        }, double(k)));
   cpool_t cpool;
-  r.add("single_alloc/concurrent_pool", measure([&](std::size_t it) {
-          std::uint64_t t = 0;
-          for (std::size_t i = 0; i < it; ++i) {
-            std::uint64_t t0 = now_ns();
-            for (auto& p : ptrs) escape(p = cpool.create(1));
-            t += now_ns() - t0;
-            for (auto* p : ptrs) cpool.destroy(p);
-          }
-          return t;
-        }, double(k)));
+  r.add("single_alloc/general", single_alloc(general{}));
+  r.add("single_alloc/object_pool", single_alloc(from(pool)));
+  r.add("single_alloc/concurrent_pool", single_alloc(from(cpool)));
   // Allocate+free cycle: one object, created and destroyed at once.
-  r.add("cycle/general", measure([&](std::size_t it) {
-          std::uint64_t t0 = now_ns();
-          for (std::size_t i = 0; i < it; ++i) {
-            object* p = new object(1);
-            escape(p);
-            delete p;
-          }
-          return now_ns() - t0;
-        }, 1));
-  r.add("cycle/object_pool", measure([&](std::size_t it) {
-          std::uint64_t t0 = now_ns();
-          for (std::size_t i = 0; i < it; ++i) {
-            object* p = pool.create(1);
-            escape(p);
-            pool.destroy(p);
-          }
-          return now_ns() - t0;
-        }, 1));
-  r.add("cycle/concurrent_pool", measure([&](std::size_t it) {
-          std::uint64_t t0 = now_ns();
-          for (std::size_t i = 0; i < it; ++i) {
-            object* p = cpool.create(1);
-            escape(p);
-            cpool.destroy(p);
-          }
-          return now_ns() - t0;
-        }, 1));
+  r.add("cycle/general", cycle(general{}));
+  r.add("cycle/object_pool", cycle(from(pool)));
+  r.add("cycle/concurrent_pool", cycle(from(cpool)));
   r.cmp("single_alloc/object_pool", "single_alloc/general");
   r.cmp("single_alloc/concurrent_pool", "single_alloc/general");
   r.cmp("cycle/object_pool", "cycle/general");
@@ -307,23 +315,8 @@ std::string group_pool_sizes() {
   for (std::size_t n : {std::size_t(10), std::size_t(100), std::size_t(1000)}) {
     std::vector<object*>& ptrs = ptr_sets.emplace_back(n);
     std::string sz = std::to_string(n);
-    r.add("n" + sz + "/general", measure([&ptrs](std::size_t it) {
-            std::uint64_t t0 = now_ns();
-            for (std::size_t i = 0; i < it; ++i) {
-              for (auto& p : ptrs) escape(p = new object(i));
-              for (auto* p : ptrs) delete p;
-            }
-            return now_ns() - t0;
-          }, double(n)));
-    pool_t& pool = pools.emplace_back();
-    r.add("n" + sz + "/object_pool", measure([&ptrs, &pool](std::size_t it) {
-            std::uint64_t t0 = now_ns();
-            for (std::size_t i = 0; i < it; ++i) {
-              for (auto& p : ptrs) escape(p = pool.create(i));
-              for (auto* p : ptrs) pool.destroy(p);
-            }
-            return now_ns() - t0;
-          }, double(n)));
+    r.add("n" + sz + "/general", fill_and_drop(ptrs, general{}, double(n)));
+    r.add("n" + sz + "/object_pool", fill_and_drop(ptrs, from(pools.emplace_back()), double(n)));
     r.cmp("n" + sz + "/object_pool", "n" + sz + "/general");
   }
   return r.to_json();
@@ -515,42 +508,21 @@ std::string group_batch100() {
   constexpr std::size_t batch = 100;
   result_set r;
   object* ptrs[batch];
-  r.add("t1/general", measure([&](std::size_t it) {
-          std::uint64_t t0 = now_ns();
-          for (std::size_t i = 0; i < it; ++i) {
-            for (auto& p : ptrs) escape(p = new object(i));
-            for (auto* p : ptrs) delete p;
-          }
-          return now_ns() - t0;
-        }, 1));
   pool_t pool;
-  r.add("t1/object_pool", measure([&](std::size_t it) {
-          std::uint64_t t0 = now_ns();
-          for (std::size_t i = 0; i < it; ++i) {
-            for (auto& p : ptrs) escape(p = pool.create(i));
-            for (auto* p : ptrs) pool.destroy(p);
-          }
-          return now_ns() - t0;
-        }, 1));
   cpool_t cpool;
-  r.add("t1/concurrent_pool", measure([&](std::size_t it) {
-          std::uint64_t t0 = now_ns();
-          for (std::size_t i = 0; i < it; ++i) {
-            for (auto& p : ptrs) escape(p = cpool.create(i));
-            for (auto* p : ptrs) cpool.destroy(p);
-          }
-          return now_ns() - t0;
-        }, 1));
+  r.add("t1/general", fill_and_drop(ptrs, general{}, 1));
+  r.add("t1/object_pool", fill_and_drop(ptrs, from(pool), 1));
+  r.add("t1/concurrent_pool", fill_and_drop(ptrs, from(cpool), 1));
   // Two threads, each allocating a batch and handing it to the other to free (cross-thread
   // frees), through a single-slot mailbox.  ns per batch per thread.
-  auto two_threads = [&](auto alloc, auto release) {
-    return measure([alloc, release](std::size_t it) {
+  auto two_threads = [](auto src) {
+    return measure([src](std::size_t it) {
       std::atomic<object**> box[2] = {nullptr, nullptr};
       auto worker = [&](int me) {
         std::vector<object*> mine(batch);
         for (std::size_t i = 0; i < it; ++i) {
           object** b = new object*[batch];
-          for (std::size_t j = 0; j < batch; ++j) escape(b[j] = alloc(i));
+          for (std::size_t j = 0; j < batch; ++j) escape(b[j] = src.make(i));
           object** expected = nullptr;
           while (!box[1 - me].compare_exchange_weak(expected, b, std::memory_order_acq_rel)) {
             expected = nullptr;
@@ -558,7 +530,7 @@ std::string group_batch100() {
           }
           object** in = nullptr;
           while ((in = box[me].exchange(nullptr, std::memory_order_acq_rel)) == nullptr) sched_yield();
-          for (std::size_t j = 0; j < batch; ++j) release(in[j]);
+          for (std::size_t j = 0; j < batch; ++j) src.drop(in[j]);
           delete[] in;
         }
       };
@@ -569,10 +541,8 @@ std::string group_batch100() {
       return now_ns() - t0;
     }, 1);
   };
-  r.add("t2_cross/general", two_threads([](std::size_t i) { return new object(i); },
-                                        [](object* p) { delete p; }));
-  r.add("t2_cross/concurrent_pool",
-        two_threads([&](std::size_t i) { return cpool.create(i); }, [&](object* p) { cpool.destroy(p); }));
+  r.add("t2_cross/general", two_threads(general{}));
+  r.add("t2_cross/concurrent_pool", two_threads(from(cpool)));
   r.cmp("t1/object_pool", "t1/general");
   r.cmp("t1/concurrent_pool", "t1/general");
   r.cmp("t2_cross/concurrent_pool", "t2_cross/general");
@@ -586,15 +556,7 @@ std::string group_stats_overhead() {
   result_set r;
   pool_t pool;
   std::uint64_t sink = 0;
-  r.add("cycle/no_stats", measure([&](std::size_t it) {
-          std::uint64_t t0 = now_ns();
-          for (std::size_t i = 0; i < it; ++i) {
-            object* p = pool.create(i);
-            escape(p);
-            pool.destroy(p);
-          }
-          return now_ns() - t0;
-        }, 1));
+  r.add("cycle/no_stats", cycle(from(pool)));
   r.add("cycle/stats_every_op", measure([&](std::size_t it) {
           std::uint64_t t0 = now_ns();
           for (std::size_t i = 0; i < it; ++i) {
@@ -608,15 +570,7 @@ std::string group_stats_overhead() {
           return now_ns() - t0;
         }, 1));
   cpool_t cpool;
-  r.add("concurrent_cycle/no_stats", measure([&](std::size_t it) {
-          std::uint64_t t0 = now_ns();
-          for (std::size_t i = 0; i < it; ++i) {
-            object* p = cpool.create(i);
-            escape(p);
-            cpool.destroy(p);
-          }
-          return now_ns() - t0;
-        }, 1));
+  r.add("concurrent_cycle/no_stats", cycle(from(cpool)));
   r.add("concurrent_cycle/stats_every_1000_ops", measure([&](std::size_t it) {
           std::uint64_t t0 = now_ns();
           for (std::size_t i = 0; i < it; ++i) {
@@ -645,40 +599,33 @@ std::string allocator_name() {
   return "glibc";
 }
 
+constexpr const char* kUsage =
+    "usage: strata-bench-e4 [--group g1,g2] [--samples N] [--sample-ms MS] [--smoke]\n"
+    "groups: pool_vs_general pool_sizes preallocation numa batch100 stats_overhead";
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "e4: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--smoke") {
+  strata::bench::arg_parser args(argc, argv, "strata-bench-e4", kUsage);
+  while (args.next()) {
+    if (args.is("--smoke")) {
       cfg.smoke = true;
-    } else if (a == "--samples") {
-      cfg.samples = std::max(1, std::atoi(value().c_str()));
-    } else if (a == "--sample-ms") {
-      cfg.sample_ms = std::max(0.01, std::atof(value().c_str()));
-    } else if (a == "--group") {
-      std::string g = value();
+    } else if (args.is("--samples")) {
+      cfg.samples = std::max(1, args.value<int>());
+    } else if (args.is("--sample-ms")) {
+      cfg.sample_ms = std::max(0.01, args.value<double>());
+    } else if (args.is("--group")) {
+      std::string g = args.value();
       for (std::size_t pos = 0; pos <= g.size();) {
         std::size_t c = g.find(',', pos);
         if (c == std::string::npos) c = g.size();
         cfg.groups.push_back(g.substr(pos, c - pos));
         pos = c + 1;
       }
-    } else if (a == "--threads" || a == "--seconds") {
-      value();  // accepted for the lab's uniform command lines; E4's sizes are fixed
+    } else if (args.is("--threads") || args.is("--seconds")) {
+      args.value();  // accepted for the lab's uniform command lines; E4's sizes are fixed
     } else {
-      std::fprintf(stderr,
-                   "usage: %s [--group g1,g2] [--samples N] [--sample-ms MS] [--smoke]\n"
-                   "groups: pool_vs_general pool_sizes preallocation numa batch100 stats_overhead\n",
-                   argv[0]);
-      return 2;
+      args.unknown();
     }
   }
   if (cfg.smoke) {
@@ -689,10 +636,8 @@ int main(int argc, char** argv) {
                                 "numa", "batch100", "stats_overhead"};
   for (const std::string& g : cfg.groups)
     if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return g == k; }) ==
-        std::end(known)) {
-      std::fprintf(stderr, "e4: unknown group \"%s\"\n", g.c_str());
-      return 2;
-    }
+        std::end(known))
+      args.fail("unknown group \"" + g + "\"");
 
   raw("{\"suite\":\"e4\",\"schema\":1,\"allocator\":" + str(allocator_name()) +
       ",\"smoke\":" + (cfg.smoke ? "true" : "false") + ",\"threads\":" + (cfg.wants("batch100") ? "2" : "1") + ",\"samples\":" +
