@@ -3,13 +3,19 @@
 // allocate(bytes, S)                          fast path: no shared lock
 //   heap = heap_for(S)          thread-local cache -> this thread's heap for S
 //   heap lock (uncontended unless a steal is in progress); pop the class's free stack; return
-//   allocate_slow (noinline):
-//     1. page heap (global lock), no growth: a slab cut into blocks, or one large block
-//     2. steal half a free stack from another heap: same stream as is; other stream after
-//        making S wait on an event recorded on the victim's stream
-//     3. page heap, growing from the upstream
-//     4. defragment: synchronise, flush cached large blocks and empty slabs to the page heap
-//     5. out_of_memory_error
+//   allocate_slow (noinline): cheapest first, and nothing that orders S after another stream
+//   while the upstream still gives memory
+//     1. page heap (global lock), a range no pending event guards: a slab cut into blocks, or
+//        one large block
+//     2. steal half a free stack from another heap on stream S (no event needed)
+//     3. grow the page heap from the upstream; the new chunk has never been used
+//     4. page heap, a range still guarded: S waits on the guards' events
+//     5. steal half a free stack from a heap on another stream: S waits on an event recorded
+//        on the victim's stream (which covers all the victim's work queued so far)
+//     6. defragment: synchronise, flush cached large blocks and empty slabs to the page heap
+//     7. out_of_memory_error
+//   Steps 4 and 5 used to come before growth; at 16 threads on one device they chained every
+//   stream behind the others' kernels (E2, docs/gpu.md).
 //
 // deallocate(p, S)                            fast path: no shared lock
 //   push on this thread's heap for S (stream order makes it safe for S at once); a large block
@@ -159,8 +165,10 @@ struct strata_resource::impl {
   }
 
   // ---- page heap (page_mutex held) ----------------------------------------------------------
-  bool grow(std::size_t need) {
-    if (reserved >= options.maximum_size || options.maximum_size - reserved < need) return false;
+  // Adds a chunk of at least `need` bytes; its start, or 0 when maximum_size or the upstream
+  // refuses.
+  std::uintptr_t grow(std::size_t need) {
+    if (reserved >= options.maximum_size || options.maximum_size - reserved < need) return 0;
     std::size_t size = std::max(need, options.min_growth);
     size = round_up(std::min(size, options.maximum_size - reserved), detail::native);
     if (size < need || size > options.maximum_size - reserved) size = need;
@@ -173,21 +181,37 @@ struct strata_resource::impl {
         pages.insert(a, size);
         reserved += size;
         peak = std::max(peak, reserved);
-        return true;
+        return a;
       } catch (const std::bad_alloc&) {
-        if (size == need) return false;
+        if (size == need) return 0;
         size = need;
       }
     }
   }
 
-  // Takes n bytes for stream s: orders s after the range's guards.  0 when none fits.
-  std::uintptr_t take_pages(std::size_t n, stream_view s) {
-    auto r = pages.take_best_fit_ready(n);
+  // Takes n bytes for stream s.  Unless may_wait, only a range whose guards have all completed;
+  // otherwise s waits on the pending ones.  0 when none fits.
+  std::uintptr_t take_pages(std::size_t n, stream_view s, bool may_wait) {
+    auto take = [&] { return may_wait ? pages.take_best_fit_ready(n, s) : pages.take_ready_fit(n, s); };
+    auto r = take();
+    if (!r && pages.has_splits()) {  // a miss costs growth or a wait: first merge what guards split
+      pages.coalesce();
+      r = take();
+    }
     if (!r) return 0;
     if (r->size > n) pages.insert(r->addr + n, r->size - n, r->guards);
     detail::wait_for(backend, r->guards, s);
     return r->addr;
+  }
+
+  // Grows and takes n bytes from the front of the new chunk (a chunk start never merges with
+  // its neighbours, so the chunk is one free range with no guards).
+  std::uintptr_t take_grown(std::size_t n) {
+    const std::uintptr_t a = grow(n);
+    if (!a) return 0;
+    auto r = pages.take_at(a);
+    if (r->size > n) pages.insert(a + n, r->size - n);
+    return a;
   }
 
   void return_pages(std::uintptr_t p, std::size_t n, stream_view released_on) {
@@ -251,17 +275,24 @@ struct strata_resource::impl {
     }
   }
 
-  // Page heap for n bytes: as is, then growing, then after a defragmentation.
-  std::uintptr_t take_pages_hard(std::size_t n, stream_view s) {
-    std::lock_guard lock(page_mutex);
-    if (std::uintptr_t p = take_pages(n, s)) return p;
-    if (grow(n))
-      if (std::uintptr_t p = take_pages(n, s)) return p;
-    defragment();
-    if (std::uintptr_t p = take_pages(n, s)) return p;
-    release_free_chunks();
-    if (grow(n))
-      if (std::uintptr_t p = take_pages(n, s)) return p;
+  // Where the page heap finds n bytes for stream s, cheapest first (see allocate_slow).
+  // grown_early grows only while the page heap holds little of what is reserved: growing
+  // instead of waiting on a busy stream must not turn guarded free memory into new chunks
+  // without bound.
+  enum class source { ready, grown_early, guarded, grown, defragmented };
+
+  std::uintptr_t take_pages_from(source from, std::size_t n, stream_view s) {
+    switch (from) {
+      case source::ready: return take_pages(n, s, false);
+      case source::grown_early: return pages.total() <= reserved / 4 ? take_grown(n) : 0;
+      case source::grown: return take_grown(n);
+      case source::guarded: return take_pages(n, s, true);
+      case source::defragmented:
+        defragment();
+        if (std::uintptr_t p = take_pages(n, s, true)) return p;
+        release_free_chunks();
+        return take_grown(n);
+    }
     return 0;
   }
 
@@ -294,41 +325,30 @@ struct strata_resource::impl {
     return p;
   }
 
-  // One block of class c from the page heap without growing it.
-  std::uintptr_t refill_no_growth(heap& h, unsigned c, stream_view s) {
+  // A slab of class c (or one large block) from the page heap, cut into h; the first block.
+  std::uintptr_t refill(heap& h, unsigned c, stream_view s, source from) {
     const std::size_t n = is_small(c) ? slab_bytes(c) : class_size(c);
     std::uintptr_t p;
     {
       std::lock_guard lock(page_mutex);
-      p = take_pages(n, s);
+      p = take_pages_from(from, n, s);
       if (!p) return 0;
       if (is_small(c)) slabs.emplace(p, c);
     }
     return fill(h, c, p, n);
   }
 
-  std::uintptr_t refill_hard(heap& h, unsigned c, stream_view s) {
-    const std::size_t n = is_small(c) ? slab_bytes(c) : class_size(c);
-    std::uintptr_t p = take_pages_hard(n, s);
-    if (!p) return 0;
-    if (is_small(c)) {
-      std::lock_guard lock(page_mutex);
-      slabs.emplace(p, c);
-    }
-    return fill(h, c, p, n);
-  }
-
-  std::uintptr_t steal(heap& h, unsigned c, stream_view s) {
+  // Half of another heap's free stack of class c, from heaps on stream s (no event needed) or,
+  // with other_streams, from heaps on other streams (s waits on the victim's stream).
+  std::uintptr_t steal(heap& h, unsigned c, stream_view s, bool other_streams) {
     std::vector<heap*> victims;
     {
       std::lock_guard lock(heaps_mutex);
       victims = heap_list;
     }
-    // same-stream heaps first: their blocks need no event
-    std::stable_partition(victims.begin(), victims.end(), [&](heap* v) { return v->stream == s; });
     const std::size_t cs = class_size(c);
     for (heap* v : victims) {
-      if (v == &h) continue;
+      if (v == &h || (v->stream == s) == other_streams) continue;
       std::vector<std::uintptr_t> got;
       {
         std::lock_guard lock(v->lock);
@@ -339,9 +359,9 @@ struct strata_resource::impl {
         bin.resize(bin.size() - take);
         if (!is_small(c)) v->cached_large -= take * cs;
       }
-      if (!(v->stream == s)) {
+      if (other_streams) {
         detail::event_guard g(events, v->stream);  // covers every free already in v's bin
-        backend.stream_wait_event(s, g.event);
+        if (!g.complete()) backend.stream_wait_event(s, g.event);
       }
       std::lock_guard lock(h.lock);
       const std::uintptr_t p = got.back();
@@ -355,13 +375,23 @@ struct strata_resource::impl {
   }
 
   [[gnu::noinline]] std::uintptr_t allocate_slow(heap& h, unsigned c, stream_view s) {
-    if (std::uintptr_t p = refill_no_growth(h, c, s)) return p;
-    if (std::uintptr_t p = steal(h, c, s)) return p;
-    return refill_hard(h, c, s);
+    if (std::uintptr_t p = refill(h, c, s, source::ready)) return p;
+    if (std::uintptr_t p = steal(h, c, s, false)) return p;
+    if (std::uintptr_t p = refill(h, c, s, source::grown_early)) return p;
+    if (std::uintptr_t p = refill(h, c, s, source::guarded)) return p;
+    if (std::uintptr_t p = steal(h, c, s, true)) return p;
+    if (std::uintptr_t p = refill(h, c, s, source::grown)) return p;
+    return refill(h, c, s, source::defragmented);
   }
 
   void* allocate_huge(std::size_t bytes, std::size_t need, stream_view s) {
-    const std::uintptr_t p = take_pages_hard(need, s);
+    std::uintptr_t p = 0;
+    {
+      std::lock_guard lock(page_mutex);
+      for (source from : {source::ready, source::grown_early, source::guarded, source::grown,
+                          source::defragmented})
+        if ((p = take_pages_from(from, need, s))) break;
+    }
     if (!p) out_of_memory(bytes);
     huge_allocated += static_cast<std::int64_t>(need);
     return reinterpret_cast<void*>(p);

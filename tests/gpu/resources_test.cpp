@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
 #include <vector>
 
 using namespace strata::gpu;
@@ -63,6 +65,17 @@ struct resources : ::testing::Test {
     const bool pending = !dev->event_query(ev);
     dev->event_destroy(ev);
     return pending;
+  }
+  // True once b's queued work has completed while a is still held (polls, up to 10 s: only a
+  // wait on a can keep it from completing).
+  bool b_runs_while_a_is_held() {
+    void* ev = dev->event_create();
+    dev->event_record(ev, b);
+    bool done = false;
+    for (int i = 0; i < 10000 && !(done = dev->event_query(ev)); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    dev->event_destroy(ev);
+    return done;
   }
   void TearDown() override {
     open_a();
@@ -200,6 +213,24 @@ TEST_F(resources, strata_steals_across_streams_behind_an_event) {
   open_a();  // (a defragmentation would synchronise the device, i.e. wait for the gate)
   EXPECT_THROW(mr.allocate(1 << 20, b), out_of_memory_error);  // nothing left to grow into
   mr.deallocate(q, 4096, b);
+}
+
+// Issue 5: at 16 threads strata stole across streams before growing, so every stream ended up
+// waiting on the others' kernels.  While the upstream gives memory, a miss grows instead.
+TEST_F(resources, strata_grows_before_ordering_a_stream_after_another) {
+  strata_options o;
+  o.initial_size = 64 << 10;
+  o.min_growth = 64 << 10;
+  strata_resource mr(upstream, o);
+  hold_a();
+  void* p = mr.allocate(4096, a);  // a's heap gets the whole first chunk as a slab
+  mr.deallocate(p, 4096, a);
+  void* q = mr.allocate(4096, b);  // page heap empty: grow rather than steal from a
+  EXPECT_TRUE(b_runs_while_a_is_held());
+  EXPECT_EQ(mr.info().reserved_bytes, std::size_t{128} << 10);
+  open_a();
+  mr.deallocate(q, 4096, b);
+  EXPECT_EQ(dev->violation_count(), 0u);
 }
 
 TEST_F(resources, strata_same_stream_reuse_is_immediate_and_lock_free) {

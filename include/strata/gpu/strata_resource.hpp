@@ -12,10 +12,13 @@
 //             hands out slabs and large blocks, each free range guarded by the events of the
 //             streams that last released it.
 //
-// Order of attempts on a heap miss: refill from the page heap without growing, steal a batch
-// of the class from another heap (same stream: free; other stream: event-guarded), grow the
-// page heap from the upstream, defragment (synchronise, flush every heap's cached blocks and
-// empty slabs back into the page heap), and only then out_of_memory_error.
+// Order of attempts on a heap miss, cheapest first and nothing that orders one stream after
+// another while the upstream still gives memory: refill from a page-heap range no pending event
+// guards; steal a batch of the class from another heap on the same stream; grow the page heap
+// (while it holds at most a quarter of what is reserved); refill from a guarded range (waiting
+// on its events); steal from a heap on another stream (event-guarded); grow regardless;
+// defragment (synchronise, flush every heap's cached blocks and empty slabs back into the page
+// heap); and only then out_of_memory_error.
 //
 // Upstream ownership: a reference; the upstream must outlive the resource.
 #pragma once

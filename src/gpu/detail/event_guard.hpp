@@ -45,7 +45,7 @@ class event_pool {
 };
 
 struct event_guard {
-  event_guard(event_pool& pool, stream_view s) : pool(pool), event(pool.get()) {
+  event_guard(event_pool& pool, stream_view s) : pool(pool), event(pool.get()), stream(s) {
     pool.backend().event_record(event, s);
   }
   ~event_guard() { pool.put(event); }
@@ -53,9 +53,12 @@ struct event_guard {
   event_guard& operator=(const event_guard&) = delete;
 
   bool complete() const { return pool.backend().event_query(event); }
+  // Stream order already covers work on the guard's own stream: no wait needed there.
+  bool ready_for(stream_view s) const { return stream == s || complete(); }
 
   event_pool& pool;
   void* event;
+  stream_view stream;  // where the event was recorded
 };
 
 using guard_ptr = std::shared_ptr<event_guard>;
@@ -64,7 +67,7 @@ using guard_list = std::vector<guard_ptr>;
 // Orders stream s after every guard in `guards` that has not completed yet.
 inline void wait_for(device_backend& backend, const guard_list& guards, stream_view s) {
   for (const guard_ptr& g : guards)
-    if (!g->complete()) backend.stream_wait_event(s, g->event);
+    if (!g->ready_for(s)) backend.stream_wait_event(s, g->event);
 }
 
 // Appends `more` to `into`, dropping duplicates; past a handful it drops completed guards so

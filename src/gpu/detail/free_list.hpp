@@ -31,6 +31,9 @@ class free_list {
   std::size_t count() const noexcept { return by_addr_.size(); }
   bool empty() const noexcept { return by_addr_.empty(); }
   std::size_t largest() const noexcept { return by_size_.empty() ? 0 : by_size_.rbegin()->first; }
+  // Whether an insert has kept adjacent ranges apart since the last coalesce (a hint: the pair
+  // may have been taken since).
+  bool has_splits() const noexcept { return splits_ != 0; }
 
   // Merging a range still guarded by a pending event into an unguarded neighbour would make
   // every later taker of the merged range wait for that event (chaining streams together), so
@@ -41,31 +44,49 @@ class free_list {
     auto next = by_addr_.lower_bound(addr);
     if (next != by_addr_.begin() && !is_boundary(addr)) {
       auto prev = std::prev(next);
-      if (prev->first + prev->second.size == addr && mergeable(prev->second.guards, guards)) {
-        addr = prev->first;
-        size += prev->second.size;
-        erase(prev);
+      if (prev->first + prev->second.size == addr) {
+        if (mergeable(prev->second.guards, guards)) {
+          addr = prev->first;
+          size += prev->second.size;
+          erase(prev);
+        } else {
+          ++splits_;
+        }
       }
     }
     next = by_addr_.find(addr + size);
-    if (next != by_addr_.end() && !is_boundary(addr + size) && mergeable(next->second.guards, guards)) {
-      size += next->second.size;
-      erase(next);
+    if (next != by_addr_.end() && !is_boundary(addr + size)) {
+      if (mergeable(next->second.guards, guards)) {
+        size += next->second.size;
+        erase(next);
+      } else {
+        ++splits_;
+      }
     }
     auto it = by_addr_.emplace(addr, entry{size, std::move(guards), {}}).first;
     it->second.size_it = by_size_.emplace(size, addr);
     total_ += size;
   }
 
-  // After a device synchronisation every guard has completed: drop them all and merge every
-  // pair of adjacent ranges that the guards kept apart.
-  void coalesce_after_sync() {
-    std::vector<std::pair<std::uintptr_t, std::size_t>> all;
-    for (auto& [a, e] : by_addr_) all.emplace_back(a, e.size);
+  // Merges the adjacent ranges that pending guards kept apart and whose guards now match
+  // (usually: have all completed).  Insert merges only with the neighbours it touches, so
+  // without this two ranges split by different streams' events stay split for good.
+  void coalesce() {
+    std::vector<free_range> all;
+    all.reserve(by_addr_.size());
+    for (auto& [a, e] : by_addr_) all.push_back({a, e.size, std::move(e.guards)});
     by_addr_.clear();
     by_size_.clear();
     total_ = 0;
-    for (auto [a, n] : all) insert(a, n);
+    splits_ = 0;
+    for (auto& r : all) insert(r.addr, r.size, std::move(r.guards));
+  }
+
+  // After a device synchronisation every guard has completed: drop them all and merge every
+  // pair of adjacent ranges that the guards kept apart.
+  void coalesce_after_sync() {
+    for (auto& [a, e] : by_addr_) e.guards.clear();
+    coalesce();
   }
 
   // Removes and returns the smallest range of at least `size` bytes.
@@ -75,16 +96,27 @@ class free_list {
     return take(by_addr_.find(s->second));
   }
 
-  // Like take_best_fit, but among the first `scan` candidates by size prefers one whose guards
-  // have all completed (taking it orders no stream after another); falls back to the best fit.
-  std::optional<free_range> take_best_fit_ready(std::size_t size, int scan = 8) {
-    auto s = by_size_.lower_bound(size);
-    for (int i = 0; s != by_size_.end() && i < scan; ++s, ++i) {
+  // Among the first `scan` candidates by size and the largest range, the smallest that stream
+  // `taker` can use without waiting (every guard completed or recorded on `taker` itself):
+  // taking it orders no stream after another.  nullopt when none of them is ready.
+  std::optional<free_range> take_ready_fit(std::size_t size, stream_view taker, int scan = 32) {
+    auto ready = [&](std::multimap<std::size_t, std::uintptr_t>::iterator s) {
       auto it = by_addr_.find(s->second);
-      bool ready = true;
-      for (const guard_ptr& g : it->second.guards) ready = ready && g->complete();
-      if (ready) return take(it);
-    }
+      for (const guard_ptr& g : it->second.guards)
+        if (!g->ready_for(taker)) return by_addr_.end();
+      return it;
+    };
+    auto s = by_size_.lower_bound(size);
+    for (int i = 0; s != by_size_.end() && i < scan; ++s, ++i)
+      if (auto it = ready(s); it != by_addr_.end()) return take(it);
+    if (s != by_size_.end())  // the largest: often a whole chunk no stream has touched
+      if (auto it = ready(std::prev(by_size_.end())); it != by_addr_.end()) return take(it);
+    return std::nullopt;
+  }
+
+  // take_ready_fit, falling back to the best fit (whose taker must wait on its guards).
+  std::optional<free_range> take_best_fit_ready(std::size_t size, stream_view taker, int scan = 32) {
+    if (auto r = take_ready_fit(size, taker, scan)) return r;
     return take_best_fit(size);
   }
 
@@ -153,6 +185,7 @@ class free_list {
   addr_map by_addr_;
   std::multimap<std::size_t, std::uintptr_t> by_size_;
   std::size_t total_ = 0;
+  std::size_t splits_ = 0;
 };
 
 }  // namespace strata::gpu::detail
