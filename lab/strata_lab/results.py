@@ -66,6 +66,13 @@ def write_atomic(path: Path, doc: dict) -> None:
         raise
 
 
+def counted_metrics(doc: dict, cell_id: str, variant: str) -> list[dict]:
+    """The metrics of one cell and variant's counted samples that succeeded (warm-ups and
+    failures left out): what a suite's summarise() takes medians of."""
+    return [s["metrics"] for s in doc.get("samples", []) if s["cell"] == cell_id
+            and s["variant"] == variant and s.get("ok") and not s.get("warmup")]
+
+
 def resolve_path(arg: str | Path) -> Path:
     p = Path(arg)
     if p.is_dir():

@@ -37,6 +37,22 @@ def built() -> Path:
     return BUILD
 
 
+def program(target: str) -> Path:
+    """build/bin/<target>; only that target is configured and built when it is missing."""
+    exe = BUILD / "bin" / target
+    if exe.exists():
+        return exe
+    if not shutil.which("cmake"):
+        pytest.skip("cmake is not installed")
+    gen = ["-G", "Ninja"] if shutil.which("ninja") else []
+    for cmd in (["cmake", "-S", str(ROOT), "-B", str(BUILD), *gen, "-DCMAKE_BUILD_TYPE=Release"],
+                ["cmake", "--build", str(BUILD), "--target", target]):
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            pytest.fail(f"{' '.join(cmd)} failed:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
+    return exe
+
+
 def lab(*args: str, env: dict | None = None, timeout: float = 300, **kw) -> subprocess.CompletedProcess:
     """Run the strata-lab command line in a child process (as a user would)."""
     e = dict(os.environ)

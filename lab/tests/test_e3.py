@@ -5,9 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,24 +14,12 @@ import pytest
 from strata_lab.suite import SuiteContext
 from strata_lab.suites import e3
 
-ROOT = Path(__file__).resolve().parents[2]
-BUILD = Path(os.environ.get("STRATA_BUILD", ROOT / "build"))
-TENANT = BUILD / "bin" / "strata-bench-e3-tenant"
+from .conftest import BUILD, program
 
 
 @pytest.fixture(scope="module")
 def tenant() -> Path:
-    """The tenant program; built (only that target) when missing."""
-    if not TENANT.exists():
-        if not shutil.which("cmake"):
-            pytest.skip("cmake is not installed")
-        gen = ["-G", "Ninja"] if shutil.which("ninja") else []
-        for cmd in (["cmake", "-S", str(ROOT), "-B", str(BUILD), *gen, "-DCMAKE_BUILD_TYPE=Release"],
-                    ["cmake", "--build", str(BUILD), "--target", "strata-bench-e3-tenant"]):
-            r = subprocess.run(cmd, capture_output=True, text=True)
-            if r.returncode != 0:
-                pytest.fail(f"{' '.join(cmd)} failed:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
-    return TENANT
+    return program("strata-bench-e3-tenant")
 
 
 def kernels(n, launch, start=0.0, enqueue_step=1.0, duration=0.5):

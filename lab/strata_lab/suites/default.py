@@ -1,11 +1,13 @@
 """What `make bench` runs: E1's four bands at 1 and 2 threads plus a few classic patterns, every
 peer allocator against mimalloc, 5 interleaved rounds; sized to finish within 10 minutes on 2 cores."""
 
+from strata_lab.allocators import BUILTINS
+
 from . import e1, patterns
 
 DESCRIPTION = ("make bench: E1 bands at 1 and 2 threads + larson, prodcon, cache-thrash, mstress; "
                "all allocators vs mimalloc")
-ALLOCATORS = ["glibc", "mimalloc", "mimalloc3", "jemalloc", "tcmalloc", "strata"]
+ALLOCATORS = list(BUILTINS)  # every allocator the lab knows
 BASELINE = "mimalloc"
 ROUNDS = 5
 WARMUP = 1

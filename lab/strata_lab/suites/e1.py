@@ -1,9 +1,10 @@
 """E1: size-class throughput (EXPERIMENTS.md E1), four bands at 1 and 2 threads."""
 
+from strata_lab.allocators import BUILTINS
 from strata_lab.suite import Cell
 
 DESCRIPTION = "E1 size-class throughput: tiny/mid/large/big bands, alloc/free loop, ops/s and peak RSS"
-ALLOCATORS = ["glibc", "mimalloc", "mimalloc3", "jemalloc", "tcmalloc", "strata"]
+ALLOCATORS = list(BUILTINS)  # every allocator the lab knows
 BASELINE = "mimalloc"
 ROUNDS = 5
 WARMUP = 1

@@ -1,10 +1,12 @@
 """E2 on the host: three-phase fragmentation (baseline -> fragmented -> long term) per thread count."""
 
+from strata_lab.allocators import BUILTINS
+from strata_lab.results import counted_metrics
 from strata_lab.suite import Cell
 
 DESCRIPTION = ("E2 host fragmentation: probe time at baseline, after fragmentation and long term, "
                "% change and RSS per phase, at 1, 2 and 4 threads")
-ALLOCATORS = ["glibc", "mimalloc", "mimalloc3", "jemalloc", "tcmalloc", "strata"]
+ALLOCATORS = list(BUILTINS)  # every allocator the lab knows
 BASELINE = "mimalloc"
 ROUNDS = 5
 WARMUP = 1
@@ -37,8 +39,7 @@ def summarise(results: dict) -> str:
         if c["workload"] != "e2-frag":
             continue
         for v in results["variants"]:
-            ok = [s["metrics"] for s in results["samples"] if s["cell"] == c["id"] and s["variant"] == v
-                  and s.get("ok") and not s.get("warmup")]
+            ok = counted_metrics(results, c["id"], v)
             if not ok:
                 lines.append(f"| {c['threads']} | {v} | failed | | | |")
                 continue

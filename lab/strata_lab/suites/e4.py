@@ -6,6 +6,7 @@ states a difference only outside the noise; the lab adds the across-process roun
 under each allocator, so the "general" rows are glibc, mimalloc and strata's malloc in turn.
 """
 
+from strata_lab.results import counted_metrics
 from strata_lab.suite import Cell
 
 DESCRIPTION = ("E4 object pools vs general allocator (single alloc, cycle, sizes 10-1000, "
@@ -54,8 +55,7 @@ def summarise(results: dict) -> str:
             continue
         group = c["workload"][3:]
         for v in results["variants"]:
-            ok = [s["metrics"] for s in results["samples"] if s["cell"] == c["id"] and
-                  s["variant"] == v and s.get("ok") and not s.get("warmup")]
+            ok = counted_metrics(results, c["id"], v)
             if not ok:
                 lines.append(f"| {group} | | {v} | failed | |")
                 continue

@@ -1,10 +1,11 @@
 """Classic multithreaded allocator patterns (bench/host/patterns.cpp)."""
 
+from strata_lab.allocators import BUILTINS
 from strata_lab.suite import Cell
 
 DESCRIPTION = ("classic patterns: larson server simulation, producer/consumer (remote frees), "
                "cache-thrash/cache-scratch false sharing, mstress thread churn, Pareto sizes, realloc growth")
-ALLOCATORS = ["glibc", "mimalloc", "mimalloc3", "jemalloc", "tcmalloc", "strata"]
+ALLOCATORS = list(BUILTINS)  # every allocator the lab knows
 BASELINE = "mimalloc"
 ROUNDS = 5
 WARMUP = 1

@@ -4,10 +4,11 @@ redis-benchmark on 127.0.0.1 (requests/s, per-round P99 latency, server peak RSS
 import shutil
 import sys
 
+from strata_lab.allocators import BUILTINS
 from strata_lab.suite import Cell
 
 DESCRIPTION = "redis-server preloaded with each allocator, redis-benchmark on loopback: req/s, P99, peak RSS"
-ALLOCATORS = ["glibc", "mimalloc", "mimalloc3", "jemalloc", "tcmalloc", "strata"]
+ALLOCATORS = list(BUILTINS)  # every allocator the lab knows
 BASELINE = "mimalloc"
 ROUNDS = 5
 WARMUP = 1
