@@ -49,8 +49,10 @@ def cmd_run(a: argparse.Namespace) -> int:
         raise LabError("--warmup must be 0 or more")
     if a.seconds is not None and not a.seconds > 0:
         raise LabError("--seconds must be positive")
+    params, sources = suite.resolve_params(a.param or [])
     ctx = SuiteContext(smoke=a.smoke, seconds=a.seconds,
-                       threads=_int_list(a.threads, "thread list") if a.threads else None, cpus=cpus)
+                       threads=_int_list(a.threads, "thread list") if a.threads else None, cpus=cpus,
+                       params=params)
 
     # What is compared: the suite's own variants, or allocators.
     names = _split(a.alloc)
@@ -95,7 +97,8 @@ def cmd_run(a: argparse.Namespace) -> int:
 
     out_dir = results.new_run_dir(Path(a.out) if a.out else paths.results_root(), suite.name)
     settings = {"smoke": a.smoke, "seconds": a.seconds, "threads": ctx.threads,
-                "timeout_s": a.timeout, "cells_filter": a.cells}
+                "timeout_s": a.timeout, "cells_filter": a.cells,
+                "params": params, "params_source": sources}
     console = _console()
     err = _console(stderr=True)
     over = [c.id for c in cells if runner.oversubscribed(c, cpus)]
@@ -104,6 +107,10 @@ def cmd_run(a: argparse.Namespace) -> int:
               f"CPUs {runner._ranges(cpus)}")
     if over:
         err.print(f"[yellow]strata-lab: oversubscribed (threads > CPUs): {', '.join(over)}[/]")
+    if params:
+        err.print("strata-lab: parameters: " + ", ".join(
+            f"{k}={_show_value(v)}" + ("" if sources[k] == "default" else f" ({sources[k]})")
+            for k, v in params.items()), markup=False)
     err.print(f"strata-lab: writing {out_dir / results.FILENAME}")
 
     progress_cb, start_cb, finish = _progress(err, a.no_progress)
@@ -121,6 +128,14 @@ def cmd_run(a: argparse.Namespace) -> int:
     _show(results.load(out_dir), console, a.baseline, write_report=a.report)
     failures = sum(1 for s in doc["samples"] if not s.get("ok"))
     return 1 if failures and a.strict else 0
+
+
+def _show_value(v) -> str:
+    if v is None:
+        return "auto"
+    if isinstance(v, (list, tuple)):
+        return ",".join(str(x) for x in v)
+    return str(v)
 
 
 def _progress(err, disabled: bool):
@@ -244,16 +259,20 @@ def cmd_list(a: argparse.Namespace) -> int:
         console.print(t)
         console.print("any other: --alloc NAME=/path/to/lib.so")
     if what in ("suites", "all"):
+        from rich.markup import escape
         from rich.table import Table
 
         t = Table(title="suites", header_style="bold")
         t.add_column("suite")
         t.add_column("description")
+        t.add_column("parameters: --param NAME=VALUE (default)")
         for n in available_suites():
             try:
-                t.add_row(n, load_suite(n).description)
+                s = load_suite(n)
+                shown = "\n".join(f"{p.name} ({p.shown_default()}): {p.help}" for p in s.params)
+                t.add_row(n, s.description, escape(shown) or "–")
             except Exception as e:  # a broken plug-in must not hide the others
-                t.add_row(n, f"[red]cannot load: {e}[/]")
+                t.add_row(n, f"[red]cannot load: {escape(str(e))}[/]", "")
         console.print(t)
     if what in ("workloads", "all"):
         from rich.table import Table
@@ -317,6 +336,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--cpus", help="pin every sample to these CPUs, e.g. 0 or 0-1 or 0,2")
     r.add_argument("--timeout", type=float, help="per-sample timeout in seconds (overrides the suite's)")
     r.add_argument("--cells", help="only cells whose id matches one of these globs, e.g. 'e1-tiny/*'")
+    r.add_argument("--param", action="append", metavar="NAME=VALUE",
+                   help="a parameter of the suite (repeat for several; strata-lab list suites shows them)")
     r.add_argument("--smoke", action="store_true", help="tiny workloads: checks that everything runs")
     r.add_argument("--out", help="parent directory of the run directory (default: results/)")
     r.add_argument("--report", action="store_true", help="also write report.html and summary.md")

@@ -12,10 +12,10 @@ import json
 import os
 import pkgutil
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from . import paths
 from .errors import LabError
@@ -83,6 +83,101 @@ class Cell:
         }
 
 
+# ---- suite parameters (strata-lab run --param NAME=VALUE) -------------------------------------
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter of a suite, declared in the module's PARAMS list.
+
+    name     -- what `--param NAME=VALUE` sets; lower case, [a-z][a-z0-9_]*.
+    default  -- the value when nothing sets it (already parsed; JSON-serialisable).  None means
+                "decided by the suite at run time": say how in `default_text`.
+    help     -- one line for `strata-lab list` and for the error that lists the parameters.
+    parse    -- text -> value; raises ValueError (its message says what is wrong) for bad text.
+                The value must be JSON-serialisable: it is recorded in results.json.
+    env      -- an environment variable still read when --param does not set the parameter
+                (kept for commands that docs promised; --param wins over it).
+    default_text -- how the default is shown (default: the default itself, formatted).
+    """
+
+    name: str
+    default: object
+    help: str
+    parse: Callable[[str], object] = str
+    env: str | None = None
+    default_text: str | None = None
+
+    def shown_default(self) -> str:
+        if self.default_text is not None:
+            return self.default_text
+        if isinstance(self.default, (list, tuple)):
+            return ",".join(str(x) for x in self.default)
+        return str(self.default)
+
+
+def integer(lo: int | None = None, hi: int | None = None) -> Callable[[str], int]:
+    """A parser for a whole number in [lo, hi]."""
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text.strip())
+        except ValueError:
+            raise ValueError("not a whole number") from None
+        if (lo is not None and v < lo) or (hi is not None and v > hi):
+            raise ValueError(f"out of range {lo if lo is not None else '…'}..{hi if hi is not None else '…'}")
+        return v
+
+    return parse
+
+
+def one_of(*choices: str) -> Callable[[str], str]:
+    """A parser for one word out of `choices`."""
+
+    def parse(text: str) -> str:
+        v = text.strip()
+        if v not in choices:
+            raise ValueError(f"choose one of {', '.join(choices)}")
+        return v
+
+    return parse
+
+
+def cpu_list(text: str) -> str:
+    """A CPU list such as 0 or 0-1 or 0,2, checked against the CPUs available here; kept as text."""
+    from .runner import parse_cpus  # the runner imports this module
+
+    try:
+        parse_cpus(text)
+    except LabError as e:
+        raise ValueError(str(e)) from None
+    return text
+
+
+def list_of(item: Callable[[str], object], separators: str = ", ") -> Callable[[str], list]:
+    """A parser for a non-empty list of `item`s separated by any of `separators`."""
+
+    def parse(text: str) -> list:
+        parts = re.split(f"[{re.escape(separators)}]+", text.strip())
+        parts = [p for p in parts if p]
+        if not parts:
+            raise ValueError("empty list")
+        return [item(p) for p in parts]
+
+    return parse
+
+
+def describe_params(suite_name: str, params: Sequence[Param]) -> str:
+    """The parameters of a suite with their defaults, for `list` and for errors."""
+    if not params:
+        return f"suite {suite_name!r} takes no parameters"
+    width = max(len(p.name) for p in params)
+    lines = [f"parameters of suite {suite_name!r} (--param NAME=VALUE):"]
+    for p in params:
+        env = f"; or ${p.env}" if p.env else ""
+        lines.append(f"  {p.name:<{width}}  {p.help} [default: {p.shown_default()}{env}]")
+    return "\n".join(lines)
+
+
 @dataclass
 class SuiteContext:
     """What a suite's cells() may ask about the run it is building."""
@@ -91,6 +186,7 @@ class SuiteContext:
     seconds: float | None = None  # --seconds: overrides the suite's per-sample duration
     threads: list[int] | None = None  # --threads: overrides the suite's thread counts
     cpus: list[int] = field(default_factory=lambda: sorted(os.sched_getaffinity(0)))
+    params: dict = field(default_factory=dict)  # the suite's PARAMS, every one resolved
 
     def bin(self, name: str) -> Path:
         """build/bin/strata-bench-<name>, or a LabError saying how to build it."""
@@ -132,6 +228,49 @@ class Suite:
         return getattr(self.module, "BASELINE", (list(self.variants) if self.variants else self.allocators)[0])
 
     @property
+    def params(self) -> list[Param]:
+        return list(getattr(self.module, "PARAMS", []))
+
+    def resolve_params(self, assignments: Sequence[str] = (),
+                       environ: Mapping[str, str] | None = None) -> tuple[dict, dict]:
+        """Values of every parameter from `--param NAME=VALUE` assignments, then the declared
+        environment variables, then the defaults.  Returns (values, sources), sources saying
+        where each value came from ("command line", "environment STRATA_...", "default").
+        An unknown name or a bad value is a LabError that lists the suite's parameters."""
+        environ = os.environ if environ is None else environ
+        declared = {p.name: p for p in self.params}
+        given: dict[str, str] = {}
+        for a in assignments:
+            name, eq, text = a.partition("=")
+            name = name.strip()
+            if not eq or not name:
+                raise LabError(f"--param takes NAME=VALUE, not {a!r}\n"
+                               + describe_params(self.name, self.params))
+            if name not in declared:
+                raise LabError(f"suite {self.name!r} has no parameter {name!r}\n"
+                               + describe_params(self.name, self.params))
+            if name in given:
+                raise LabError(f"--param {name} is given twice")
+            given[name] = text
+        values, sources = {}, {}
+        for p in self.params:
+            if p.name in given:
+                text, source = given[p.name], "command line"
+            elif p.env and environ.get(p.env, "") != "":
+                text, source = environ[p.env], f"environment {p.env}"
+            else:
+                values[p.name], sources[p.name] = p.default, "default"
+                continue
+            try:
+                values[p.name] = p.parse(text)
+            except ValueError as e:
+                where = "" if source == "command line" else f" (from {p.env})"
+                raise LabError(f"bad value {text!r} for parameter {p.name!r} of suite {self.name!r}"
+                               f"{where}: {e}\n" + describe_params(self.name, self.params)) from None
+            sources[p.name] = source
+        return values, sources
+
+    @property
     def rounds(self) -> int:
         return int(getattr(self.module, "ROUNDS", 5))
 
@@ -140,6 +279,9 @@ class Suite:
         return int(getattr(self.module, "WARMUP", 1))
 
     def cells(self, ctx: SuiteContext) -> list[Cell]:
+        missing = [p.name for p in self.params if p.name not in ctx.params]
+        if missing:  # a context built without `strata-lab run` (list, tests): defaults and env
+            ctx = replace(ctx, params={**self.resolve_params()[0], **ctx.params})
         cells = list(self.module.cells(ctx))
         ids = [c.id for c in cells]
         dup = {i for i in ids if ids.count(i) > 1}
@@ -193,4 +335,9 @@ def load_suite(name: str) -> Suite:
     module = importlib.import_module(f"strata_lab.suites.{name}")
     if not callable(getattr(module, "cells", None)):
         raise LabError(f"suite module strata_lab/suites/{name}.py defines no cells(ctx) function")
+    names = [p.name for p in getattr(module, "PARAMS", [])]
+    bad = [n for n in names if not _NAME.match(n) or names.count(n) > 1]
+    if bad:
+        raise LabError(f"suite module strata_lab/suites/{name}.py declares bad or repeated "
+                       f"parameter names: {sorted(set(bad))}")
     return Suite(name, module)

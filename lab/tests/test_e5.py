@@ -13,26 +13,25 @@ from pathlib import Path
 
 import pytest
 
-from strata_lab.suite import SuiteContext
+from strata_lab.errors import LabError
+from strata_lab.suite import SuiteContext, load_suite
 from strata_lab.suites import e5
 
-ROOT = Path(__file__).resolve().parents[2]
-BUILD = Path(os.environ.get("STRATA_BUILD", ROOT / "build"))
-HTTPD = BUILD / "bin" / "strata-bench-e5-httpd"
+from .conftest import BUILD, program
 
 
 @pytest.fixture(scope="module")
 def httpd() -> Path:
-    if not HTTPD.exists():
-        if not shutil.which("cmake"):
-            pytest.skip("cmake is not installed")
-        gen = ["-G", "Ninja"] if shutil.which("ninja") else []
-        for cmd in (["cmake", "-S", str(ROOT), "-B", str(BUILD), *gen, "-DCMAKE_BUILD_TYPE=Release"],
-                    ["cmake", "--build", str(BUILD), "--target", "strata-bench-e5-httpd"]):
-            r = subprocess.run(cmd, capture_output=True, text=True)
-            if r.returncode != 0:
-                pytest.fail(f"{' '.join(cmd)} failed:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
-    return HTTPD
+    return program("strata-bench-e5-httpd")
+
+
+two_cpus = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs CPUs 0 and 1")
+
+
+def e5_context(cpus, environ=None, assignments=(), **kw) -> SuiteContext:
+    """A context whose parameters are resolved as `strata-lab run` resolves them."""
+    params, _ = load_suite("e5").resolve_params(assignments, environ=environ or {})
+    return SuiteContext(cpus=cpus, params=params, **kw)
 
 
 def test_thread_counters_of_this_process():
@@ -78,24 +77,44 @@ def test_parse_wrk_and_redis():
     assert "latency_p90_ms" not in r
 
 
-def test_matrix_defaults_and_environment(monkeypatch):
-    for k in ("STRATA_E5_SERVERS", "STRATA_E5_SERVER_CPUS", "STRATA_E5_CLIENT_CPUS",
-              "STRATA_E5_CLIENT_THREADS", "STRATA_E5_CONNECTIONS"):
-        monkeypatch.delenv(k, raising=False)
-    m2 = e5.matrix(SuiteContext(cpus=[0, 1]))
+@two_cpus
+def test_matrix_defaults_parameters_and_environment():
+    m2 = e5.matrix(e5_context([0, 1]))
+    assert m2["servers"] == list(e5.SERVERS) and m2["connections"] == e5.CONNECTIONS
     assert m2["server_cpus"] == ["0"] and m2["client_cpus"] == ["1", "0"] and m2["client_threads"] == [1, 2]
-    m16 = e5.matrix(SuiteContext(cpus=list(range(16))))
+    m16 = e5.matrix(e5_context(list(range(16))))
     assert m16["server_cpus"] == ["0", "0-1", "0,1,2,3"] and m16["client_cpus"] == ["4,5,6,7"]
-    monkeypatch.setenv("STRATA_E5_SERVERS", "httpd")
-    monkeypatch.setenv("STRATA_E5_SERVER_CPUS", "0 0-1")
-    monkeypatch.setenv("STRATA_E5_CLIENT_CPUS", "1")
-    monkeypatch.setenv("STRATA_E5_CLIENT_THREADS", "3")
-    m = e5.matrix(SuiteContext(cpus=[0, 1]))
+    m = e5.matrix(e5_context([0, 1], assignments=["servers=httpd", "server_cpus=0 0-1", "client_cpus=1",
+                                                  "client_threads=3", "connections=7"]))
+    assert m == {"servers": ["httpd"], "server_cpus": ["0", "0-1"], "client_cpus": ["1"],
+                 "client_threads": [3], "connections": 7}
+    # The environment variables docs/e3-e5.md gave still work; --param wins over them.
+    env = {"STRATA_E5_SERVERS": "httpd", "STRATA_E5_SERVER_CPUS": "0;0-1", "STRATA_E5_CLIENT_CPUS": "1",
+           "STRATA_E5_CLIENT_THREADS": "3", "STRATA_E5_CONNECTIONS": "9"}
+    m = e5.matrix(e5_context([0, 1], environ=env))
     assert m["servers"] == ["httpd"] and m["server_cpus"] == ["0", "0-1"] and m["client_threads"] == [3]
-    assert e5.matrix(SuiteContext(cpus=[0, 1], threads=[4]))["client_threads"] == [4]
-    monkeypatch.setenv("STRATA_E5_SERVERS", "apache")
-    with pytest.raises(ValueError):
-        e5.matrix(SuiteContext(cpus=[0, 1]))
+    assert m["connections"] == 9
+    assert e5.matrix(e5_context([0, 1], environ=env, assignments=["connections=5"]))["connections"] == 5
+    assert e5.matrix(e5_context([0, 1], environ=env, threads=[4]))["client_threads"] == [4]  # --threads
+    with pytest.raises(LabError, match="STRATA_E5_SERVERS.*choose one of httpd, nginx, redis"):
+        e5_context([0, 1], environ={"STRATA_E5_SERVERS": "apache"})
+
+
+@two_cpus
+def test_parameters_shape_the_cells(httpd, monkeypatch):
+    """--param values reach the cells: their names, argv and recorded params."""
+    monkeypatch.setenv("STRATA_BUILD", str(BUILD))
+    ctx = e5_context([0, 1], assignments=["servers=httpd", "server_cpus=1", "client_cpus=0;0-1",
+                                          "client_threads=2", "connections=33"])
+    cells = load_suite("e5").cells(ctx)
+    if e5.available("httpd"):
+        assert cells == []  # no wrk here: the server is left out
+        return
+    assert [c.id for c in cells] == ["e5-httpd/s1/c0/t2", "e5-httpd/s1/c0-1/t2"]
+    for c in cells:
+        argv = [str(a) for a in c.argv]
+        assert argv[argv.index("--connections") + 1] == "33" and c.params["connections"] == 33
+        assert argv[argv.index("--server-cpus") + 1] == "1"
 
 
 def test_summarise_table():
@@ -154,7 +173,7 @@ def test_httpd_answers_http_clients(httpd):
 def test_one_sample_end_to_end(httpd, monkeypatch):
     """A smoke-sized sample through the driver: a fresh pinned server, one wrk run, the metrics."""
     monkeypatch.setenv("STRATA_BUILD", str(BUILD))
-    cells = e5.cells(SuiteContext(smoke=True, cpus=sorted(os.sched_getaffinity(0))))
+    cells = load_suite("e5").cells(SuiteContext(smoke=True, cpus=sorted(os.sched_getaffinity(0))))
     assert len(cells) == 1 and cells[0].preload == "driver" and cells[0].metric == "requests_per_sec"
     c = cells[0]
     r = subprocess.run([str(a) for a in c.argv], capture_output=True, text=True, timeout=60,

@@ -2,15 +2,16 @@
 
 Runs build/bin/strata-bench-e2-gpu once per sample with one resource (the variant) and one
 thread count (the cell).  The device is the real GPU when the CUDA driver loads, otherwise the
-simulated device; STRATA_E2_BACKEND=sim|cuda forces one.  Simulated timings say how the
-resources behave on the host side (locks, stream ordering), not how fast a GPU is.
+simulated device; `--param backend=sim|cuda` (or the environment's STRATA_E2_BACKEND, which
+docs/gpu.md gives) forces one.  Simulated timings say how the resources behave on the host side
+(locks, stream ordering), not how fast a GPU is.
 """
 
 import ctypes
 import json
-import os
 
-from strata_lab.suite import Cell
+from strata_lab.results import counted_metrics
+from strata_lab.suite import Cell, Param, one_of
 
 RESOURCES = ["strata", "pool", "arena", "async", "cuda"]
 DESCRIPTION = ("E2 GPU device resources: baseline / fragmented / long-term time, % change, time in "
@@ -27,12 +28,16 @@ ROUNDS = 5
 WARMUP = 1
 
 PHASES = ("baseline", "fragmented", "long_term")
+PARAMS = [
+    Param("backend", "auto", "device: cuda (the GPU), sim (the simulated device), or auto: cuda "
+          "when libcuda.so.1 loads, else sim", parse=one_of("auto", "cuda", "sim"),
+          env="STRATA_E2_BACKEND"),
+]
 
 
-def backend() -> str:
-    forced = os.environ.get("STRATA_E2_BACKEND")
-    if forced in ("sim", "cuda"):
-        return forced
+def backend(choice: str = "auto") -> str:
+    if choice in ("sim", "cuda"):
+        return choice
     try:
         ctypes.CDLL("libcuda.so.1")
         return "cuda"
@@ -42,7 +47,7 @@ def backend() -> str:
 
 def cells(ctx, threads=(1, 4, 8, 16)):
     exe = ctx.bin("e2-gpu")
-    dev = backend()
+    dev = backend(ctx.params["backend"])
     out = []
     for t in ctx.thread_counts(threads, smoke=[1, 4]):
         argv = [exe, "--backend", dev, "--threads", t] + (["--smoke"] if ctx.smoke else [])
@@ -86,8 +91,7 @@ def summarise(results: dict) -> str:
         if c["workload"] != "e2-gpu":
             continue
         for v in results["variants"]:
-            ok = [s["metrics"] for s in results["samples"] if s["cell"] == c["id"] and s["variant"] == v
-                  and s.get("ok") and not s.get("warmup")]
+            ok = counted_metrics(results, c["id"], v)
             if not ok:
                 lines.append(f"| {c['threads']} | {v} | failed | | | | | | |")
                 continue

@@ -14,11 +14,13 @@ Servers:
   redis  redis-server from the system's packages, loaded by redis-benchmark (SET, random keys);
          redis-benchmark reports p50/p95/p99, so the redis cells carry p95 and no p90
 
-The matrix comes from the environment (the lab's command line has no per-suite options):
-  STRATA_E5_SERVERS="httpd,redis,nginx"   STRATA_E5_SERVER_CPUS="0 0-1"
-  STRATA_E5_CLIENT_CPUS="1 0"             STRATA_E5_CLIENT_THREADS="1 2" (or the lab's --threads)
-  STRATA_E5_CONNECTIONS=100
-e.g.  STRATA_E5_SERVER_CPUS="0" STRATA_E5_CLIENT_CPUS="1 0" strata-lab run --suite e5 --seconds 3
+The matrix comes from the suite's parameters (PARAMS below; `strata-lab list suites` shows them):
+  strata-lab run --suite e5 --param servers=httpd,redis --param server_cpus="0 0-1" \\
+      --param client_cpus="1 0" --param client_threads=1,2 --param connections=100 --seconds 3
+CPU sets are separated by spaces or ';' (a set itself may hold commas: 0,1,2,3).  The lab's
+--threads, when given, overrides client_threads.  The environment variables STRATA_E5_SERVERS,
+_SERVER_CPUS, _CLIENT_CPUS, _CLIENT_THREADS and _CONNECTIONS, which earlier docs gave, still set
+the same parameters when --param does not.
 """
 
 from __future__ import annotations
@@ -36,8 +38,9 @@ import time
 from pathlib import Path
 
 from strata_lab import paths
+from strata_lab.results import counted_metrics
 from strata_lab.runner import parse_cpus
-from strata_lab.suite import Cell
+from strata_lab.suite import Cell, Param, cpu_list, integer, list_of, one_of
 from strata_lab.suites.e3 import busy_jiffies
 
 DESCRIPTION = "E5: servers (strata httpd, nginx, redis) under a CPU-pinning matrix, wrk/redis-benchmark on loopback"
@@ -51,6 +54,22 @@ WARMUP_S = 1.0
 CONNECTIONS = 100
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 LUA_REPORT = Path(__file__).resolve().parents[3] / "bench" / "e3e5" / "wrk_report.lua"
+
+PARAMS = [
+    Param("servers", list(SERVERS), "servers to run, comma-separated: " + ", ".join(SERVERS),
+          parse=list_of(one_of(*SERVERS)), env="STRATA_E5_SERVERS"),
+    Param("server_cpus", None, "CPU sets the server is pinned to, separated by spaces or ';'",
+          parse=list_of(cpu_list, " ;"), env="STRATA_E5_SERVER_CPUS",
+          default_text="auto: 0 on 2-7 CPUs; 0, 0-1, 0-3 on 8 or more"),
+    Param("client_cpus", None, "CPU sets the load generator is pinned to, separated by spaces or ';'",
+          parse=list_of(cpu_list, " ;"), env="STRATA_E5_CLIENT_CPUS",
+          default_text="auto: 1 and 0 on 2-7 CPUs; 4-7 on 8 or more"),
+    Param("client_threads", None, "load-generator thread counts, comma-separated (--threads overrides)",
+          parse=list_of(integer(1, 1024)), env="STRATA_E5_CLIENT_THREADS",
+          default_text="auto: 1,2 on 2-7 CPUs; 2,4,6 on 8 or more"),
+    Param("connections", CONNECTIONS, "client connections (wrk -c, redis-benchmark -c)",
+          parse=integer(1, 100000), env="STRATA_E5_CONNECTIONS"),
+]
 
 
 # ---- /proc: per-thread context switches and CPU time ----------------------------------------
@@ -398,12 +417,9 @@ def measure(a, proc: subprocess.Popen, port: int, server_cpus: list[int], client
 
 # ---- the suite ----------------------------------------------------------------------------
 
-def _cpu_sets(text: str) -> list[str]:
-    return [t for t in text.replace(";", " ").split() if t]
-
-
 def matrix(ctx) -> dict:
-    """The pinning matrix: from STRATA_E5_* when set, else a default sized to this machine."""
+    """The pinning matrix: the suite's parameters, and where they say "auto" a default sized to
+    this machine."""
     n = len(ctx.cpus)
     c = [str(x) for x in ctx.cpus]
     if n >= 8:   # e.g. 16 cores: server on 1/2/4 cores, client on the next 4
@@ -414,18 +430,13 @@ def matrix(ctx) -> dict:
         d_server, d_client, d_threads = [c[0]], [c[1], c[0]], [1, 2]
     else:
         d_server, d_client, d_threads = [c[0]], [c[0]], [1]
-    env = os.environ
-    servers = [s for s in env.get("STRATA_E5_SERVERS", ",".join(SERVERS)).split(",") if s]
-    bad = [s for s in servers if s not in SERVERS]
-    if bad:
-        raise ValueError(f"STRATA_E5_SERVERS: unknown {bad}; choose from {SERVERS}")
-    threads = ctx.threads or [int(x) for x in env.get("STRATA_E5_CLIENT_THREADS", "").split()] or d_threads
+    p = ctx.params
     return {
-        "servers": servers,
-        "server_cpus": _cpu_sets(env.get("STRATA_E5_SERVER_CPUS", "")) or d_server,
-        "client_cpus": _cpu_sets(env.get("STRATA_E5_CLIENT_CPUS", "")) or d_client,
-        "client_threads": threads,
-        "connections": int(env.get("STRATA_E5_CONNECTIONS", CONNECTIONS)),
+        "servers": list(p["servers"]),
+        "server_cpus": p["server_cpus"] or d_server,
+        "client_cpus": p["client_cpus"] or d_client,
+        "client_threads": ctx.threads or p["client_threads"] or d_threads,
+        "connections": p["connections"],
     }
 
 
@@ -492,10 +503,10 @@ def cell_table(results: dict) -> list[dict]:
             "server_cpu_cores", "client_cpu_cores", "server_peak_rss_kb", "errors", "foreign_cpu_share"]
     for c in results.get("cells", []):
         for v in results.get("variants", {}):
-            ss = [s for s in results.get("samples", []) if s["cell"] == c["id"] and s["variant"] == v
-                  and not s.get("warmup")]
-            ok = [s["metrics"] for s in ss if s.get("ok")]
-            row = {"cell": c["id"], "variant": v, "n": len(ok), "failures": len(ss) - len(ok),
+            ok = counted_metrics(results, c["id"], v)
+            counted = sum(1 for s in results.get("samples", []) if s["cell"] == c["id"]
+                          and s["variant"] == v and not s.get("warmup"))
+            row = {"cell": c["id"], "variant": v, "n": len(ok), "failures": counted - len(ok),
                    **{k: c.get("params", {}).get(k) for k in ("server", "server_cpus", "client_cpus",
                                                               "client_threads")}}
             for k in keys:
