@@ -1,8 +1,8 @@
 #include "gpu/driver.hpp"
 
-#include <strata/gpu/errors.hpp>
+#include "os/dl.h"
 
-#include <dlfcn.h>
+#include <strata/gpu/errors.hpp>
 
 #include <cstdlib>
 #include <mutex>
@@ -18,7 +18,7 @@ struct loaded {
 
 template <class F>
 bool bind(void* lib, F& slot, const char* symbol, std::string& error) {
-  void* p = dlsym(lib, symbol);
+  void* p = os::find_symbol(lib, symbol);
   if (p == nullptr) {
     if (error.empty())
       error = std::string("the CUDA driver has no entry point ") + symbol +
@@ -33,11 +33,11 @@ loaded load() {
   loaded out;
   const char* name = std::getenv("STRATA_CUDA_LIBRARY");
   if (name == nullptr || *name == '\0') name = "libcuda.so.1";
-  void* lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+  char why[512];
+  void* lib = os::load_library(name, why, sizeof why);
   if (lib == nullptr) {
-    const char* why = dlerror();
     out.error = std::string("cannot load the CUDA driver library ") + name +
-                " (no NVIDIA driver installed?): " + (why ? why : "dlopen failed");
+                " (no NVIDIA driver installed?): " + why;
     return out;
   }
   driver_api& a = out.api;

@@ -1,7 +1,7 @@
-// The CUDA driver API, loaded at run time.  This file and driver.cpp are the GPU layer's
-// platform layer: the only code that calls dlopen/dlsym or names a CUDA type.  strata declares
-// the few driver types it needs itself (values checked against cuda.h), so no toolkit is
-// needed to build.
+// The CUDA driver API, loaded at run time through src/os/dl.h (src/os/ is the only code that
+// calls dlopen/dlsym).  This file and driver.cpp are the only GPU code that names a CUDA type
+// or binds a driver entry point.  strata declares the few driver types it needs itself (values
+// checked against cuda.h), so no toolkit is needed to build.
 #pragma once
 
 #include <cstddef>

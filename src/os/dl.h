@@ -1,0 +1,18 @@
+// Loading shared libraries at run time (dlopen, dlsym): the GPU layer loads the CUDA driver
+// through these, so that src/os/ stays the only code that calls dlopen.  Plain C types and
+// noexcept, so the file also builds with the core allocator's flags (-fno-exceptions, linked
+// without libstdc++).
+#pragma once
+#include <cstddef>
+
+namespace strata::os {
+
+// dlopen(name, RTLD_NOW | RTLD_LOCAL).  nullptr on failure; then, when `why` is not null, it
+// holds dlerror's message (cut to why_size - 1 characters, always terminated).  A loaded
+// library stays loaded for the life of the process.
+void* load_library(const char* name, char* why, size_t why_size) noexcept;
+
+// dlsym(library, symbol): the entry point's address, or nullptr when the library lacks it.
+void* find_symbol(void* library, const char* symbol) noexcept;
+
+}  // namespace strata::os
