@@ -16,9 +16,11 @@
 // lock while holding it.
 #include <strata/gpu/arena_resource.hpp>
 
+#include "gpu/detail/chunk_set.hpp"
 #include "gpu/detail/event_guard.hpp"
 #include "gpu/detail/free_list.hpp"
 #include "gpu/detail/overaligned.hpp"
+#include "gpu/detail/stream_cache.hpp"
 #include "gpu/detail/timed_mutex.hpp"
 
 #include <algorithm>
@@ -64,9 +66,8 @@ struct arena_key_hash {
 
 struct arena_resource::impl {
   impl(device_memory_resource& up, arena_options o, device_backend& b)
-      : upstream(up), options(o), backend(b), events(b), global_free(&chunk_starts) {}
+      : options(o), backend(b), events(b), chunks(up), global_free(chunks.boundaries()) {}
 
-  device_memory_resource& upstream;
   const arena_options options;
   device_backend& backend;
   const std::uint64_t id = next_arena_resource_id.fetch_add(1);
@@ -74,11 +75,9 @@ struct arena_resource::impl {
   detail::overaligned_table overaligned;
 
   mutable detail::timed_mutex<> global_mutex;
-  std::map<std::uintptr_t, std::size_t> chunks;
-  std::set<std::uintptr_t> chunk_starts;
+  detail::chunk_set chunks;
   free_list global_free;
   std::map<std::uintptr_t, arena*> owner;  // superblock start -> arena holding it
-  std::size_t reserved = 0, peak = 0;
   std::atomic<std::size_t> allocated{0};
 
   mutable std::shared_mutex arenas_mutex;
@@ -88,49 +87,22 @@ struct arena_resource::impl {
   bool is_large(std::size_t need) const noexcept { return need > sb() / 2; }
 
   arena& arena_for(stream_view s) {
-    struct cached {
-      std::uint64_t resource = 0;
-      void* stream = nullptr;
-      arena* a = nullptr;
-    };
-    thread_local cached cache[8];
-    thread_local unsigned next = 0;
-    for (auto& c : cache)
-      if (c.resource == id && c.stream == s.handle()) return *c.a;
+    return detail::cached_for_thread<arena>(id, s, [&]() -> arena& { return find_arena(s); });
+  }
+
+  [[gnu::noinline]] arena& find_arena(stream_view s) {
     const arena_key key{s.id(), s.is_default() ? std::this_thread::get_id() : std::thread::id{}};
-    arena* a;
-    {
-      std::unique_lock lock(arenas_mutex);
-      auto& slot = arenas[key];
-      if (!slot) slot = std::make_unique<arena>(s);
-      a = slot.get();
-    }
-    cache[next++ % 8] = cached{id, s.handle(), a};
-    return *a;
+    std::unique_lock lock(arenas_mutex);
+    auto& slot = arenas[key];
+    if (!slot) slot = std::make_unique<arena>(s);
+    return *slot;
   }
 
   // ---- global arena (global_mutex held) -----------------------------------------------------
+  // `need` is a multiple of the superblock size; so is every chunk.
   bool grow(std::size_t need) {
-    if (reserved >= options.maximum_size || options.maximum_size - reserved < need) return false;
-    std::size_t size = std::max({need, options.min_growth});
-    size = std::min(size, options.maximum_size - reserved);
-    size = size / sb() * sb();
-    if (size < need) size = need;
-    for (;;) {
-      try {
-        void* p = upstream.allocate(size);
-        const auto a = reinterpret_cast<std::uintptr_t>(p);
-        chunks.emplace(a, size);
-        chunk_starts.insert(a);
-        global_free.insert(a, size);
-        reserved += size;
-        peak = std::max(peak, reserved);
-        return true;
-      } catch (const std::bad_alloc&) {
-        if (size == need) return false;
-        size = need;
-      }
-    }
+    const std::size_t wanted = std::max(need, options.min_growth / sb() * sb());
+    return chunks.grow(need, wanted, options.maximum_size, sb(), global_free) != 0;
   }
 
   // Pulls every empty superblock out of every arena; the device has been synchronised, so
@@ -171,26 +143,11 @@ struct arena_resource::impl {
         continue;
       }
       if (attempt == 2) {
-        release_free_chunks();
+        chunks.release_free(global_free);
         if (grow(size)) continue;
       }
     }
     return 0;
-  }
-
-  void release_free_chunks() {
-    for (auto it = chunks.begin(); it != chunks.end();) {
-      auto r = global_free.find_containing(it->first);
-      if (r && r->first == it->first && r->second == it->second) {
-        global_free.take_at(it->first);
-        chunk_starts.erase(it->first);
-        reserved -= it->second;
-        upstream.deallocate(reinterpret_cast<void*>(it->first), it->second);
-        it = chunks.erase(it);
-      } else {
-        ++it;
-      }
-    }
   }
 
   [[noreturn]] void out_of_memory(std::size_t bytes) {
@@ -203,8 +160,7 @@ struct arena_resource::impl {
         largest = std::max(largest, a->free.largest());
       }
     }
-    throw out_of_memory_error("arena", bytes, total,
-                              total ? 1.0 - double(largest) / double(total) : 0.0);
+    throw out_of_memory_error("arena", bytes, total, detail::fragmentation(largest, total));
   }
 
   // ---- arena side --------------------------------------------------------------------------
@@ -301,14 +257,14 @@ arena_resource::arena_resource(device_memory_resource& upstream, arena_options o
 
 arena_resource::~arena_resource() {
   backend().device_synchronize();
-  impl_->global_free = free_list(&impl_->chunk_starts);  // drop guards before the events go
-  for (auto& [p, size] : impl_->chunks) impl_->upstream.deallocate(reinterpret_cast<void*>(p), size);
+  impl_->global_free = free_list(impl_->chunks.boundaries());  // drop guards before the events go
+  impl_->chunks.release_all();
 }
 
 void arena_resource::release() {
   std::lock_guard lock(impl_->global_mutex);
   impl_->defragment();
-  impl_->release_free_chunks();
+  impl_->chunks.release_free(impl_->global_free);
 }
 
 void* arena_resource::do_allocate(std::size_t bytes, stream_view stream, std::size_t alignment) {
@@ -356,8 +312,8 @@ void arena_resource::do_deallocate(void* p, std::size_t bytes, stream_view strea
 resource_info arena_resource::do_info() const {
   resource_info i;
   std::lock_guard lock(impl_->global_mutex);
-  i.reserved_bytes = impl_->reserved;
-  i.peak_reserved_bytes = impl_->peak;
+  i.reserved_bytes = impl_->chunks.reserved();
+  i.peak_reserved_bytes = impl_->chunks.peak();
   i.allocated_bytes = impl_->allocated.load();
   std::size_t total = impl_->global_free.total(), largest = impl_->global_free.largest();
   std::uint64_t wait = impl_->global_mutex.wait_ns();

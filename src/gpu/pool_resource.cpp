@@ -10,12 +10,12 @@
 //   out_of_memory_error
 #include <strata/gpu/pool_resource.hpp>
 
+#include "gpu/detail/chunk_set.hpp"
 #include "gpu/detail/free_list.hpp"
 #include "gpu/detail/overaligned.hpp"
 #include "gpu/detail/timed_mutex.hpp"
 
 #include <algorithm>
-#include <map>
 #include <mutex>
 #include <set>
 #include <unordered_map>
@@ -37,22 +37,20 @@ struct pool_resource::impl {
   };
 
   impl(device_memory_resource& up, pool_options o, device_backend& b)
-      : upstream(up), options(o), backend(b) {}
+      : options(o), backend(b), chunks(up) {}
 
-  device_memory_resource& upstream;
   const pool_options options;
   device_backend& backend;
 
   mutable detail::timed_mutex<> mutex;
-  std::map<std::uintptr_t, std::size_t> chunks;
-  std::set<std::uintptr_t> chunk_starts;
+  detail::chunk_set chunks;
   std::unordered_map<stream_view, stream_state> streams;
   std::unordered_map<std::uintptr_t, block> live;  // user pointer -> block
-  std::size_t reserved = 0, peak = 0, allocated = 0;
+  std::size_t allocated = 0;
 
   stream_state& state(stream_view s) {
     auto it = streams.find(s);
-    if (it == streams.end()) it = streams.emplace(s, stream_state(&chunk_starts)).first;
+    if (it == streams.end()) it = streams.emplace(s, stream_state(chunks.boundaries())).first;
     return it->second;
   }
 
@@ -95,30 +93,10 @@ struct pool_resource::impl {
   }
 
   bool grow(std::size_t need, stream_state& st) {
-    if (reserved >= options.maximum_size || options.maximum_size - reserved < need) return false;
-    const std::size_t room = options.maximum_size - reserved;
-    std::size_t size = std::max({need, options.min_growth,
-                                 static_cast<std::size_t>(options.growth_factor * static_cast<double>(reserved))});
-    size = round_up(std::min(size, room), detail::native);
-    if (size > room) size = need;
-    for (;;) {
-      try {
-        void* p = upstream.allocate(size);
-        add_chunk(reinterpret_cast<std::uintptr_t>(p), size, st);
-        return true;
-      } catch (const std::bad_alloc&) {
-        if (size == need) return false;
-        size = need;  // the policy asked for more than the upstream has; try the request alone
-      }
-    }
-  }
-
-  void add_chunk(std::uintptr_t p, std::size_t size, stream_state& st) {
-    chunks.emplace(p, size);
-    chunk_starts.insert(p);
-    st.free.insert(p, size);
-    reserved += size;
-    peak = std::max(peak, reserved);
+    const double by_factor = options.growth_factor * static_cast<double>(chunks.reserved());
+    const std::size_t wanted = std::max({need, options.min_growth, static_cast<std::size_t>(by_factor)});
+    return chunks.grow(need, round_up(wanted, detail::native), options.maximum_size, detail::native,
+                       st.free) != 0;
   }
 
   // After a device synchronisation every free block is safe for every stream.
@@ -127,20 +105,6 @@ struct pool_resource::impl {
       if (&ot != &into) merge_into(into, ot);
   }
 
-  void release_free_chunks(stream_state& st) {
-    for (auto it = chunks.begin(); it != chunks.end();) {
-      auto r = st.free.find_containing(it->first);
-      if (r && r->first == it->first && r->second == it->second) {
-        st.free.take_at(it->first);
-        chunk_starts.erase(it->first);
-        reserved -= it->second;
-        upstream.deallocate(reinterpret_cast<void*>(it->first), it->second);
-        it = chunks.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
 };
 
 pool_resource::pool_resource(device_memory_resource& upstream, pool_options options)
@@ -149,7 +113,7 @@ pool_resource::pool_resource(device_memory_resource& upstream, pool_options opti
   if (options.initial_size > 0) {
     const std::size_t size = round_up(std::min(options.initial_size, options.maximum_size), detail::native);
     void* p = upstream.allocate(size);
-    impl_->add_chunk(reinterpret_cast<std::uintptr_t>(p), size, impl_->state(stream_view{}));
+    impl_->chunks.add(reinterpret_cast<std::uintptr_t>(p), size, impl_->state(stream_view{}).free);
   }
 }
 
@@ -157,7 +121,7 @@ pool_resource::~pool_resource() {
   backend().device_synchronize();
   for (auto& [s, st] : impl_->streams)
     if (st.event) backend().event_destroy(st.event);
-  for (auto& [p, size] : impl_->chunks) impl_->upstream.deallocate(reinterpret_cast<void*>(p), size);
+  impl_->chunks.release_all();
 }
 
 void pool_resource::release() {
@@ -165,7 +129,7 @@ void pool_resource::release() {
   backend().device_synchronize();
   auto& st = impl_->state(stream_view{});
   impl_->gather_all(st);
-  impl_->release_free_chunks(st);
+  impl_->chunks.release_free(st.free);
 }
 
 void* pool_resource::do_allocate(std::size_t bytes, stream_view stream, std::size_t alignment) {
@@ -182,12 +146,12 @@ void* pool_resource::do_allocate(std::size_t bytes, stream_view stream, std::siz
   backend().device_synchronize();
   impl_->gather_all(st);
   if (auto r = fit()) return impl_->carve(std::move(*r), need, alignment, stream, st);
-  impl_->release_free_chunks(st);
+  impl_->chunks.release_free(st.free);
   if (impl_->grow(need, st))
     if (auto r = fit()) return impl_->carve(std::move(*r), need, alignment, stream, st);
   const std::size_t free_total = impl_->free_total();
-  const double frag = free_total ? 1.0 - double(impl_->largest_free()) / double(free_total) : 0.0;
-  throw out_of_memory_error("pool", bytes, free_total, frag);
+  throw out_of_memory_error("pool", bytes, free_total,
+                            detail::fragmentation(impl_->largest_free(), free_total));
 }
 
 void pool_resource::do_deallocate(void* p, std::size_t, stream_view stream, std::size_t) noexcept {
@@ -204,8 +168,8 @@ void pool_resource::do_deallocate(void* p, std::size_t, stream_view stream, std:
 resource_info pool_resource::do_info() const {
   std::lock_guard lock(impl_->mutex);
   resource_info i;
-  i.reserved_bytes = impl_->reserved;
-  i.peak_reserved_bytes = impl_->peak;
+  i.reserved_bytes = impl_->chunks.reserved();
+  i.peak_reserved_bytes = impl_->chunks.peak();
   i.allocated_bytes = impl_->allocated;
   i.free_bytes = impl_->free_total();
   i.largest_free_block = impl_->largest_free();

@@ -20,22 +20,17 @@ resource_stack::resource_stack(std::string_view name, std::shared_ptr<device_bac
   } else if (name == "pool" || name == "arena" || name == "strata") {
     layers_.push_back(std::make_unique<cuda_resource>(backend));
     auto& up = *layers_.back();
-    if (name == "pool") {
-      pool_options p;
-      p.initial_size = o.initial_size;
-      p.maximum_size = o.maximum_size;
-      layers_.push_back(std::make_unique<pool_resource>(up, p));
-    } else if (name == "arena") {
-      arena_options a;
-      a.initial_size = o.initial_size;
-      a.maximum_size = o.maximum_size;
-      layers_.push_back(std::make_unique<arena_resource>(up, a));
-    } else {
-      strata_options s;
-      s.initial_size = o.initial_size;
-      s.maximum_size = o.maximum_size;
-      layers_.push_back(std::make_unique<strata_resource>(up, s));
-    }
+    auto sized = [&](auto options) {
+      options.initial_size = o.initial_size;
+      options.maximum_size = o.maximum_size;
+      return options;
+    };
+    if (name == "pool")
+      layers_.push_back(std::make_unique<pool_resource>(up, sized(pool_options{})));
+    else if (name == "arena")
+      layers_.push_back(std::make_unique<arena_resource>(up, sized(arena_options{})));
+    else
+      layers_.push_back(std::make_unique<strata_resource>(up, sized(strata_options{})));
   } else {
     throw std::invalid_argument("unknown device resource '" + std::string(name) +
                                 "' (expected cuda, async, pool, arena or strata)");

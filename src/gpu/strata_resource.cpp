@@ -25,9 +25,11 @@
 // the slow path never holds a heap lock while taking the page heap's or another heap's.
 #include <strata/gpu/strata_resource.hpp>
 
+#include "gpu/detail/chunk_set.hpp"
 #include "gpu/detail/event_guard.hpp"
 #include "gpu/detail/free_list.hpp"
 #include "gpu/detail/overaligned.hpp"
+#include "gpu/detail/stream_cache.hpp"
 #include "gpu/detail/timed_mutex.hpp"
 
 #include <algorithm>
@@ -99,10 +101,9 @@ struct heap_key_hash {
 
 struct strata_resource::impl {
   impl(device_memory_resource& up, strata_options o, device_backend& b)
-      : upstream(up), options(o), backend(b), events(b), pages(&chunk_starts),
+      : options(o), backend(b), events(b), chunks(up), pages(chunks.boundaries()),
         small_limit(std::min(o.slab_size / 4, std::size_t{64} << 10)) {}
 
-  device_memory_resource& upstream;
   const strata_options options;
   device_backend& backend;
   const std::uint64_t id = next_strata_resource_id.fetch_add(1);
@@ -111,11 +112,9 @@ struct strata_resource::impl {
 
   // page heap
   mutable detail::timed_mutex<> page_mutex;
-  std::map<std::uintptr_t, std::size_t> chunks;
-  std::set<std::uintptr_t> chunk_starts;
+  detail::chunk_set chunks;
   free_list pages;
   std::map<std::uintptr_t, unsigned> slabs;  // slab start -> class (length: slab_bytes(class))
-  std::size_t reserved = 0, peak = 0;
   std::atomic<std::int64_t> huge_allocated{0};
   const std::size_t small_limit;
 
@@ -135,58 +134,25 @@ struct strata_resource::impl {
   }
 
   heap& heap_for(stream_view s) {
-    struct cached {
-      std::uint64_t resource = 0;
-      void* stream = nullptr;
-      heap* h = nullptr;
-    };
-    thread_local cached cache[8];
-    thread_local unsigned next = 0;
-    for (auto& c : cache)
-      if (c.resource == id && c.stream == s.handle()) [[likely]]
-        return *c.h;
-    return heap_for_slow(s, cache, next);
+    return detail::cached_for_thread<heap>(id, s, [&]() -> heap& { return find_heap(s); });
   }
 
-  template <class Cache>
-  [[gnu::noinline]] heap& heap_for_slow(stream_view s, Cache* cache, unsigned& next) {
-    heap* h;
-    {
-      std::lock_guard lock(heaps_mutex);
-      auto& slot = heaps[heap_key{std::this_thread::get_id(), s.id()}];
-      if (!slot) {
-        slot = std::make_unique<heap>(s);
-        heap_list.push_back(slot.get());
-      }
-      h = slot.get();
+  [[gnu::noinline]] heap& find_heap(stream_view s) {
+    std::lock_guard lock(heaps_mutex);
+    auto& slot = heaps[heap_key{std::this_thread::get_id(), s.id()}];
+    if (!slot) {
+      slot = std::make_unique<heap>(s);
+      heap_list.push_back(slot.get());
     }
-    cache[next++ % 8] = {id, s.handle(), h};
-    return *h;
+    return *slot;
   }
 
   // ---- page heap (page_mutex held) ----------------------------------------------------------
   // Adds a chunk of at least `need` bytes; its start, or 0 when maximum_size or the upstream
   // refuses.
   std::uintptr_t grow(std::size_t need) {
-    if (reserved >= options.maximum_size || options.maximum_size - reserved < need) return 0;
-    std::size_t size = std::max(need, options.min_growth);
-    size = round_up(std::min(size, options.maximum_size - reserved), detail::native);
-    if (size < need || size > options.maximum_size - reserved) size = need;
-    for (;;) {
-      try {
-        void* p = upstream.allocate(size);
-        const auto a = reinterpret_cast<std::uintptr_t>(p);
-        chunks.emplace(a, size);
-        chunk_starts.insert(a);
-        pages.insert(a, size);
-        reserved += size;
-        peak = std::max(peak, reserved);
-        return a;
-      } catch (const std::bad_alloc&) {
-        if (size == need) return 0;
-        size = need;
-      }
-    }
+    const std::size_t wanted = round_up(std::max(need, options.min_growth), detail::native);
+    return chunks.grow(need, wanted, options.maximum_size, detail::native, pages);
   }
 
   // Takes n bytes for stream s.  Unless may_wait, only a range whose guards have all completed;
@@ -260,21 +226,6 @@ struct strata_resource::impl {
     pages.coalesce_after_sync();
   }
 
-  void release_free_chunks() {
-    for (auto it = chunks.begin(); it != chunks.end();) {
-      auto r = pages.find_containing(it->first);
-      if (r && r->first == it->first && r->second == it->second) {
-        pages.take_at(it->first);
-        chunk_starts.erase(it->first);
-        reserved -= it->second;
-        upstream.deallocate(reinterpret_cast<void*>(it->first), it->second);
-        it = chunks.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
-
   // Where the page heap finds n bytes for stream s, cheapest first (see allocate_slow).
   // grown_early grows only while the page heap holds little of what is reserved: growing
   // instead of waiting on a busy stream must not turn guarded free memory into new chunks
@@ -284,13 +235,13 @@ struct strata_resource::impl {
   std::uintptr_t take_pages_from(source from, std::size_t n, stream_view s) {
     switch (from) {
       case source::ready: return take_pages(n, s, false);
-      case source::grown_early: return pages.total() <= reserved / 4 ? take_grown(n) : 0;
+      case source::grown_early: return pages.total() <= chunks.reserved() / 4 ? take_grown(n) : 0;
       case source::grown: return take_grown(n);
       case source::guarded: return take_pages(n, s, true);
       case source::defragmented:
         defragment();
         if (std::uintptr_t p = take_pages(n, s, true)) return p;
-        release_free_chunks();
+        chunks.release_free(pages);
         return take_grown(n);
     }
     return 0;
@@ -308,8 +259,7 @@ struct strata_resource::impl {
           largest = std::max(largest, class_size(c));
         }
     }
-    throw out_of_memory_error("strata", bytes, total,
-                              total ? 1.0 - double(largest) / double(total) : 0.0);
+    throw out_of_memory_error("strata", bytes, total, detail::fragmentation(largest, total));
   }
 
   // ---- slow path ----------------------------------------------------------------------------
@@ -412,14 +362,14 @@ strata_resource::strata_resource(device_memory_resource& upstream, strata_option
 
 strata_resource::~strata_resource() {
   backend().device_synchronize();
-  impl_->pages = free_list(&impl_->chunk_starts);  // drop guards before the events go
-  for (auto& [p, size] : impl_->chunks) impl_->upstream.deallocate(reinterpret_cast<void*>(p), size);
+  impl_->pages = free_list(impl_->chunks.boundaries());  // drop guards before the events go
+  impl_->chunks.release_all();
 }
 
 void strata_resource::release() {
   std::lock_guard lock(impl_->page_mutex);
   impl_->defragment();
-  impl_->release_free_chunks();
+  impl_->chunks.release_free(impl_->pages);
 }
 
 void* strata_resource::do_allocate(std::size_t bytes, stream_view stream, std::size_t alignment) {
@@ -486,8 +436,8 @@ void strata_resource::do_deallocate(void* p, std::size_t bytes, stream_view stre
 resource_info strata_resource::do_info() const {
   resource_info i;
   std::lock_guard lock(impl_->page_mutex);
-  i.reserved_bytes = impl_->reserved;
-  i.peak_reserved_bytes = impl_->peak;
+  i.reserved_bytes = impl_->chunks.reserved();
+  i.peak_reserved_bytes = impl_->chunks.peak();
   std::size_t total = impl_->pages.total(), largest = impl_->pages.largest();
   std::int64_t allocated = impl_->huge_allocated.load();
   std::uint64_t wait = impl_->page_mutex.wait_ns();

@@ -44,6 +44,24 @@ class naive_resource final : public device_memory_resource {
   std::vector<std::pair<void*, std::size_t>> free_;
 };
 
+// Options of a pooling resource with the given first chunk, cap and growth step.
+template <class Options>
+Options sized(std::size_t initial, std::size_t maximum = growth_options{}.maximum_size,
+              std::size_t min_growth = growth_options{}.min_growth) {
+  Options o;
+  o.initial_size = initial;
+  o.maximum_size = maximum;
+  o.min_growth = min_growth;
+  return o;
+}
+
+// 4 MiB that cannot grow, in 1 MiB superblocks.
+arena_options four_superblocks() {
+  auto o = sized<arena_options>(4 << 20, 4 << 20);
+  o.superblock_size = 1 << 20;
+  return o;
+}
+
 struct resources : ::testing::Test {
   std::shared_ptr<sim_backend> dev = make_sim_backend();
   cuda_resource upstream{dev};
@@ -98,11 +116,7 @@ TEST_F(resources, checker_catches_a_resource_that_reuses_across_streams_unguarde
 }
 
 TEST_F(resources, pool_steals_across_streams_behind_an_event) {
-  pool_options o;
-  o.initial_size = 0;
-  o.maximum_size = 1 << 20;
-  o.min_growth = 1 << 20;
-  pool_resource pool(upstream, o);
+  pool_resource pool(upstream, sized<pool_options>(0, 1 << 20, 1 << 20));
   hold_a();
   void* p = pool.allocate(1 << 20, a);  // the whole pool, on a's list once freed
   pool.deallocate(p, 1 << 20, a);
@@ -115,10 +129,7 @@ TEST_F(resources, pool_steals_across_streams_behind_an_event) {
 }
 
 TEST_F(resources, pool_reports_fragmentation_when_out_of_memory) {
-  pool_options o;
-  o.initial_size = 4 << 20;
-  o.maximum_size = 4 << 20;
-  pool_resource pool(upstream, o);
+  pool_resource pool(upstream, sized<pool_options>(4 << 20, 4 << 20));
   std::vector<void*> blocks;
   for (int i = 0; i < 16; ++i) blocks.push_back(pool.allocate(256 << 10));
   for (int i = 0; i < 16; i += 2) pool.deallocate(blocks[i], 256 << 10);  // 8 holes of 256 KiB
@@ -140,10 +151,7 @@ TEST_F(resources, pool_reports_fragmentation_when_out_of_memory) {
 }
 
 TEST_F(resources, pool_grows_and_release_returns_free_chunks) {
-  pool_options o;
-  o.initial_size = 1 << 20;
-  o.min_growth = 1 << 20;
-  pool_resource pool(upstream, o);
+  pool_resource pool(upstream, sized<pool_options>(1 << 20, growth_options{}.maximum_size, 1 << 20));
   void* x = pool.allocate(512 << 10);
   void* y = pool.allocate(3 << 20);  // needs a second chunk
   EXPECT_GE(pool.info().reserved_bytes, std::size_t{4} << 20);
@@ -157,11 +165,7 @@ TEST_F(resources, pool_grows_and_release_returns_free_chunks) {
 }
 
 TEST_F(resources, arena_cross_stream_free_and_superblock_reuse_are_guarded) {
-  arena_options o;
-  o.initial_size = 4 << 20;
-  o.maximum_size = 4 << 20;
-  o.superblock_size = 1 << 20;
-  arena_resource arena(upstream, o);
+  arena_resource arena(upstream, four_superblocks());
   hold_a();
   std::vector<void*> on_a;
   for (int i = 0; i < 8; ++i) on_a.push_back(arena.allocate(256 << 10, a));  // 2 superblocks
@@ -176,11 +180,7 @@ TEST_F(resources, arena_cross_stream_free_and_superblock_reuse_are_guarded) {
 }
 
 TEST_F(resources, arena_large_blocks_and_defragment_on_exhaustion) {
-  arena_options o;
-  o.initial_size = 4 << 20;
-  o.maximum_size = 4 << 20;
-  o.superblock_size = 1 << 20;
-  arena_resource arena(upstream, o);
+  arena_resource arena(upstream, four_superblocks());
   // small blocks spread over all four superblocks of four per-stream arenas
   std::vector<stream_view> streams{a, b, dev->stream_create(), dev->stream_create()};
   std::vector<std::pair<void*, stream_view>> small;
@@ -199,10 +199,8 @@ TEST_F(resources, arena_large_blocks_and_defragment_on_exhaustion) {
 }
 
 TEST_F(resources, strata_steals_across_streams_behind_an_event) {
-  strata_options o;
-  o.initial_size = 64 << 10;
-  o.maximum_size = 64 << 10;  // one 64 KiB slab: the page heap is empty after the first refill
-  strata_resource mr(upstream, o);
+  // one 64 KiB slab: the page heap is empty after the first refill
+  strata_resource mr(upstream, sized<strata_options>(64 << 10, 64 << 10));
   hold_a();
   void* p = mr.allocate(4096, a);  // a's heap gets the whole slab of 4 KiB blocks
   mr.deallocate(p, 4096, a);
@@ -218,10 +216,7 @@ TEST_F(resources, strata_steals_across_streams_behind_an_event) {
 // Issue 5: at 16 threads strata stole across streams before growing, so every stream ended up
 // waiting on the others' kernels.  While the upstream gives memory, a miss grows instead.
 TEST_F(resources, strata_grows_before_ordering_a_stream_after_another) {
-  strata_options o;
-  o.initial_size = 64 << 10;
-  o.min_growth = 64 << 10;
-  strata_resource mr(upstream, o);
+  strata_resource mr(upstream, sized<strata_options>(64 << 10, growth_options{}.maximum_size, 64 << 10));
   hold_a();
   void* p = mr.allocate(4096, a);  // a's heap gets the whole first chunk as a slab
   mr.deallocate(p, 4096, a);
@@ -245,10 +240,7 @@ TEST_F(resources, strata_same_stream_reuse_is_immediate_and_lock_free) {
 }
 
 TEST_F(resources, strata_defragments_empty_slabs_for_a_large_request) {
-  strata_options o;
-  o.initial_size = 8 << 20;
-  o.maximum_size = 8 << 20;
-  strata_resource mr(upstream, o);
+  strata_resource mr(upstream, sized<strata_options>(8 << 20, 8 << 20));
   // fill four slabs with small blocks of four classes, then free them all
   std::vector<std::pair<void*, std::size_t>> small;
   for (std::size_t n : {std::size_t{256}, std::size_t{4096}, std::size_t{65536}, std::size_t{200000}})

@@ -14,17 +14,14 @@
 #pragma once
 
 #include <strata/gpu/device_memory_resource.hpp>
+#include <strata/gpu/growth_options.hpp>
 
 #include <cstddef>
-#include <limits>
 #include <memory>
 
 namespace strata::gpu {
 
-struct arena_options {
-  std::size_t initial_size = std::size_t{64} << 20;  // first global chunk (0: lazily)
-  std::size_t maximum_size = std::numeric_limits<std::size_t>::max();
-  std::size_t min_growth = std::size_t{32} << 20;
+struct arena_options : growth_options {  // chunks feed the global arena
   std::size_t superblock_size = std::size_t{1} << 20;  // power of two, >= 64 KiB
 };
 

@@ -6,6 +6,7 @@
 #include <strata/gpu/cuda_resource.hpp>
 #include <strata/gpu/device_backend.hpp>
 #include <strata/gpu/device_memory_resource.hpp>
+#include <strata/gpu/growth_options.hpp>
 #include <strata/gpu/limiting_adaptor.hpp>
 #include <strata/gpu/logging_adaptor.hpp>
 #include <strata/gpu/pool_resource.hpp>

@@ -12,19 +12,16 @@
 #pragma once
 
 #include <strata/gpu/device_memory_resource.hpp>
+#include <strata/gpu/growth_options.hpp>
 
 #include <cstddef>
-#include <limits>
 #include <memory>
 
 namespace strata::gpu {
 
-struct pool_options {
-  std::size_t initial_size = std::size_t{64} << 20;  // first chunk, taken at construction (0: lazily)
-  std::size_t maximum_size = std::numeric_limits<std::size_t>::max();  // total reserved cap
+struct pool_options : growth_options {
   // Growth: a new chunk is max(request, min_growth, growth_factor * reserved so far), capped by
   // maximum_size - reserved.
-  std::size_t min_growth = std::size_t{32} << 20;
   double growth_factor = 1.0;
 };
 

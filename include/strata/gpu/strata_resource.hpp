@@ -24,17 +24,14 @@
 #pragma once
 
 #include <strata/gpu/device_memory_resource.hpp>
+#include <strata/gpu/growth_options.hpp>
 
 #include <cstddef>
-#include <limits>
 #include <memory>
 
 namespace strata::gpu {
 
-struct strata_options {
-  std::size_t initial_size = std::size_t{64} << 20;  // first page-heap chunk (0: lazily)
-  std::size_t maximum_size = std::numeric_limits<std::size_t>::max();
-  std::size_t min_growth = std::size_t{32} << 20;
+struct strata_options : growth_options {  // chunks feed the page heap
   std::size_t slab_size = std::size_t{2} << 20;  // power of two; the largest slab
   // Bytes of large blocks one heap may keep cached; beyond it blocks go back to the page heap.
   std::size_t heap_cache_bytes = std::size_t{32} << 20;

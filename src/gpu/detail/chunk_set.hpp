@@ -1,0 +1,95 @@
+// chunk_set: the memory a pooling resource (pool, arena, strata) holds from its upstream, one
+// chunk per upstream allocation.  Chunk starts are the boundaries its free lists never merge
+// across, so every chunk can go back upstream whole.  Not thread-safe: the resource's global
+// lock guards it.
+#pragma once
+
+#include "gpu/detail/free_list.hpp"
+
+#include <strata/gpu/device_memory_resource.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <new>
+#include <set>
+
+namespace strata::gpu::detail {
+
+class chunk_set {
+ public:
+  explicit chunk_set(device_memory_resource& upstream) : upstream_(upstream) {}
+  chunk_set(const chunk_set&) = delete;
+  chunk_set& operator=(const chunk_set&) = delete;
+
+  // For free lists over these chunks: free_list(chunks.boundaries()).
+  const std::set<std::uintptr_t>* boundaries() const noexcept { return &starts_; }
+  std::size_t reserved() const noexcept { return reserved_; }
+  std::size_t peak() const noexcept { return peak_; }
+
+  // Records [p, p + size), just allocated upstream, and adds it to `into`.
+  void add(std::uintptr_t p, std::size_t size, free_list& into) {
+    chunks_.emplace(p, size);
+    starts_.insert(p);
+    into.insert(p, size);
+    reserved_ += size;
+    peak_ = std::max(peak_, reserved_);
+  }
+
+  // A new chunk of `wanted` bytes (cut to what `maximum` leaves, in multiples of `unit`, and at
+  // least `need`) added to `into`; when the upstream refuses that, `need` bytes alone.  The
+  // chunk's start, or 0 when maximum or the upstream refuses even `need`.
+  std::uintptr_t grow(std::size_t need, std::size_t wanted, std::size_t maximum, std::size_t unit,
+                      free_list& into) {
+    if (reserved_ >= maximum || maximum - reserved_ < need) return 0;
+    std::size_t size = std::max(need, std::min(wanted, (maximum - reserved_) / unit * unit));
+    for (;;) {
+      try {
+        const auto p = reinterpret_cast<std::uintptr_t>(upstream_.allocate(size));
+        add(p, size, into);
+        return p;
+      } catch (const std::bad_alloc&) {
+        if (size == need) return 0;
+        size = need;
+      }
+    }
+  }
+
+  // Every chunk that is one whole free range of `from` goes back upstream.
+  void release_free(free_list& from) {
+    for (auto it = chunks_.begin(); it != chunks_.end();) {
+      auto r = from.find_containing(it->first);
+      if (r && r->first == it->first && r->second == it->second) {
+        from.take_at(it->first);
+        starts_.erase(it->first);
+        reserved_ -= it->second;
+        upstream_.deallocate(reinterpret_cast<void*>(it->first), it->second);
+        it = chunks_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  // Every chunk goes back upstream, free or not (the resource's destructor, device synchronised).
+  void release_all() noexcept {
+    for (auto& [p, size] : chunks_) upstream_.deallocate(reinterpret_cast<void*>(p), size);
+    chunks_.clear();
+    starts_.clear();
+    reserved_ = 0;
+  }
+
+ private:
+  device_memory_resource& upstream_;
+  std::map<std::uintptr_t, std::size_t> chunks_;  // start -> size
+  std::set<std::uintptr_t> starts_;
+  std::size_t reserved_ = 0, peak_ = 0;
+};
+
+// 1 - largest / total: how much of the free memory a single request cannot use at once.
+inline double fragmentation(std::size_t largest, std::size_t total) noexcept {
+  return total ? 1.0 - double(largest) / double(total) : 0.0;
+}
+
+}  // namespace strata::gpu::detail
