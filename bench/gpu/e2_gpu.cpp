@@ -170,75 +170,84 @@ struct block {
   std::size_t n;
 };
 
-struct worker_state {
-  std::vector<block> pinned;  // kept alive until the cell ends
-};
+// One thread's part of a cell: its stream, its timer and the blocks it pins until the cell ends.
+struct worker {
+  device_memory_resource& mr;
+  device_backend& dev;
+  stream_view s;
+  const config& c;
+  thread_timer tm;
+  std::vector<block> pinned;
 
-void workload(device_memory_resource& mr, device_backend& dev, stream_view s, const config& c,
-              std::uint64_t seed, thread_timer& tm) {
-  std::mt19937_64 rng(seed);
-  constexpr std::size_t window = 8;
-  std::vector<block> ring;
-  ring.reserve(window);
-  std::size_t oldest = 0;
-  for (std::size_t i = 0; i < c.iterations; ++i) {
-    const std::size_t n = log_uniform(rng, c.min_size, c.max_size);
-    block b{tm.allocate(mr, n, s), n};
+  block allocate(std::size_t n) { return {tm.allocate(mr, n, s), n}; }
+  void free(const block& b) { tm.deallocate(mr, b.p, b.n, s); }
+  void kernel() {
     if (c.kernel_ns) dev.launch_spin(s, c.kernel_ns);
-    if (ring.size() < window) {
-      ring.push_back(b);
-    } else {
-      tm.deallocate(mr, ring[oldest].p, ring[oldest].n, s);
-      ring[oldest] = b;
-      oldest = (oldest + 1) % window;
-    }
   }
-  for (auto& b : ring) tm.deallocate(mr, b.p, b.n, s);
-  dev.stream_synchronize(s);
-}
+  // Frees every block of `blocks` in order, then waits for the stream: the end of every step.
+  void free_all_and_sync(const std::vector<block>& blocks) {
+    for (const block& b : blocks) free(b);
+    dev.stream_synchronize(s);
+  }
 
-void fragment(device_memory_resource& mr, device_backend& dev, stream_view s, const config& c,
-              std::uint64_t seed, worker_state& st, thread_timer& tm) {
-  std::mt19937_64 rng(seed);
-  std::vector<block> large;
-  const std::size_t count = std::max<std::size_t>(16, c.iterations / 2);
-  for (std::size_t i = 0; i < count; ++i) {
-    if (i % 2 == 0) {
-      const std::size_t n = log_uniform(rng, c.min_size, 16 << 10);
-      st.pinned.push_back({tm.allocate(mr, n, s), n});
-    } else {
-      const std::size_t n = log_uniform(rng, std::min<std::size_t>(256 << 10, c.max_size), c.max_size);
-      large.push_back({tm.allocate(mr, n, s), n});
+  // W: allocate, launch a kernel, free the oldest of the last `window` blocks.
+  void workload(std::uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    constexpr std::size_t window = 8;
+    std::vector<block> ring;
+    ring.reserve(window);
+    std::size_t oldest = 0;
+    for (std::size_t i = 0; i < c.iterations; ++i) {
+      const block b = allocate(log_uniform(rng, c.min_size, c.max_size));
+      kernel();
+      if (ring.size() < window) {
+        ring.push_back(b);
+      } else {
+        free(ring[oldest]);
+        ring[oldest] = b;
+        oldest = (oldest + 1) % window;
+      }
     }
+    free_all_and_sync(ring);
   }
-  if (c.kernel_ns) dev.launch_spin(s, c.kernel_ns);
-  std::shuffle(large.begin(), large.end(), rng);  // out of order
-  for (auto& b : large) tm.deallocate(mr, b.p, b.n, s);
-  dev.stream_synchronize(s);
-}
 
-void churn(device_memory_resource& mr, device_backend& dev, stream_view s, const config& c,
-           std::uint64_t seed, worker_state& st, thread_timer& tm) {
-  std::mt19937_64 rng(seed);
-  std::vector<block> live;
-  const std::size_t steps = c.iterations * c.long_factor;
-  for (std::size_t i = 0; i < steps; ++i) {
-    if (live.size() < 32 && (live.empty() || rng() % 2)) {
-      const std::size_t n = log_uniform(rng, c.min_size, c.max_size);
-      block b{tm.allocate(mr, n, s), n};
-      if (i % 64 == 0 && b.n <= (64 << 10)) st.pinned.push_back(b);  // long-lived survivors
-      else live.push_back(b);
-      if (c.kernel_ns && i % 4 == 0) dev.launch_spin(s, c.kernel_ns);
-    } else {
-      const std::size_t k = rng() % live.size();
-      tm.deallocate(mr, live[k].p, live[k].n, s);
-      live[k] = live.back();
-      live.pop_back();
+  // Interleaved small (pinned) and large blocks; the large ones freed out of order.
+  void fragment(std::uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::vector<block> large;
+    const std::size_t count = std::max<std::size_t>(16, c.iterations / 2);
+    for (std::size_t i = 0; i < count; ++i) {
+      if (i % 2 == 0)
+        pinned.push_back(allocate(log_uniform(rng, c.min_size, 16 << 10)));
+      else
+        large.push_back(allocate(log_uniform(rng, std::min<std::size_t>(256 << 10, c.max_size), c.max_size)));
     }
+    kernel();
+    std::shuffle(large.begin(), large.end(), rng);  // out of order
+    free_all_and_sync(large);
   }
-  for (auto& b : live) tm.deallocate(mr, b.p, b.n, s);
-  dev.stream_synchronize(s);
-}
+
+  // Random allocate/free with at most 32 live blocks; every 64th small block is pinned.
+  void churn(std::uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::vector<block> live;
+    const std::size_t steps = c.iterations * c.long_factor;
+    for (std::size_t i = 0; i < steps; ++i) {
+      if (live.size() < 32 && (live.empty() || rng() % 2)) {
+        const block b = allocate(log_uniform(rng, c.min_size, c.max_size));
+        if (i % 64 == 0 && b.n <= (64 << 10)) pinned.push_back(b);  // long-lived survivors
+        else live.push_back(b);
+        if (i % 4 == 0) kernel();
+      } else {
+        const std::size_t k = rng() % live.size();
+        free(live[k]);
+        live[k] = live.back();
+        live.pop_back();
+      }
+    }
+    free_all_and_sync(live);
+  }
+};
 
 // ---- one cell: resource x thread count -------------------------------------------------------
 struct cell_result {
@@ -265,8 +274,9 @@ cell_result run_cell(const std::string& name, int nthreads, const config& c,
 
     std::vector<stream_view> streams;
     for (int t = 0; t < nthreads; ++t) streams.push_back(dev->stream_create());
-    std::vector<worker_state> state(nthreads);
-    std::vector<thread_timer> timers(nthreads);
+    std::vector<worker> workers;
+    workers.reserve(nthreads);
+    for (int t = 0; t < nthreads; ++t) workers.push_back(worker{mr, *dev, streams[t], c, {}, {}});
     std::atomic<bool> failed{false};
     std::string failure;
     std::mutex failure_m;
@@ -282,12 +292,12 @@ cell_result run_cell(const std::string& name, int nthreads, const config& c,
           sync.arrive_and_wait();  // start
           if (!failed.load()) {
             try {
-              thread_timer& tm = timers[t];
-              tm.start = clk::now();
-              if (k == 1) fragment(mr, *dev, streams[t], c, wseed + 1, state[t], tm);
-              else if (k == 3) churn(mr, *dev, streams[t], c, wseed + 3, state[t], tm);
-              else workload(mr, *dev, streams[t], c, wseed, tm);
-              tm.end = clk::now();
+              worker& w = workers[t];
+              w.tm.start = clk::now();
+              if (k == 1) w.fragment(wseed + 1);
+              else if (k == 3) w.churn(wseed + 3);
+              else w.workload(wseed);
+              w.tm.end = clk::now();
             } catch (const std::exception& e) {
               std::lock_guard lock(failure_m);
               if (!failed.exchange(true)) failure = e.what();
@@ -299,7 +309,7 @@ cell_result run_cell(const std::string& name, int nthreads, const config& c,
     }
     int timed = 0;
     for (int k = 0; k < steps; ++k) {
-      for (auto& tm : timers) tm = {};
+      for (auto& w : workers) w.tm = {};
       const auto wait_before = mr.info().lock_wait_ns;
       sync.arrive_and_wait();
       sync.arrive_and_wait();
@@ -307,11 +317,11 @@ cell_result run_cell(const std::string& name, int nthreads, const config& c,
       // first thread's start to last thread's end (the workers' clocks, not this thread's
       // wake-ups: on a loaded machine the main thread can be scheduled late)
       clk::time_point first = clk::time_point::max(), last = clk::time_point::min();
-      for (auto& tm : timers) first = std::min(first, tm.start), last = std::max(last, tm.end);
+      for (auto& w : workers) first = std::min(first, w.tm.start), last = std::max(last, w.tm.end);
       const double ms = last > first ? std::chrono::duration<double, std::milli>(last - first).count() : 0.0;
       phase_result r;
       r.time_ms = ms;
-      for (auto& tm : timers) r.alloc_ns += tm.ns, r.operations += tm.ops;
+      for (auto& w : workers) r.alloc_ns += w.tm.ns, r.operations += w.tm.ops;
       const resource_info info = mr.info();
       if (info.lock_wait_ns && wait_before) r.lock_wait_ns = *info.lock_wait_ns - *wait_before;
       r.fragmentation = info.fragmentation();
@@ -319,8 +329,8 @@ cell_result run_cell(const std::string& name, int nthreads, const config& c,
       out.phases[phase_names[timed++]] = r;
     }
     for (auto& th : pool) th.join();
-    for (int t = 0; t < nthreads; ++t)
-      for (auto& b : state[t].pinned) mr.deallocate(b.p, b.n, streams[t]);
+    for (auto& w : workers)
+      for (auto& b : w.pinned) mr.deallocate(b.p, b.n, w.s);
     dev->device_synchronize();
     for (auto s : streams) dev->stream_destroy(s);
     if (failed) out.error = failure;
