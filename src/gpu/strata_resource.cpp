@@ -9,13 +9,16 @@
 //        one large block
 //     2. steal half a free stack from another heap on stream S (no event needed)
 //     3. grow the page heap from the upstream; the new chunk has never been used
+//   only once maximum_size or the upstream refuses growth:
 //     4. page heap, a range still guarded: S waits on the guards' events
 //     5. steal half a free stack from a heap on another stream: S waits on an event recorded
 //        on the victim's stream (which covers all the victim's work queued so far)
 //     6. defragment: synchronise, flush cached large blocks and empty slabs to the page heap
 //     7. out_of_memory_error
-//   Steps 4 and 5 used to come before growth; at 16 threads on one device they chained every
-//   stream behind the others' kernels (E2, docs/gpu.md).
+//   Steps 4 and 5 used to come before growth.  A stream queues far ahead of its host thread,
+//   so one such wait can stall S behind many of another stream's kernels; at 16 threads they
+//   chained every stream behind the others (E2, docs/gpu.md).  Growing first reserves about
+//   what the driver's own stream-ordered pool (async_resource) does; maximum_size caps it.
 //
 // deallocate(p, S)                            fast path: no shared lock
 //   push on this thread's heap for S (stream order makes it safe for S at once); a large block
@@ -227,15 +230,11 @@ struct strata_resource::impl {
   }
 
   // Where the page heap finds n bytes for stream s, cheapest first (see allocate_slow).
-  // grown_early grows only while the page heap holds little of what is reserved: growing
-  // instead of waiting on a busy stream must not turn guarded free memory into new chunks
-  // without bound.
-  enum class source { ready, grown_early, guarded, grown, defragmented };
+  enum class source { ready, grown, guarded, defragmented };
 
   std::uintptr_t take_pages_from(source from, std::size_t n, stream_view s) {
     switch (from) {
       case source::ready: return take_pages(n, s, false);
-      case source::grown_early: return pages.total() <= chunks.reserved() / 4 ? take_grown(n) : 0;
       case source::grown: return take_grown(n);
       case source::guarded: return take_pages(n, s, true);
       case source::defragmented:
@@ -327,10 +326,9 @@ struct strata_resource::impl {
   [[gnu::noinline]] std::uintptr_t allocate_slow(heap& h, unsigned c, stream_view s) {
     if (std::uintptr_t p = refill(h, c, s, source::ready)) return p;
     if (std::uintptr_t p = steal(h, c, s, false)) return p;
-    if (std::uintptr_t p = refill(h, c, s, source::grown_early)) return p;
+    if (std::uintptr_t p = refill(h, c, s, source::grown)) return p;
     if (std::uintptr_t p = refill(h, c, s, source::guarded)) return p;
     if (std::uintptr_t p = steal(h, c, s, true)) return p;
-    if (std::uintptr_t p = refill(h, c, s, source::grown)) return p;
     return refill(h, c, s, source::defragmented);
   }
 
@@ -338,8 +336,7 @@ struct strata_resource::impl {
     std::uintptr_t p = 0;
     {
       std::lock_guard lock(page_mutex);
-      for (source from : {source::ready, source::grown_early, source::guarded, source::grown,
-                          source::defragmented})
+      for (source from : {source::ready, source::grown, source::guarded, source::defragmented})
         if ((p = take_pages_from(from, need, s))) break;
     }
     if (!p) out_of_memory(bytes);

@@ -13,12 +13,13 @@
 //             streams that last released it.
 //
 // Order of attempts on a heap miss, cheapest first and nothing that orders one stream after
-// another while the upstream still gives memory: refill from a page-heap range no pending event
-// guards; steal a batch of the class from another heap on the same stream; grow the page heap
-// (while it holds at most a quarter of what is reserved); refill from a guarded range (waiting
-// on its events); steal from a heap on another stream (event-guarded); grow regardless;
-// defragment (synchronise, flush every heap's cached blocks and empty slabs back into the page
-// heap); and only then out_of_memory_error.
+// another while the upstream still gives memory: refill from a page-heap range that needs no
+// wait; steal a batch of the class from another heap on the same stream; grow the page heap.
+// Only when maximum_size or the upstream refuses growth: refill from a guarded range (waiting on
+// its events); steal from a heap on another stream (event-guarded); defragment (synchronise,
+// flush every heap's cached blocks and empty slabs back into the page heap); and only then
+// out_of_memory_error.  Like the driver's stream-ordered pool, it reserves rather than wait:
+// set maximum_size to bound it.
 //
 // Upstream ownership: a reference; the upstream must outlive the resource.
 #pragma once
