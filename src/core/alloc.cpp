@@ -78,9 +78,10 @@ size_t usable_of(const lookup& l, const void* p) noexcept {
 
 }  // namespace
 
-STRATA_NOINLINE void free_slow(segment* seg, void* p) noexcept {
+STRATA_NOINLINE void free_slow(void* p) noexcept {
   if (p == nullptr) return;
-  lookup l = find_block(seg, p);
+  segment* seg = segment_of(p);
+  lookup l = find_block(map_has_segment(seg) ? seg : nullptr, p);
   switch (l.status) {
     case lookup_status::invalid:
       report_bad_free(p, "free of a pointer strata did not allocate:");
@@ -99,9 +100,9 @@ STRATA_NOINLINE void free_slow(segment* seg, void* p) noexcept {
   heap* h = tl_heap;
   if (l.seg->owner.load(std::memory_order_relaxed) == h) {
     page* pg = l.pg;
-    b->next = pg->free;
+    b->next = pg->local_free;
     b->canary = canary_of(b);
-    pg->free = b;
+    pg->local_free = b;
     h->free_count[pg->size_class].add();
     if (--pg->used == 0 || (flags_of(pg) & page_flag::in_full)) page_local_event(h, pg);
   } else {

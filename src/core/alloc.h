@@ -2,11 +2,12 @@
 // overrides compile to the same few instructions.
 //
 // Call tree:
-//   malloc(size) ─ malloc_inline ─┬─ pop from heap->direct[class]->free          (fast)
+//   malloc(size) ─ malloc_inline ─┬─ pop from heap->direct_small[size/16]->free    (fast)
+//                                 ├─ or heap->direct[class]->free (over 1 KiB)    (fast)
 //                                 ├─ malloc_slow: collect remote frees, next page,
 //                                 │   new span (span_alloc), new heap             (heap.cpp)
 //                                 └─ huge_alloc for size > 16 MiB                 (segment.cpp)
-//   free(p) ─ free_inline ─┬─ owner thread: push on page->free                  (fast)
+//   free(p) ─ free_inline ─┬─ page map → page; owner thread: push on local_free (fast)
 //                          │    └─ page emptied / was full: page_local_event    (heap.cpp)
 //                          └─ free_slow: another thread's page (one CAS on
 //                               thread_free), huge, aligned, invalid, double free
@@ -19,19 +20,33 @@
 namespace strata::detail {
 
 void* malloc_huge(size_t size, size_t alignment) noexcept;
-void free_slow(segment* seg, void* p) noexcept;
+void free_slow(void* p) noexcept;
 void* alloc_aligned(size_t alignment, size_t size) noexcept;
 
+// Pops the first free block of pg, or returns nullptr.
+inline block* page_pop_fast(page* pg) noexcept {
+  block* b = pg->free;
+  if (STRATA_LIKELY(b != nullptr)) {
+    pg->free = b->next;
+    b->canary = 0;
+    pg->used++;
+  }
+  return b;
+}
+
 inline void* malloc_inline(size_t size) noexcept {
+  heap* h = tl_heap;
+  if (STRATA_LIKELY(size <= small_table_max)) {
+    size_t slot = (size + 15) >> 4;
+    if (block* b = page_pop_fast(h->direct_small[slot]); STRATA_LIKELY(b != nullptr)) {
+      h->alloc_small[slot].add();
+      return b;
+    }
+    return malloc_slow(small_classes.cls[slot]);
+  }
   if (STRATA_LIKELY(size <= large_max)) {
     size_t cls = size_class_of(size);
-    heap* h = tl_heap;
-    page* pg = h->direct[cls];
-    block* b = pg->free;
-    if (STRATA_LIKELY(b != nullptr)) {
-      pg->free = b->next;
-      b->canary = 0;
-      pg->used++;
+    if (block* b = page_pop_fast(h->direct[cls]); STRATA_LIKELY(b != nullptr)) {
       h->alloc_count[cls].add();
       return b;
     }
@@ -41,25 +56,25 @@ inline void* malloc_inline(size_t size) noexcept {
 }
 
 inline void free_inline(void* p) noexcept {
-  segment* seg = segment_of(p);
-  if (STRATA_UNLIKELY(!map_has_segment(seg))) return free_slow(nullptr, p);
+  page* pg = page_lookup(p);
+  if (STRATA_UNLIKELY(pg == nullptr)) return free_slow(p);
   heap* h = tl_heap;
-  if (STRATA_LIKELY(seg->owner.load(std::memory_order_relaxed) == h)) {
-    page* pg = page_of(seg, p);
+  if (STRATA_LIKELY(segment_of(pg)->owner.load(std::memory_order_relaxed) == h)) {
     auto* b = static_cast<block*>(p);
     uint32_t offset = static_cast<uint32_t>(static_cast<uint8_t*>(p) - pg->start);
+    uintptr_t canary = canary_of(b);
     // One test for the rare cases: not a block start, not carved, not in use, already free.
     if (STRATA_LIKELY(offset < pg->carved_bytes.load(std::memory_order_relaxed) && is_block_start(pg, p) &&
-                      b->canary != canary_of(b))) {
-      b->next = pg->free;
-      b->canary = canary_of(b);
-      pg->free = b;
+                      b->canary != canary)) {
+      b->next = pg->local_free;
+      b->canary = canary;
+      pg->local_free = b;
       h->free_count[pg->size_class].add();
       if (STRATA_UNLIKELY(--pg->used == 0 || (flags_of(pg) & page_flag::in_full))) page_local_event(h, pg);
       return;
     }
   }
-  free_slow(seg, p);
+  free_slow(p);
 }
 
 }  // namespace strata::detail

@@ -53,6 +53,24 @@ void list_remove(page_list& l, page* pg) noexcept {
   pg->next = pg->prev = nullptr;
 }
 
+// Size slots (types.h) served by each class up to small_table_max: [first, last].
+struct slot_range {
+  uint8_t first[size_class_count], last[size_class_count];
+  constexpr slot_range() : first{}, last{} {
+    for (size_t i = small_slots; i-- > 0;) first[small_classes.cls[i]] = static_cast<uint8_t>(i);
+    for (size_t i = 0; i < small_slots; ++i) last[small_classes.cls[i]] = static_cast<uint8_t>(i);
+  }
+};
+constexpr slot_range class_slots{};
+constexpr size_t small_class_max = size_class_of_computed(small_table_max);
+
+// Makes pg the page malloc pops from for class cls (by class and, for small sizes, by size).
+void set_direct(heap* h, size_t cls, page* pg) noexcept {
+  h->direct[cls] = pg;
+  if (cls <= small_class_max)
+    for (size_t i = class_slots.first[cls]; i <= class_slots.last[cls]; ++i) h->direct_small[i] = pg;
+}
+
 page_list& list_of(heap* h, page* pg) noexcept {
   return (flags_of(pg) & page_flag::in_full) ? h->full[pg->size_class] : h->queue[pg->size_class];
 }
@@ -91,7 +109,7 @@ void page_free_span(heap* h, page* pg) noexcept {
   list_remove(list_of(h, pg), pg);
   if (h->direct[pg->size_class] == pg) {
     page* next = h->queue[pg->size_class].first;
-    h->direct[pg->size_class] = next ? next : &empty_page;
+    set_direct(h, pg->size_class, next ? next : &empty_page);
   }
   span_free(h, pg);
 }
@@ -122,10 +140,16 @@ void heap_schedule_purge(heap* h) noexcept {
 }
 
 void* heap_alloc_slow(heap* h, size_t cls) noexcept {
+  // The common case: the direct page's own frees become its free list.
+  if (page* pg = h->direct[cls]; pg->local_free != nullptr) {
+    pg->free = pg->local_free;
+    pg->local_free = nullptr;
+    return page_pop(h, pg);
+  }
   page_list& q = h->queue[cls];
   // The direct page first, then the rest of the queue; pages without a free block go to the
   // full list.
-  h->direct[cls] = &empty_page;
+  set_direct(h, cls, &empty_page);
   for (page* pg = q.first; pg;) {
     page* next = pg->next;
     page_collect(pg);
@@ -134,7 +158,7 @@ void* heap_alloc_slow(heap* h, size_t cls) noexcept {
         list_remove(q, pg);
         list_push_front(q, pg);
       }
-      h->direct[cls] = pg;
+      set_direct(h, cls, pg);
       return page_pop(h, pg);
     }
     list_remove(q, pg);
@@ -155,7 +179,7 @@ void* heap_alloc_slow(heap* h, size_t cls) noexcept {
           span_free(h, pg);
         } else {
           list_push_back(q, pg);
-          if (h->direct[cls] == &empty_page) h->direct[cls] = pg;
+          if (h->direct[cls] == &empty_page) set_direct(h, cls, pg);
         }
       }
       pg = next;
@@ -169,7 +193,7 @@ void* heap_alloc_slow(heap* h, size_t cls) noexcept {
     return nullptr;
   }
   list_push_front(q, pg);
-  h->direct[cls] = pg;
+  set_direct(h, cls, pg);
   page_extend(pg);
   return page_pop(h, pg);
 }
@@ -177,7 +201,7 @@ void* heap_alloc_slow(heap* h, size_t cls) noexcept {
 // Thread exit: everything the heap holds goes back or is abandoned to whoever reclaims it.
 void heap_abandon(heap* h) noexcept {
   for (size_t c = 0; c < size_class_count; ++c) {
-    h->direct[c] = &empty_page;
+    set_direct(h, c, &empty_page);
     for (page_list* l : {&h->queue[c], &h->full[c]}) {
       while (page* pg = l->first) {
         list_remove(*l, pg);
@@ -189,6 +213,10 @@ void heap_abandon(heap* h) noexcept {
     h->remote_hint[c].store(0, std::memory_order_relaxed);
   }
   segments_abandon(h);
+  for (size_t i = 0; i < small_slots; ++i) {
+    g_retired.alloc_count[small_classes.cls[i]].fetch_add(h->alloc_small[i].get(), std::memory_order_relaxed);
+    h->alloc_small[i].v.store(0, std::memory_order_relaxed);
+  }
   for (size_t c = 0; c < size_class_count; ++c) {
     g_retired.alloc_count[c].fetch_add(h->alloc_count[c].get(), std::memory_order_relaxed);
     g_retired.free_count[c].fetch_add(h->free_count[c].get(), std::memory_order_relaxed);
@@ -205,6 +233,15 @@ void heap_abandon(heap* h) noexcept {
 }  // namespace
 
 uint32_t page_collect(page* pg) noexcept {
+  if (block* lf = pg->local_free) {
+    pg->local_free = nullptr;
+    if (pg->free != nullptr) {
+      block* tail = lf;
+      while (tail->next) tail = tail->next;
+      tail->next = pg->free;
+    }
+    pg->free = lf;
+  }
   block* tf = pg->thread_free.exchange(nullptr, std::memory_order_acquire);
   if (tf == nullptr) return 0;
   uint32_t n = 1;
@@ -223,7 +260,7 @@ void page_adopt(heap* h, page* pg) noexcept {
   size_t cls = pg->size_class;
   if (pg->free || pg->capacity < pg->reserved) {
     list_push_back(h->queue[cls], pg);
-    if (h->direct[cls] == &empty_page) h->direct[cls] = pg;
+    if (h->direct[cls] == &empty_page) set_direct(h, cls, pg);
   } else {
     flags_set(pg, page_flag::in_full);
     list_push_back(h->full[cls], pg);
@@ -236,7 +273,7 @@ void page_local_event(heap* h, page* pg) noexcept {
     list_remove(h->full[cls], pg);
     flags_clear(pg, page_flag::in_full);
     list_push_back(h->queue[cls], pg);
-    if (h->direct[cls] == &empty_page) h->direct[cls] = pg;
+    if (h->direct[cls] == &empty_page) set_direct(h, cls, pg);
   }
   if (pg->used == 0) heap_schedule_purge(h);
   heap_maybe_purge(h);
@@ -267,6 +304,7 @@ heap* heap_get_or_create() noexcept {
       if (fresh == nullptr) return nullptr;
       os::commit_add(static_cast<int64_t>(bytes));
       for (auto& d : fresh->direct) d = &empty_page;
+      for (auto& d : fresh->direct_small) d = &empty_page;
       fresh->next_in_registry = registry;
       registry = fresh;
       h = fresh;
@@ -308,7 +346,7 @@ void heap_collect(heap* h, bool force) noexcept {
           list_remove(*l, pg);
           flags_clear(pg, page_flag::in_full);
           list_push_back(h->queue[c], pg);
-          if (h->direct[c] == &empty_page) h->direct[c] = pg;
+          if (h->direct[c] == &empty_page) set_direct(h, c, pg);
         }
         pg = next;
       }

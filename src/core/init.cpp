@@ -34,6 +34,11 @@ void after_fork_child() noexcept {
 }
 
 void at_exit() noexcept { stats_report_at_exit(); }
+
+// Initialised at load time too, while the process is single-threaded, so no thread can fork
+// while another is half-way through global_init (the child would wait for it forever).
+// An allocation made before this constructor runs initialises earlier, from the same place.
+__attribute__((constructor(101))) void init_at_load() noexcept { global_init(); }
 }  // namespace
 
 pthread_key_t thread_key() noexcept { return key; }
@@ -53,9 +58,13 @@ void global_init() noexcept {
   g_secret = os::random_seed();
   pthread_key_create(&key, heap_thread_done);
   os::numa_init();
-  init_state.store(2, std::memory_order_release);
-  // These may allocate; the state is already "running" so nested calls pass straight through.
+  page_map_init();
+  // The fork handlers are in place before any other thread can pass global_init (and take the
+  // locks they guard): a fork from a thread that never allocated, racing the first
+  // allocations elsewhere, must not leave a lock held in the child.  pthread_atfork and atexit
+  // may allocate: nested calls from this thread pass straight through (`initialising`).
   pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+  init_state.store(2, std::memory_order_release);
   atexit(at_exit);
   initialising = false;
 }

@@ -8,12 +8,41 @@
 #include "core/heap.h"
 #include "core/lock.h"
 #include "core/options.h"
+#include "core/report.h"
 #include "os/numa.h"
 #include "os/os.h"
 
 namespace strata::detail {
 
 segment_map g_map;
+
+namespace {
+std::atomic<page*> boot_entry{nullptr};
+}  // namespace
+page_map g_pages{&boot_entry, 0};
+
+void page_map_init() noexcept {
+  if (g_pages.mask.load(std::memory_order_acquire) != 0) return;
+  void* table = os::map_sparse(page_map_entries * sizeof(std::atomic<page*>));
+  if (table == nullptr) {
+    // Every free then takes the slow path, which finds pages through the segment map.
+    if (options::get(option::verbose))
+      report::message("strata: cannot map the page map (%zu GiB of address space); free() will be slower\n",
+                      page_map_entries * sizeof(void*) >> 30);
+    return;
+  }
+  g_pages.entries.store(static_cast<std::atomic<page*>*>(table), std::memory_order_relaxed);
+  g_pages.mask.store(page_map_entries - 1, std::memory_order_release);
+}
+
+namespace {
+void page_map_set(segment* seg, size_t idx, size_t n, page* pg) noexcept {
+  if (g_pages.mask.load(std::memory_order_acquire) == 0) return;
+  std::atomic<page*>* entries = g_pages.entries.load(std::memory_order_relaxed);
+  size_t first = reinterpret_cast<uintptr_t>(slice_address(seg, idx)) >> slice_shift;
+  for (size_t k = 0; k < n; ++k) entries[first + k].store(pg, std::memory_order_release);
+}
+}  // namespace
 
 namespace {
 
@@ -206,7 +235,7 @@ page* span_init(segment* seg, size_t idx, size_t cls) noexcept {
   page* pg = &seg->pages[idx];
   for (size_t k = 1; k < n; ++k) pg[k].slice_offset = static_cast<uint16_t>(k);
   size_t bs = class_size(cls);
-  pg->free = nullptr;
+  pg->free = pg->local_free = nullptr;
   pg->used = 0;
   pg->capacity = 0;
   pg->reserved = static_cast<uint32_t>((n * slice_size) / bs);
@@ -220,6 +249,7 @@ page* span_init(segment* seg, size_t idx, size_t cls) noexcept {
   pg->size_class = static_cast<uint8_t>(cls);
   pg->carved_bytes.store(0, std::memory_order_relaxed);
   pg->flags.store(page_flag::in_use, std::memory_order_relaxed);
+  page_map_set(seg, idx, n, pg);
   bits_assign(seg->free_bits, idx, n, false);
   size_t fresh = n - bits_count(seg->dirty_bits, idx, n);
   if (fresh) os::commit_add(static_cast<int64_t>(fresh * slice_size));
@@ -258,9 +288,10 @@ static void span_release(heap* h, page* pg, bool allow_segment_release) noexcept
     pg[k].flags.store(0, std::memory_order_relaxed);
     pg[k].slice_offset = 0;
   }
+  page_map_set(seg, idx, n, nullptr);
   pg->block_size = 0;
   pg->carved_bytes.store(0, std::memory_order_relaxed);
-  pg->free = nullptr;
+  pg->free = pg->local_free = nullptr;
   pg->next = pg->prev = nullptr;
   bits_assign(seg->free_bits, idx, n, true);
   seg->used_slices -= static_cast<uint32_t>(n);

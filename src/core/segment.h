@@ -20,6 +20,9 @@ bool segment_reclaim_one(heap* h) noexcept;
 // Empties the global segment cache (unmapping), e.g. for strata_collect(true).
 void segment_cache_trim(size_t keep) noexcept;
 
+// Maps the page map (types.h) once, at initialisation.
+void page_map_init() noexcept;
+
 void* huge_alloc(size_t size, size_t alignment) noexcept;
 void huge_free(segment* seg) noexcept;
 // The segment holding p when p lies inside a huge mapping past its first chunk; else nullptr.

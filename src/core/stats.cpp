@@ -35,6 +35,7 @@ void stats_collect(strata_stats_t* out, uint64_t* class_allocs, uint64_t* class_
   }
   for (heap* h = heap_registry_first(); h; h = h->next_in_registry) {
     if (h->alive) out->threads++;
+    for (size_t i = 0; i < small_slots; ++i) allocs[small_classes.cls[i]] += h->alloc_small[i].get();
     for (size_t c = 0; c < size_class_count; ++c) {
       allocs[c] += h->alloc_count[c].get();
       frees[c] += h->free_count[c].get();

@@ -51,7 +51,9 @@ constexpr uint8_t has_aligned = 4;  // an aligned pointer inside a block was han
 }  // namespace page_flag
 
 struct page {
-  block* free;                     // owner-only free list: malloc pops, local free pushes
+  block* free;                     // owner-only: malloc pops from it
+  block* local_free;               // owner-only: local frees push here; becomes `free` when that
+                                   // runs dry, so malloc's pops never wait on a just-made free
   uint32_t used;                   // blocks out (not on free; may be on thread_free)
   uint32_t capacity;               // blocks carved from the span so far (carved lazily)
   std::atomic<uint32_t> carved_bytes;  // capacity * block_size (read by freeing threads)
@@ -67,7 +69,7 @@ struct page {
   uint8_t size_class;
   std::atomic<uint8_t> flags;      // page_flag bits; written by the owner, read by any thread
 };
-static_assert(sizeof(page) == 80);
+static_assert(sizeof(page) == 88);
 
 enum class segment_kind : uint32_t { normal, huge };
 
@@ -135,11 +137,40 @@ inline bool map_has_segment(const void* seg) noexcept {
   return (g_map.start[chunk / 64].load(std::memory_order_relaxed) >> (chunk % 64)) & 1;
 }
 
+// ---- the page map: the page of every slice in use, for free()'s fast path ------------------
+// One entry per 64 KiB of the 47-bit address space (2^31 entries, 16 GiB of sparse address
+// space; a segment's 512 entries fill one 4 KiB OS page).  An entry is set while its slice is in
+// a page (span) of a normal segment, and null otherwise: huge blocks, segment headers, free
+// slices and memory strata never mapped all send free() to its slow path.  Until the table is
+// mapped, `mask` is 0 and every lookup reads the one null entry of `boot`.
+// The table is published by storing `entries`, then `mask` (release); a reader loads `mask`
+// first (acquire), so a non-zero mask always comes with the table.
+struct page_map {
+  std::atomic<std::atomic<page*>*> entries;
+  std::atomic<uintptr_t> mask;
+};
+extern page_map g_pages;
+constexpr size_t page_map_entries = size_t{1} << (address_bits - slice_shift);
+
+inline page* page_lookup(const void* p) noexcept {
+  uintptr_t idx = (reinterpret_cast<uintptr_t>(p) >> slice_shift) & g_pages.mask.load(std::memory_order_acquire);
+  return g_pages.entries.load(std::memory_order_relaxed)[idx].load(std::memory_order_relaxed);
+}
+
 // ---- per-thread heaps ------------------------------------------------------------------------
 // A counter written by one thread and read by any: relaxed load + store, no locked instruction.
+// On x86-64 the add is one unlocked read-modify-write instruction on the memory operand (an
+// aligned 8-byte access: readers never see a torn value); written in assembly because the
+// compiler will not fuse a relaxed atomic load and store into one.
 struct counter {
   std::atomic<uint64_t> v{0};
-  void add(uint64_t n = 1) noexcept { v.store(v.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
+  void add(uint64_t n = 1) noexcept {
+#if defined(__x86_64__)
+    asm("addq %1, %0" : "+m"(v) : "er"(n));
+#else
+    v.store(v.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+#endif
+  }
   uint64_t get() const noexcept { return v.load(std::memory_order_relaxed); }
 };
 
@@ -150,11 +181,17 @@ struct page_list {
 
 extern page empty_page;  // never has a free block: sends malloc to its slow path
 
+// Requests up to small_table_max bytes index the heap by size, in 16-byte steps, not by class:
+// malloc's fast path needs no class lookup.
+constexpr size_t small_slots = small_table_max / 16 + 1;
+
 struct heap {
-  constexpr heap() noexcept : direct{} {
+  constexpr heap() noexcept : direct{}, direct_small{} {
     for (auto& d : direct) d = &empty_page;
+    for (auto& d : direct_small) d = &empty_page;
   }
   page* direct[size_class_count];           // the page malloc pops from, per class
+  page* direct_small[small_slots];          // the same pages, by (size + 15) / 16 (set_direct)
   page_list queue[size_class_count];        // pages with (possibly) free blocks; direct is first
   page_list full[size_class_count];         // pages found full
   std::atomic<uint8_t> remote_hint[size_class_count];  // a remote free hit this class
@@ -163,7 +200,8 @@ struct heap {
   bool alive = false;
   int64_t purge_due_ms = 0;
   // statistics (this thread's view; remote frees counted by the freeing thread)
-  counter alloc_count[size_class_count];
+  counter alloc_count[size_class_count];    // requests above small_table_max
+  counter alloc_small[small_slots];         // requests up to small_table_max, by size slot
   counter free_count[size_class_count];
   counter remote_frees;
 };

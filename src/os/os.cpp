@@ -56,6 +56,14 @@ void* map_aligned(size_t size, size_t alignment) noexcept {
   return reinterpret_cast<void*>(aligned);
 }
 
+void* map_sparse(size_t size) noexcept {
+  stats.mmap_calls.fetch_add(1, std::memory_order_relaxed);
+  int saved = errno;
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  errno = saved;
+  return p == MAP_FAILED ? nullptr : p;
+}
+
 void unmap(void* p, size_t size) noexcept {
   stats.munmap_calls.fetch_add(1, std::memory_order_relaxed);
   stats.reserved.fetch_sub(static_cast<int64_t>(size), std::memory_order_relaxed);

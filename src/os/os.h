@@ -11,6 +11,9 @@ namespace strata::os {
 // a multiple of `alignment` (a power of two >= the page size).  Returns nullptr on failure with
 // errno left as mmap set it.  The memory is reserved and committed lazily by the kernel.
 void* map_aligned(size_t size, size_t alignment) noexcept;
+// Maps `size` bytes of read-write address space for a sparse table (MAP_NORESERVE; untouched
+// pages cost nothing and read as zero).  Not counted as reserved memory.  nullptr on failure.
+void* map_sparse(size_t size) noexcept;
 // Unmaps a range returned by map_aligned (the whole range).
 void unmap(void* p, size_t size) noexcept;
 // Gives the physical pages of [p, p+size) back to the OS; the range stays mapped and reads as
