@@ -17,6 +17,8 @@
 #include <thread>
 #include <vector>
 
+#include "args.hpp"
+
 namespace {
 
 struct band {
@@ -38,45 +40,37 @@ struct options {
   uint64_t seed = 42;
 };
 
-[[noreturn]] void usage(const char* why) {
-  std::fprintf(stderr,
-               "e1_sizeclass: %s\nusage: strata-bench-e1-sizeclass --band tiny|mid|large|big [--threads N] "
-               "[--seconds S] [--slots K] [--seed X] [--smoke]\n",
-               why);
-  std::exit(2);
-}
+constexpr const char* usage =
+    "usage: strata-bench-e1-sizeclass --band tiny|mid|large|big [--threads N] [--seconds S] [--slots K] "
+    "[--seed X] [--smoke]";
 
 options parse(int argc, char** argv) {
   options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> const char* {
-      if (i + 1 >= argc) usage(("missing value for " + a).c_str());
-      return argv[++i];
-    };
-    if (a == "--band") {
-      std::string v = value();
+  strata::bench::arg_parser args(argc, argv, "e1_sizeclass", usage);
+  while (args.next()) {
+    if (args.is("--band")) {
+      std::string v = args.value();
       for (const band& b : bands)
         if (v == b.name) o.b = &b;
-      if (o.b == nullptr) usage(("unknown band '" + v + "'").c_str());
-    } else if (a == "--threads") {
-      o.threads = std::atoi(value());
-      if (o.threads < 1 || o.threads > 1024) usage("--threads must be 1..1024");
-    } else if (a == "--seconds") {
-      o.seconds = std::atof(value());
-      if (!(o.seconds > 0)) usage("--seconds must be > 0");
-    } else if (a == "--slots") {
-      o.slots = std::strtoull(value(), nullptr, 10);
-      if (o.slots < 1) usage("--slots must be >= 1");
-    } else if (a == "--seed") {
-      o.seed = std::strtoull(value(), nullptr, 10);
-    } else if (a == "--smoke") {
+      if (o.b == nullptr) args.fail("unknown band '" + v + "'");
+    } else if (args.is("--threads")) {
+      o.threads = args.value<int>();
+      if (o.threads < 1 || o.threads > 1024) args.fail("--threads must be 1..1024");
+    } else if (args.is("--seconds")) {
+      o.seconds = args.value<double>();
+      if (!(o.seconds > 0)) args.fail("--seconds must be > 0");
+    } else if (args.is("--slots")) {
+      o.slots = args.value<size_t>();
+      if (o.slots < 1) args.fail("--slots must be >= 1");
+    } else if (args.is("--seed")) {
+      o.seed = args.value<uint64_t>();
+    } else if (args.is("--smoke")) {
       o.seconds = 0.05;
     } else {
-      usage(("unknown argument '" + a + "'").c_str());
+      args.unknown();
     }
   }
-  if (o.b == nullptr) usage("--band is required");
+  if (o.b == nullptr) args.fail("--band is required");
   return o;
 }
 
