@@ -59,9 +59,9 @@ inline void free_inline(void* p) noexcept {
   page* pg = page_lookup(p);
   if (STRATA_UNLIKELY(pg == nullptr)) return free_slow(p);
   heap* h = tl_heap;
-  if (STRATA_LIKELY(segment_of(pg)->owner.load(std::memory_order_relaxed) == h)) {
+  if (STRATA_LIKELY(pg->owner.load(std::memory_order_relaxed) == h)) {
     auto* b = static_cast<block*>(p);
-    uint32_t offset = static_cast<uint32_t>(static_cast<uint8_t*>(p) - pg->start);
+    size_t offset = static_cast<size_t>(static_cast<uint8_t*>(p) - pg->start);
     uintptr_t canary = canary_of(b);
     // One test for the rare cases: not a block start, not carved, not in use, already free.
     if (STRATA_LIKELY(offset < pg->carved_bytes.load(std::memory_order_relaxed) && is_block_start(pg, p) &&
@@ -70,7 +70,7 @@ inline void free_inline(void* p) noexcept {
       b->canary = canary;
       pg->local_free = b;
       h->free_count[pg->size_class].add();
-      if (STRATA_UNLIKELY(--pg->used == 0 || (flags_of(pg) & page_flag::in_full))) page_local_event(h, pg);
+      if (STRATA_UNLIKELY(--pg->used == 0 || (flags_of_owned(pg) & page_flag::in_full))) page_local_event(h, pg);
       return;
     }
   }

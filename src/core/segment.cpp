@@ -210,6 +210,20 @@ segment* segment_new(heap* h) noexcept {
   return seg;
 }
 
+// The segment and every page in use in it change owner (abandon, reclaim).
+void segment_set_owner(segment* seg, heap* h) noexcept {
+  seg->owner.store(h, std::memory_order_release);
+  for (size_t idx = 1; idx < slices_per_segment;) {
+    page* pg = &seg->pages[idx];
+    if (!(flags_of(pg) & page_flag::in_use)) {
+      ++idx;
+      continue;
+    }
+    pg->owner.store(h, std::memory_order_release);
+    idx += pg->slice_count;
+  }
+}
+
 // An empty segment leaves its heap: into the cache (purged) or back to the OS.
 void segment_release(heap* h, segment* seg) noexcept {
   heap_unlink_segment(h, seg);
@@ -249,6 +263,7 @@ page* span_init(segment* seg, size_t idx, size_t cls) noexcept {
   pg->size_class = static_cast<uint8_t>(cls);
   pg->carved_bytes.store(0, std::memory_order_relaxed);
   pg->flags.store(page_flag::in_use, std::memory_order_relaxed);
+  pg->owner.store(seg->owner.load(std::memory_order_relaxed), std::memory_order_relaxed);
   page_map_set(seg, idx, n, pg);
   bits_assign(seg->free_bits, idx, n, false);
   size_t fresh = n - bits_count(seg->dirty_bits, idx, n);
@@ -292,6 +307,7 @@ static void span_release(heap* h, page* pg, bool allow_segment_release) noexcept
   pg->block_size = 0;
   pg->carved_bytes.store(0, std::memory_order_relaxed);
   pg->free = pg->local_free = nullptr;
+  pg->owner.store(nullptr, std::memory_order_relaxed);
   pg->next = pg->prev = nullptr;
   bits_assign(seg->free_bits, idx, n, true);
   seg->used_slices -= static_cast<uint32_t>(n);
@@ -329,7 +345,7 @@ void segments_abandon(heap* h) noexcept {
     }
     heap_unlink_segment(h, seg);
     purge_free_dirty(seg);
-    seg->owner.store(nullptr, std::memory_order_release);
+    segment_set_owner(seg, nullptr);
     lock_guard g(abandoned_lock);
     seg->next = abandoned_list;
     abandoned_list = seg;
@@ -347,7 +363,7 @@ bool segment_reclaim_one(heap* h) noexcept {
     abandoned_list = seg->next;
     abandoned_count.fetch_sub(1, std::memory_order_relaxed);
   }
-  seg->owner.store(h, std::memory_order_release);
+  segment_set_owner(seg, h);
   heap_link_segment(h, seg);
   reclaimed_count.fetch_add(1, std::memory_order_relaxed);
   // Take over its pages, with what other threads freed into them meanwhile.

@@ -68,8 +68,9 @@ struct page {
   uint16_t slice_offset;           // distance back to the span's first slice
   uint8_t size_class;
   std::atomic<uint8_t> flags;      // page_flag bits; written by the owner, read by any thread
+  std::atomic<heap*> owner;        // the segment's owner, copied here for free()'s fast path
 };
-static_assert(sizeof(page) == 88);
+static_assert(sizeof(page) == 96);
 
 enum class segment_kind : uint32_t { normal, huge };
 
@@ -109,14 +110,19 @@ inline size_t slice_index(segment* seg, const page* pg) noexcept {
   return static_cast<size_t>(pg - seg->pages);
 }
 
-// Lemire's divisibility test: offset is a multiple of block_size iff offset * M <= M - 1
-// (offset < 2^32, M = UINT64_MAX / block_size + 1).
+// Lemire's divisibility test: offset is a multiple of block_size iff offset * M < M (mod 2^64)
+// for offset < 2^32, M = UINT64_MAX / block_size + 1.  Callers have checked offset < carved_bytes.
 inline bool is_block_start(const page* pg, const void* p) noexcept {
-  uint32_t offset = static_cast<uint32_t>(static_cast<const uint8_t*>(p) - pg->start);
-  return static_cast<uint64_t>(offset) * pg->div_magic <= pg->div_magic - 1;
+  uint64_t offset = static_cast<uint64_t>(static_cast<const uint8_t*>(p) - pg->start);
+  return offset * pg->div_magic < pg->div_magic;
 }
 
 inline uint8_t flags_of(const page* pg) noexcept { return pg->flags.load(std::memory_order_relaxed); }
+// The owner thread's read: only the owner writes a page's flags, so this read races with
+// nothing, and as a plain load it folds into one test instruction.
+inline uint8_t flags_of_owned(const page* pg) noexcept {
+  return *reinterpret_cast<const uint8_t*>(&pg->flags);
+}
 inline void flags_set(page* pg, uint8_t f) noexcept { pg->flags.store(flags_of(pg) | f, std::memory_order_relaxed); }
 inline void flags_clear(page* pg, uint8_t f) noexcept {
   pg->flags.store(static_cast<uint8_t>(flags_of(pg) & ~f), std::memory_order_relaxed);
