@@ -40,6 +40,7 @@ lookup find_block(segment* seg, void* p) noexcept {
     return {lookup_status::huge, seg, nullptr, static_cast<block*>(p)};
   }
   page* pg = page_of(seg, p);
+  if (pg == nullptr) return {lookup_status::invalid, seg, nullptr, nullptr};
   uint8_t flags = flags_of(pg);
   if (!(flags & page_flag::in_use)) return {lookup_status::invalid, seg, pg, nullptr};
   size_t offset = static_cast<size_t>(static_cast<uint8_t*>(p) - pg->start);

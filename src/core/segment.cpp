@@ -247,7 +247,8 @@ void segment_release(heap* h, segment* seg) noexcept {
 page* span_init(segment* seg, size_t idx, size_t cls) noexcept {
   size_t n = page_slices(cls);
   page* pg = &seg->pages[idx];
-  for (size_t k = 1; k < n; ++k) pg[k].slice_offset = static_cast<uint16_t>(k);
+  if (!page_map_ready())
+    for (size_t k = 1; k < n; ++k) pg[k].slice_offset = static_cast<uint16_t>(k);
   size_t bs = class_size(cls);
   pg->free = pg->local_free = nullptr;
   pg->used = 0;
@@ -299,10 +300,9 @@ page* span_alloc(heap* h, size_t cls) noexcept {
 static void span_release(heap* h, page* pg, bool allow_segment_release) noexcept {
   segment* seg = segment_of(pg);
   size_t idx = slice_index(seg, pg), n = pg->slice_count;
-  for (size_t k = 0; k < n; ++k) {
-    pg[k].flags.store(0, std::memory_order_relaxed);
-    pg[k].slice_offset = 0;
-  }
+  pg->flags.store(0, std::memory_order_relaxed);  // only a span's first slice has flags
+  if (!page_map_ready())
+    for (size_t k = 1; k < n; ++k) pg[k].slice_offset = 0;
   page_map_set(seg, idx, n, nullptr);
   pg->block_size = 0;
   pg->carved_bytes.store(0, std::memory_order_relaxed);
@@ -318,7 +318,10 @@ static void span_release(heap* h, page* pg, bool allow_segment_release) noexcept
     seg->purge_due_ms = os::now_ms() + delay;
     if (h->purge_due_ms == 0 || seg->purge_due_ms < h->purge_due_ms) h->purge_due_ms = seg->purge_due_ms;
   }
-  if (allow_segment_release && seg->used_slices == 0 && !(h->segments == seg && seg->next == nullptr))
+  // An empty segment leaves at once only when memory is to be returned at once; otherwise the
+  // purge pass releases it once its slices have aged out (segments_purge), so a segment that
+  // empties and fills again (E1 big band: ten blocks to a segment) is not purged in between.
+  if (allow_segment_release && delay == 0 && seg->used_slices == 0 && !(h->segments == seg && seg->next == nullptr))
     segment_release(h, seg);
 }
 
@@ -326,13 +329,22 @@ void span_free(heap* h, page* pg) noexcept { span_release(h, pg, true); }
 
 int64_t segments_purge(heap* h, bool force) noexcept {
   int64_t now = os::now_ms(), next_due = 0;
-  for (segment* seg = h->segments; seg; seg = seg->next) {
-    if (seg->purge_due_ms == 0) continue;
-    if (force)
-      purge_free_dirty(seg);
-    else if (seg->purge_due_ms <= now)
-      purge_aged(seg, now, options::get(option::purge_delay));
-    if (seg->purge_due_ms && (next_due == 0 || seg->purge_due_ms < next_due)) next_due = seg->purge_due_ms;
+  for (segment* seg = h->segments; seg;) {
+    segment* next = seg->next;
+    if (seg->purge_due_ms != 0) {
+      if (force)
+        purge_free_dirty(seg);
+      else if (seg->purge_due_ms <= now)
+        purge_aged(seg, now, options::get(option::purge_delay));
+    }
+    // Empty, and every slice aged out (nothing left to purge): the segment leaves the heap,
+    // except the heap's last one.
+    if (seg->used_slices == 0 && seg->purge_due_ms == 0 && !(h->segments == seg && seg->next == nullptr)) {
+      segment_release(h, seg);
+    } else if (seg->purge_due_ms && (next_due == 0 || seg->purge_due_ms < next_due)) {
+      next_due = seg->purge_due_ms;
+    }
+    seg = next;
   }
   return next_due;
 }

@@ -96,7 +96,14 @@ inline segment* segment_of(const void* p) noexcept {
   return reinterpret_cast<segment*>(reinterpret_cast<uintptr_t>(p) & ~(segment_size - 1));
 }
 
+inline page* page_lookup(const void* p) noexcept;
+inline bool page_map_ready() noexcept;
+
+// The page holding p, which lies in seg's slices.  With the page map, the map says (nullptr for
+// a free slice or the header); without it, the span's first slice through slice_offset (only
+// kept up to date when there is no page map) — a free slice gives a page without in_use.
 inline page* page_of(segment* seg, const void* p) noexcept {
+  if (STRATA_LIKELY(page_map_ready())) return page_lookup(p);
   size_t idx = (reinterpret_cast<uintptr_t>(p) - reinterpret_cast<uintptr_t>(seg)) >> slice_shift;
   page* pg = &seg->pages[idx];
   return pg - pg->slice_offset;
@@ -158,6 +165,8 @@ struct page_map {
 extern page_map g_pages;
 constexpr size_t page_map_entries = size_t{1} << (address_bits - slice_shift);
 
+inline bool page_map_ready() noexcept { return g_pages.mask.load(std::memory_order_acquire) != 0; }
+
 inline page* page_lookup(const void* p) noexcept {
   uintptr_t idx = (reinterpret_cast<uintptr_t>(p) >> slice_shift) & g_pages.mask.load(std::memory_order_acquire);
   return g_pages.entries.load(std::memory_order_relaxed)[idx].load(std::memory_order_relaxed);
@@ -201,6 +210,8 @@ struct heap {
   page_list queue[size_class_count];        // pages with (possibly) free blocks; direct is first
   page_list full[size_class_count];         // pages found full
   std::atomic<uint8_t> remote_hint[size_class_count];  // a remote free hit this class
+  page* spare[size_class_count] = {};       // an empty page kept for reuse (page_local_event)
+  size_t spare_bytes = 0;                   // span bytes of the spare pages
   segment* segments = nullptr;              // owned segments (normal kind)
   heap* next_in_registry = nullptr;
   bool alive = false;
