@@ -11,7 +11,7 @@ namespace strata {
 //   kind: flag (0/1, also true/false/yes/no/on/off), integer (decimal, in [min, max]), text.
 #define STRATA_OPTIONS(X)                                                                          \
   X(show_stats, SHOW_STATS, flag, 0, 0, 1, "print statistics to stderr at exit")                  \
-  X(stats_file, STATS_FILE, text, 0, 0, 0, "write statistics as JSON to this path at exit")        \
+  X(stats_file, STATS_FILE, text, 0, 0, 0, "write statistics as JSON to this path at exit (%p: the process id)")        \
   X(verbose, VERBOSE, flag, 0, 0, 1, "print diagnostics about the allocator's decisions")          \
   X(purge_delay, PURGE_DELAY, integer, 10, -1, 3600000,                                            \
     "milliseconds before free memory goes back to the OS (0: at once, -1: never)")                 \

@@ -1,6 +1,8 @@
 #include "core/stats.h"
 
 #include <atomic>
+#include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <fcntl.h>
 #include <unistd.h>
@@ -134,9 +136,37 @@ static void stats_print_to(int fd) noexcept {
   }
 }
 
+// STRATA_STATS_FILE with "%p" replaced by the process id ("%%" by "%"), so that every process of
+// a program that forks or runs others can write its own file.  False when it does not fit.
+bool expand_stats_path(const char* in, char* out, size_t cap) noexcept {
+  size_t n = 0;
+  for (const char* s = in; *s; ++s) {
+    char pid[24];
+    const char* piece = s;
+    size_t len = 1;
+    if (s[0] == '%' && s[1] == 'p') {
+      len = static_cast<size_t>(snprintf(pid, sizeof pid, "%d", static_cast<int>(getpid())));
+      piece = pid;
+      ++s;
+    } else if (s[0] == '%' && s[1] == '%') {
+      ++s;
+    }
+    if (n + len >= cap) return false;
+    memcpy(out + n, piece, len);
+    n += len;
+  }
+  out[n] = 0;
+  return true;
+}
+
 void stats_report_at_exit() noexcept {
   if (options::get(option::show_stats)) stats_print_to(2);
-  if (const char* path = options::get_text(option::stats_file); path && *path) {
+  if (const char* pattern = options::get_text(option::stats_file); pattern && *pattern) {
+    char path[4096];
+    if (!expand_stats_path(pattern, path, sizeof path)) {
+      report::message("strata: warning: STRATA_STATS_FILE is too long once expanded\n");
+      return;
+    }
     char doc[16384];
     size_t n = stats_json(doc, sizeof doc);
     if (n >= sizeof doc) n = sizeof doc - 1;

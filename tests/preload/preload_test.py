@@ -94,7 +94,18 @@ def main():
 
     check("C++ containers and threads", [CXX], min_mallocs=100000)
 
-    print(f"{3 + 1 - len(failures)} passed, {len(failures)} failed")
+    # "%p" in STRATA_STATS_FILE is the process id: each process of a pipeline writes its own.
+    with tempfile.TemporaryDirectory() as d:
+        env = dict(os.environ, LD_PRELOAD=LIB, STRATA_STATS_FILE=os.path.join(d, "s.%p.json"))
+        proc = subprocess.Popen([CXX], env=env, stdout=subprocess.DEVNULL)
+        proc.wait(timeout=240)
+        names = sorted(os.listdir(d))
+        ok = names == [f"s.{proc.pid}.json"]
+        print(f"STRATA_STATS_FILE with %p: {'ok' if ok else 'FAILED'} ({names})")
+        if not ok:
+            failures.append("stats file %p")
+
+    print(f"{3 + 2 - len(failures)} passed, {len(failures)} failed")
     return 1 if failures else 0
 
 
