@@ -33,6 +33,6 @@ struct retired_totals {
   std::atomic<uint64_t> free_count[size_class_count];
   std::atomic<uint64_t> remote_frees;
 };
-extern retired_totals g_retired;
+extern STRATA_HIDDEN retired_totals g_retired;
 
 }  // namespace strata::detail

@@ -27,6 +27,9 @@
 #define STRATA_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define STRATA_NOINLINE __attribute__((noinline))
 #define STRATA_EXPORT extern "C" __attribute__((visibility("default")))
+// For the declarations of strata's own globals: without it -fvisibility=hidden does not apply
+// to an extern declaration and every access goes through the GOT (one more instruction).
+#define STRATA_HIDDEN __attribute__((visibility("hidden")))
 
 namespace strata::detail {
 
@@ -142,7 +145,7 @@ struct segment_map {
   std::atomic<uint64_t> start[map_chunks / 64];         // a segment starts here
   std::atomic<uint64_t> continuation[map_chunks / 64];  // inside a huge segment, past its start
 };
-extern segment_map g_map;
+extern STRATA_HIDDEN segment_map g_map;
 
 inline bool map_has_segment(const void* seg) noexcept {
   uintptr_t chunk = reinterpret_cast<uintptr_t>(seg) >> segment_shift;
@@ -162,7 +165,7 @@ struct page_map {
   std::atomic<std::atomic<page*>*> entries;
   std::atomic<uintptr_t> mask;
 };
-extern page_map g_pages;
+extern STRATA_HIDDEN page_map g_pages;
 constexpr size_t page_map_entries = size_t{1} << (address_bits - slice_shift);
 
 inline bool page_map_ready() noexcept { return g_pages.mask.load(std::memory_order_acquire) != 0; }
@@ -194,7 +197,7 @@ struct page_list {
   page* last = nullptr;
 };
 
-extern page empty_page;  // never has a free block: sends malloc to its slow path
+extern STRATA_HIDDEN page empty_page;  // never has a free block: sends malloc to its slow path
 
 // Requests up to small_table_max bytes index the heap by size, in 16-byte steps, not by class:
 // malloc's fast path needs no class lookup.
@@ -223,9 +226,9 @@ struct heap {
   counter remote_frees;
 };
 
-extern heap empty_heap;
-extern __thread heap* tl_heap;
-extern uint64_t g_secret;
+extern STRATA_HIDDEN heap empty_heap;
+extern STRATA_HIDDEN __thread heap* tl_heap;
+extern STRATA_HIDDEN uint64_t g_secret;
 
 inline uintptr_t canary_of(const block* b) noexcept { return reinterpret_cast<uintptr_t>(b) ^ g_secret; }
 
