@@ -8,9 +8,10 @@
 //                                 │   new span (span_alloc), new heap             (heap.cpp)
 //                                 └─ huge_alloc for size > 16 MiB                 (segment.cpp)
 //   free(p) ─ free_inline ─┬─ page map → page; owner thread: push on local_free (fast)
-//                          │    └─ page emptied / was full: page_local_event    (heap.cpp)
+//                          │    └─ page emptied: page_local_event              (heap.cpp)
 //                          └─ free_slow: another thread's page (one CAS on
-//                               thread_free), huge, aligned, invalid, double free
+//                               thread_free), full page, huge, aligned, invalid,
+//                               double free
 #pragma once
 #include <cstddef>
 
@@ -58,8 +59,7 @@ inline void* malloc_inline(size_t size) noexcept {
 inline void free_inline(void* p) noexcept {
   page* pg = page_lookup(p);
   if (STRATA_UNLIKELY(pg == nullptr)) return free_slow(p);
-  heap* h = tl_heap;
-  if (STRATA_LIKELY(pg->owner.load(std::memory_order_relaxed) == h)) {
+  if (STRATA_LIKELY(pg->owner_tid.load(std::memory_order_relaxed) == thread_id())) {
     auto* b = static_cast<block*>(p);
     size_t offset = static_cast<size_t>(static_cast<uint8_t*>(p) - pg->start);
     uintptr_t canary = canary_of(b);
@@ -69,8 +69,8 @@ inline void free_inline(void* p) noexcept {
       b->next = pg->local_free;
       b->canary = canary;
       pg->local_free = b;
-      h->free_count[pg->size_class].add();
-      if (STRATA_UNLIKELY(--pg->used == 0 || (flags_of_owned(pg) & page_flag::in_full))) page_local_event(h, pg);
+      pg->frees++;
+      if (STRATA_UNLIKELY(--pg->used == 0)) page_local_event(tl_heap, pg);
       return;
     }
   }

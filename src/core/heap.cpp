@@ -106,12 +106,21 @@ inline void* page_pop(heap* h, page* pg) noexcept {
 }
 
 // Every span of a page of h's goes back through here, so `spare` never names a released page.
+// The page's local frees join the heap's counters (the fast path counts them in the page).
+inline void page_fold_frees(heap* h, page* pg) noexcept {
+  if (pg->frees) {
+    h->free_count[pg->size_class].add(pg->frees);
+    pg->frees = 0;
+  }
+}
+
 // At most this much memory sits in spare pages per heap (page_local_event).
 constexpr size_t spare_budget = size_t{4} << 20;
 
 inline size_t span_bytes(const page* pg) noexcept { return size_t{pg->slice_count} << slice_shift; }
 
 void page_release(heap* h, page* pg) noexcept {
+  page_fold_frees(h, pg);
   if (h->spare[pg->size_class] == pg) {
     h->spare[pg->size_class] = nullptr;
     h->spare_bytes -= span_bytes(pg);
@@ -155,6 +164,7 @@ void heap_schedule_purge(heap* h) noexcept {
 void* heap_alloc_slow(heap* h, size_t cls) noexcept {
   // The common case: the direct page's own frees become its free list.
   if (page* pg = h->direct[cls]; pg->local_free != nullptr) {
+    page_fold_frees(h, pg);
     pg->free = pg->local_free;
     pg->local_free = nullptr;
     return page_pop(h, pg);
@@ -165,6 +175,7 @@ void* heap_alloc_slow(heap* h, size_t cls) noexcept {
   set_direct(h, cls, &empty_page);
   for (page* pg = q.first; pg;) {
     page* next = pg->next;
+    page_fold_frees(h, pg);
     page_collect(pg);
     if (pg->free || page_extend(pg)) {
       if (pg != q.first) {
@@ -219,6 +230,7 @@ void heap_abandon(heap* h) noexcept {
       while (page* pg = l->first) {
         list_remove(*l, pg);
         flags_clear(pg, page_flag::in_full);
+        page_fold_frees(h, pg);
         page_collect(pg);
         if (pg->used == 0) page_release(h, pg);
       }
@@ -340,11 +352,13 @@ heap* heap_get_or_create() noexcept {
       os::commit_add(static_cast<int64_t>(bytes));
       for (auto& d : fresh->direct) d = &empty_page;
       for (auto& d : fresh->direct_small) d = &empty_page;
+      fresh->tid = 0;
       fresh->next_in_registry = registry;
       registry = fresh;
       h = fresh;
     }
     h->alive = true;
+    h->tid = thread_id();
   }
   tl_heap = h;  // before pthread_setspecific, which may itself allocate
   pthread_setspecific(thread_key(), h);
@@ -374,6 +388,7 @@ void heap_collect(heap* h, bool force) noexcept {
     for (page_list* l : {&h->full[c], &h->queue[c]}) {
       for (page* pg = l->first; pg;) {
         page* next = pg->next;
+        page_fold_frees(h, pg);
         page_collect(pg);
         if (pg->used == 0 && (force || pg != h->direct[c])) {
           page_free_span(h, pg);

@@ -219,7 +219,7 @@ void segment_set_owner(segment* seg, heap* h) noexcept {
       ++idx;
       continue;
     }
-    pg->owner.store(h, std::memory_order_release);
+    pg->owner_tid.store(owner_tid_of(h, pg), std::memory_order_release);
     idx += pg->slice_count;
   }
 }
@@ -264,7 +264,8 @@ page* span_init(segment* seg, size_t idx, size_t cls) noexcept {
   pg->size_class = static_cast<uint8_t>(cls);
   pg->carved_bytes.store(0, std::memory_order_relaxed);
   pg->flags.store(page_flag::in_use, std::memory_order_relaxed);
-  pg->owner.store(seg->owner.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  pg->frees = 0;
+  pg->owner_tid.store(owner_tid_of(seg->owner.load(std::memory_order_relaxed), pg), std::memory_order_relaxed);
   page_map_set(seg, idx, n, pg);
   bits_assign(seg->free_bits, idx, n, false);
   size_t fresh = n - bits_count(seg->dirty_bits, idx, n);
@@ -307,7 +308,7 @@ static void span_release(heap* h, page* pg, bool allow_segment_release) noexcept
   pg->block_size = 0;
   pg->carved_bytes.store(0, std::memory_order_relaxed);
   pg->free = pg->local_free = nullptr;
-  pg->owner.store(nullptr, std::memory_order_relaxed);
+  pg->owner_tid.store(0, std::memory_order_relaxed);
   pg->next = pg->prev = nullptr;
   bits_assign(seg->free_bits, idx, n, true);
   seg->used_slices -= static_cast<uint32_t>(n);

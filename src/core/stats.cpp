@@ -42,6 +42,14 @@ void stats_collect(strata_stats_t* out, uint64_t* class_allocs, uint64_t* class_
       allocs[c] += h->alloc_count[c].get();
       frees[c] += h->free_count[c].get();
     }
+    // Local frees are counted in their page until a slow path adds them to the heap's
+    // counters; the calling thread's own pages are read here, so its view is exact.  Another
+    // running thread's counts may lag by the frees its pages hold.
+    if (h == tl_heap) {
+      for (size_t c = 0; c < size_class_count; ++c)
+        for (const page_list* l : {&h->queue[c], &h->full[c]})
+          for (const page* pg = l->first; pg; pg = pg->next) frees[c] += pg->frees;
+    }
     remote += h->remote_frees.get();
   }
   int64_t in_use = 0;

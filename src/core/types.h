@@ -62,6 +62,7 @@ struct page {
   std::atomic<uint32_t> carved_bytes;  // capacity * block_size (read by freeing threads)
   uint32_t reserved;               // blocks the span can hold
   uint32_t block_size;
+  uint32_t frees;                  // local frees not yet added to the heap's counters (owner-only)
   uint64_t div_magic;              // UINT64_MAX / block_size + 1: O(1) "is a block start" test
   uint8_t* start;                  // first block
   std::atomic<block*> thread_free;  // frees by other threads (LIFO, one CAS each)
@@ -71,7 +72,10 @@ struct page {
   uint16_t slice_offset;           // distance back to the span's first slice
   uint8_t size_class;
   std::atomic<uint8_t> flags;      // page_flag bits; written by the owner, read by any thread
-  std::atomic<heap*> owner;        // the segment's owner, copied here for free()'s fast path
+  // The owner thread's id (thread_id()) with bit 0 set while the page is on the full list; 0
+  // while the segment has no owner.  free()'s fast path is one compare against thread_id():
+  // another thread, no owner, or a full page all take the slow path.
+  std::atomic<uintptr_t> owner_tid;
 };
 static_assert(sizeof(page) == 96);
 
@@ -127,16 +131,24 @@ inline bool is_block_start(const page* pg, const void* p) noexcept {
   return offset * pg->div_magic < pg->div_magic;
 }
 
+// A thread's id: its thread pointer (the TCB address, %fs:0 on x86-64), unique among live threads.
+inline uintptr_t thread_id() noexcept { return reinterpret_cast<uintptr_t>(__builtin_thread_pointer()); }
+constexpr uintptr_t owner_tid_full = 1;
+
 inline uint8_t flags_of(const page* pg) noexcept { return pg->flags.load(std::memory_order_relaxed); }
-// The owner thread's read: only the owner writes a page's flags, so this read races with
-// nothing, and as a plain load it folds into one test instruction.
-inline uint8_t flags_of_owned(const page* pg) noexcept {
-  return *reinterpret_cast<const uint8_t*>(&pg->flags);
+// Flags are written by the owner only; in_full is mirrored into owner_tid's bit 0.
+inline void flags_set(page* pg, uint8_t f) noexcept {
+  pg->flags.store(flags_of(pg) | f, std::memory_order_relaxed);
+  if (f & page_flag::in_full)
+    pg->owner_tid.store(pg->owner_tid.load(std::memory_order_relaxed) | owner_tid_full, std::memory_order_relaxed);
 }
-inline void flags_set(page* pg, uint8_t f) noexcept { pg->flags.store(flags_of(pg) | f, std::memory_order_relaxed); }
 inline void flags_clear(page* pg, uint8_t f) noexcept {
   pg->flags.store(static_cast<uint8_t>(flags_of(pg) & ~f), std::memory_order_relaxed);
+  if (f & page_flag::in_full)
+    pg->owner_tid.store(pg->owner_tid.load(std::memory_order_relaxed) & ~owner_tid_full, std::memory_order_relaxed);
 }
+// The owner word for a page of h's (0 for no owner), keeping the page's in_full bit.
+inline uintptr_t owner_tid_of(const heap* h, const page* pg) noexcept;
 
 // ---- the segment map: which 32 MiB chunks of the address space are strata's ----------------
 constexpr size_t address_bits = 47;
@@ -217,6 +229,7 @@ struct heap {
   size_t spare_bytes = 0;                   // span bytes of the spare pages
   segment* segments = nullptr;              // owned segments (normal kind)
   heap* next_in_registry = nullptr;
+  uintptr_t tid = 0;                        // thread_id() of the thread using it
   bool alive = false;
   int64_t purge_due_ms = 0;
   // statistics (this thread's view; remote frees counted by the freeing thread)
@@ -229,6 +242,11 @@ struct heap {
 extern STRATA_HIDDEN heap empty_heap;
 extern STRATA_HIDDEN __thread heap* tl_heap;
 extern STRATA_HIDDEN uint64_t g_secret;
+
+inline uintptr_t owner_tid_of(const heap* h, const page* pg) noexcept {
+  if (h == nullptr) return 0;
+  return h->tid | ((pg->flags.load(std::memory_order_relaxed) & page_flag::in_full) ? owner_tid_full : 0);
+}
 
 inline uintptr_t canary_of(const block* b) noexcept { return reinterpret_cast<uintptr_t>(b) ^ g_secret; }
 
