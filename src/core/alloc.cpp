@@ -44,10 +44,11 @@ lookup find_block(segment* seg, void* p) noexcept {
   uint8_t flags = flags_of(pg);
   if (!(flags & page_flag::in_use)) return {lookup_status::invalid, seg, pg, nullptr};
   size_t offset = static_cast<size_t>(static_cast<uint8_t*>(p) - pg->start);
-  if (offset >= pg->carved_bytes.load(std::memory_order_relaxed)) return {lookup_status::invalid, seg, pg, nullptr};
-  if (!is_block_start(pg, p)) {
+  if (!is_carved_block_start(pg, offset)) {
+    // An aligned allocation may hand out a pointer inside its block.
     if (!(flags & page_flag::has_aligned)) return {lookup_status::invalid, seg, pg, nullptr};
     offset -= offset % pg->block_size;
+    if (!is_carved_block_start(pg, offset)) return {lookup_status::invalid, seg, pg, nullptr};
   }
   return {lookup_status::ok, seg, pg, reinterpret_cast<block*>(pg->start + offset)};
 }

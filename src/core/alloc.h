@@ -64,8 +64,7 @@ inline void free_inline(void* p) noexcept {
     size_t offset = static_cast<size_t>(static_cast<uint8_t*>(p) - pg->start);
     uintptr_t canary = canary_of(b);
     // One test for the rare cases: not a block start, not carved, not in use, already free.
-    if (STRATA_LIKELY(offset < pg->carved_bytes.load(std::memory_order_relaxed) && is_block_start(pg, p) &&
-                      b->canary != canary)) {
+    if (STRATA_LIKELY(is_carved_block_start(pg, offset) && b->canary != canary)) {
       b->next = pg->local_free;
       b->canary = canary;
       pg->local_free = b;

@@ -81,7 +81,8 @@ bool page_extend(page* pg) noexcept {
   if (pg->capacity >= pg->reserved) return false;
   uint32_t bs = pg->block_size;
   uint32_t n = bs >= 16384 ? 1 : 16384 / bs;
-  if (n > pg->reserved - pg->capacity) n = pg->reserved - pg->capacity;
+  uint32_t room = static_cast<uint32_t>(pg->reserved - pg->capacity);
+  if (n > room) n = room;
   uint8_t* first = pg->start + static_cast<size_t>(pg->capacity) * bs;
   block* b = reinterpret_cast<block*>(first);
   for (uint32_t i = 1; i < n; ++i) {
@@ -91,8 +92,8 @@ bool page_extend(page* pg) noexcept {
   }
   b->next = pg->free;
   pg->free = reinterpret_cast<block*>(first);
-  pg->capacity += n;
-  pg->carved_bytes.store(pg->capacity * bs, std::memory_order_relaxed);
+  pg->capacity = static_cast<uint16_t>(pg->capacity + n);
+  pg->block_bound.store(block_bound_of(bs, pg->capacity), std::memory_order_relaxed);
   return true;
 }
 

@@ -253,16 +253,16 @@ page* span_init(segment* seg, size_t idx, size_t cls) noexcept {
   pg->free = pg->local_free = nullptr;
   pg->used = 0;
   pg->capacity = 0;
-  pg->reserved = static_cast<uint32_t>((n * slice_size) / bs);
+  pg->reserved = static_cast<uint16_t>((n * slice_size) / bs);
   pg->block_size = static_cast<uint32_t>(bs);
-  pg->div_magic = UINT64_MAX / bs + 1;
+  pg->block_mul = block_mul_of(bs);
   pg->start = slice_address(seg, idx);
   pg->thread_free.store(nullptr, std::memory_order_relaxed);
   pg->next = pg->prev = nullptr;
   pg->slice_count = static_cast<uint16_t>(n);
   pg->slice_offset = 0;
   pg->size_class = static_cast<uint8_t>(cls);
-  pg->carved_bytes.store(0, std::memory_order_relaxed);
+  pg->block_bound.store(0, std::memory_order_relaxed);
   pg->flags.store(page_flag::in_use, std::memory_order_relaxed);
   pg->frees = 0;
   pg->owner_tid.store(owner_tid_of(seg->owner.load(std::memory_order_relaxed), pg), std::memory_order_relaxed);
@@ -306,7 +306,7 @@ static void span_release(heap* h, page* pg, bool allow_segment_release) noexcept
     for (size_t k = 1; k < n; ++k) pg[k].slice_offset = 0;
   page_map_set(seg, idx, n, nullptr);
   pg->block_size = 0;
-  pg->carved_bytes.store(0, std::memory_order_relaxed);
+  pg->block_bound.store(0, std::memory_order_relaxed);
   pg->free = pg->local_free = nullptr;
   pg->owner_tid.store(0, std::memory_order_relaxed);
   pg->next = pg->prev = nullptr;

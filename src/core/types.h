@@ -58,12 +58,12 @@ struct page {
   block* local_free;               // owner-only: local frees push here; becomes `free` when that
                                    // runs dry, so malloc's pops never wait on a just-made free
   uint32_t used;                   // blocks out (not on free; may be on thread_free)
-  uint32_t capacity;               // blocks carved from the span so far (carved lazily)
-  std::atomic<uint32_t> carved_bytes;  // capacity * block_size (read by freeing threads)
-  uint32_t reserved;               // blocks the span can hold
+  uint16_t capacity;               // blocks carved from the span so far (carved lazily)
+  uint16_t reserved;               // blocks the span can hold (at most 64 KiB / 16 B)
   uint32_t block_size;
   uint32_t frees;                  // local frees not yet added to the heap's counters (owner-only)
-  uint64_t div_magic;              // UINT64_MAX / block_size + 1: O(1) "is a block start" test
+  uint64_t block_mul;              // block_mul_of(block_size)
+  std::atomic<uint64_t> block_bound;  // capacity * (block_mul * block_size mod 2^64)
   uint8_t* start;                  // first block
   std::atomic<block*> thread_free;  // frees by other threads (LIFO, one CAS each)
   page* next;                      // in the heap's queue or full list of this size class
@@ -124,11 +124,20 @@ inline size_t slice_index(segment* seg, const page* pg) noexcept {
   return static_cast<size_t>(pg - seg->pages);
 }
 
-// Lemire's divisibility test: offset is a multiple of block_size iff offset * M < M (mod 2^64)
-// for offset < 2^32, M = UINT64_MAX / block_size + 1.  Callers have checked offset < carved_bytes.
-inline bool is_block_start(const page* pg, const void* p) noexcept {
-  uint64_t offset = static_cast<uint64_t>(static_cast<const uint8_t*>(p) - pg->start);
-  return offset * pg->div_magic < pg->div_magic;
+// "Is this offset the start of a block carved so far?" in one multiply and one compare (after
+// Lemire's divisibility test).  With c = floor(2^64 / bs) + 1 and e = c * bs - 2^64, 1 <= e <= bs:
+// for offset = k * bs, offset * c = k * e (mod 2^64); for any other offset < 2^32 the product is
+// at least c > 2^40 (bs <= 2^24).  So offset starts a block k < capacity iff
+// offset * c < capacity * e, and block_bound = capacity * e (< 2^36) is the whole test.
+constexpr uint64_t block_mul_of(uint64_t bs) noexcept {
+  uint64_t c = UINT64_MAX / bs + 1;
+  return c * bs == 0 ? c + 1 : c;  // a power of two: e would be 0
+}
+constexpr uint64_t block_bound_of(uint64_t bs, uint64_t capacity) noexcept {
+  return capacity * (block_mul_of(bs) * bs);
+}
+inline bool is_carved_block_start(const page* pg, uint64_t offset) noexcept {
+  return offset * pg->block_mul < pg->block_bound.load(std::memory_order_relaxed);
 }
 
 // A thread's id: its thread pointer (the TCB address, %fs:0 on x86-64), unique among live threads.

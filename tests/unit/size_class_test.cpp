@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "core/size_class.h"
+#include "core/types.h"
 
 using namespace strata::detail;
 
@@ -10,7 +11,9 @@ TEST(SizeClass, SmallestClassThatFits) {
     size_t c = size_class_of(size);
     ASSERT_LT(c, size_class_count);
     ASSERT_GE(class_size(c), size) << size;
-    if (c > 0) ASSERT_LT(class_size(c - 1), size) << size;  // the next smaller class is too small
+    if (c > 0) {
+      ASSERT_LT(class_size(c - 1), size) << size;  // the next smaller class is too small
+    }
   }
 }
 
@@ -28,7 +31,9 @@ TEST(SizeClass, WasteIsAtMostAQuarterOfTheRequest) {
 TEST(SizeClass, ClassesAreSixteenByteMultiplesAndIncreasing) {
   for (size_t c = 0; c < size_class_count; ++c) {
     EXPECT_EQ(class_size(c) % 16, 0u);
-    if (c) EXPECT_GT(class_size(c), class_size(c - 1));
+    if (c) {
+      EXPECT_GT(class_size(c), class_size(c - 1));
+    }
   }
   EXPECT_EQ(class_size(size_class_count - 1), large_max);
 }
@@ -37,8 +42,36 @@ TEST(SizeClass, PagesHoldEnoughBlocks) {
   for (size_t c = 0; c < size_class_count; ++c) {
     size_t bytes = page_slices(c) * (size_t{1} << 16);
     size_t blocks = bytes / class_size(c);
-    if (class_size(c) <= 128 * 1024) EXPECT_GE(blocks, 8u) << class_size(c);
+    if (class_size(c) <= 128 * 1024) {
+      EXPECT_GE(blocks, 8u) << class_size(c);
+    }
     EXPECT_GE(blocks, 1u);
     EXPECT_LE(page_slices(c), 511u);
+  }
+}
+
+// free()'s one-compare validity test (types.h) against plain arithmetic, for every class, at
+// every 16-byte offset of a page (and the bytes around each block start), for several counts of
+// carved blocks.
+TEST(SizeClass, CarvedBlockStartTestMatchesDivision) {
+  using namespace strata::detail;
+  for (size_t c = 0; c < size_class_count; ++c) {
+    uint64_t bs = class_size(c);
+    uint64_t span = page_slices(c) * slice_size;
+    uint64_t reserved = span / bs;
+    page pg{};
+    pg.block_mul = block_mul_of(bs);
+    for (uint64_t capacity : {uint64_t{0}, uint64_t{1}, reserved / 2, reserved}) {
+      pg.block_bound.store(block_bound_of(bs, capacity));
+      uint64_t step = span > (uint64_t{1} << 20) ? 4096 : 16;
+      for (uint64_t off = 0; off < span; off += step) {
+        bool expected = off % bs == 0 && off / bs < capacity;
+        ASSERT_EQ(is_carved_block_start(&pg, off), expected) << "class " << bs << " capacity " << capacity << " offset " << off;
+      }
+      for (uint64_t k = 0; k <= reserved && k * bs < span; ++k)
+        for (uint64_t off : {k * bs, k * bs + 1, k * bs + 8, k * bs + bs - 1})
+          ASSERT_EQ(is_carved_block_start(&pg, off), off % bs == 0 && off / bs < capacity)
+              << "class " << bs << " capacity " << capacity << " offset " << off;
+    }
   }
 }
