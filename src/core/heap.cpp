@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <pthread.h>
 
+#include "core/alloc.h"
 #include "core/init.h"
 #include "core/lock.h"
 #include "core/options.h"
@@ -97,16 +98,12 @@ bool page_extend(page* pg) noexcept {
   return true;
 }
 
+// Pops a block from a page known to have a free one (the slow path's pop, counted by class).
 inline void* page_pop(heap* h, page* pg) noexcept {
-  block* b = pg->free;
-  pg->free = b->next;
-  b->canary = 0;
-  pg->used++;
   h->alloc_count[pg->size_class].add();
-  return b;
+  return page_pop_fast(pg);
 }
 
-// Every span of a page of h's goes back through here, so `spare` never names a released page.
 // The page's local frees join the heap's counters (the fast path counts them in the page).
 inline void page_fold_frees(heap* h, page* pg) noexcept {
   if (pg->frees) {
@@ -120,6 +117,7 @@ constexpr size_t spare_budget = size_t{4} << 20;
 
 inline size_t span_bytes(const page* pg) noexcept { return size_t{pg->slice_count} << slice_shift; }
 
+// Every span of a page of h's goes back through here, so `spare` never names a released page.
 void page_release(heap* h, page* pg) noexcept {
   page_fold_frees(h, pg);
   if (h->spare[pg->size_class] == pg) {
@@ -176,8 +174,7 @@ void* heap_alloc_slow(heap* h, size_t cls) noexcept {
   set_direct(h, cls, &empty_page);
   for (page* pg = q.first; pg;) {
     page* next = pg->next;
-    page_fold_frees(h, pg);
-    page_collect(pg);
+    page_collect(h, pg);
     if (pg->free || page_extend(pg)) {
       if (pg != q.first) {
         list_remove(q, pg);
@@ -197,7 +194,7 @@ void* heap_alloc_slow(heap* h, size_t cls) noexcept {
     for (page* pg = f.first; pg;) {
       page* next = pg->next;
       if (pg->thread_free.load(std::memory_order_relaxed) != nullptr) {
-        page_collect(pg);
+        page_collect(h, pg);
         list_remove(f, pg);
         flags_clear(pg, page_flag::in_full);
         if (pg->used == 0 && h->direct[cls] != &empty_page) {
@@ -231,8 +228,7 @@ void heap_abandon(heap* h) noexcept {
       while (page* pg = l->first) {
         list_remove(*l, pg);
         flags_clear(pg, page_flag::in_full);
-        page_fold_frees(h, pg);
-        page_collect(pg);
+        page_collect(h, pg);
         if (pg->used == 0) page_release(h, pg);
       }
     }
@@ -260,7 +256,8 @@ void heap_abandon(heap* h) noexcept {
 
 }  // namespace
 
-uint32_t page_collect(page* pg) noexcept {
+uint32_t page_collect(heap* h, page* pg) noexcept {
+  page_fold_frees(h, pg);
   if (block* lf = pg->local_free) {
     pg->local_free = nullptr;
     if (pg->free != nullptr) {
@@ -389,8 +386,7 @@ void heap_collect(heap* h, bool force) noexcept {
     for (page_list* l : {&h->full[c], &h->queue[c]}) {
       for (page* pg = l->first; pg;) {
         page* next = pg->next;
-        page_fold_frees(h, pg);
-        page_collect(pg);
+        page_collect(h, pg);
         if (pg->used == 0 && (force || pg != h->direct[c])) {
           page_free_span(h, pg);
         } else if ((flags_of(pg) & page_flag::in_full) && pg->free) {

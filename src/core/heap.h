@@ -8,9 +8,9 @@ namespace strata::detail {
 void* malloc_slow(size_t cls) noexcept;
 // A local free emptied the page or found it on the full list.
 void page_local_event(heap* h, page* pg) noexcept;
-// Moves the page's local_free and thread_free lists onto its free list; returns the number of
-// blocks that came from thread_free.
-uint32_t page_collect(page* pg) noexcept;
+// Moves the page's local_free and thread_free lists onto its free list and adds its counted
+// local frees to h's counters; returns the number of blocks that came from thread_free.
+uint32_t page_collect(heap* h, page* pg) noexcept;
 // Inserts a page (in use, not linked) into h's queue or full list as its state says.
 void page_adopt(heap* h, page* pg) noexcept;
 // The calling thread's heap, creating it if needed (nullptr when out of memory).

@@ -210,17 +210,17 @@ segment* segment_new(heap* h) noexcept {
   return seg;
 }
 
-// The segment and every page in use in it change owner (abandon, reclaim).
-void segment_set_owner(segment* seg, heap* h) noexcept {
-  seg->owner.store(h, std::memory_order_release);
+// Calls f(page) for every page in use in seg (f may release the page's span).
+template <class F>
+void for_each_page(segment* seg, F f) noexcept {
   for (size_t idx = 1; idx < slices_per_segment;) {
     page* pg = &seg->pages[idx];
     if (!(flags_of(pg) & page_flag::in_use)) {
       ++idx;
       continue;
     }
-    pg->owner_tid.store(owner_tid_of(h, pg), std::memory_order_release);
     idx += pg->slice_count;
+    f(pg);
   }
 }
 
@@ -358,7 +358,8 @@ void segments_abandon(heap* h) noexcept {
     }
     heap_unlink_segment(h, seg);
     purge_free_dirty(seg);
-    segment_set_owner(seg, nullptr);
+    seg->owner.store(nullptr, std::memory_order_release);
+    for_each_page(seg, [](page* pg) { pg->owner_tid.store(0, std::memory_order_release); });
     lock_guard g(abandoned_lock);
     seg->next = abandoned_list;
     abandoned_list = seg;
@@ -376,25 +377,20 @@ bool segment_reclaim_one(heap* h) noexcept {
     abandoned_list = seg->next;
     abandoned_count.fetch_sub(1, std::memory_order_relaxed);
   }
-  segment_set_owner(seg, h);
+  seg->owner.store(h, std::memory_order_release);
   heap_link_segment(h, seg);
   reclaimed_count.fetch_add(1, std::memory_order_relaxed);
   // Take over its pages, with what other threads freed into them meanwhile.
-  for (size_t idx = 1; idx < slices_per_segment;) {
-    page* pg = &seg->pages[idx];
-    if (!(flags_of(pg) & page_flag::in_use)) {
-      ++idx;
-      continue;
-    }
-    idx += pg->slice_count;
-    page_collect(pg);
+  for_each_page(seg, [h](page* pg) {
+    page_collect(h, pg);
     pg->next = pg->prev = nullptr;
     flags_clear(pg, page_flag::in_full);
+    pg->owner_tid.store(owner_tid_of(h, pg), std::memory_order_release);
     if (pg->used == 0)
       span_release(h, pg, false);
     else
       page_adopt(h, pg);
-  }
+  });
   if (seg->used_slices == 0 && !(h->segments == seg && seg->next == nullptr)) segment_release(h, seg);
   return true;
 }
