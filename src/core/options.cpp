@@ -38,22 +38,41 @@ constexpr size_t text_capacity = 4096;
 char text_storage[count][text_capacity];
 const char* texts[count] = {};
 
-bool parse_flag(const char* s, int64_t* out) {
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+
+// The value without its leading and trailing whitespace, as [begin, end): " 1" and "1 " are both
+// accepted (strtoll alone would skip leading whitespace only, strcasecmp neither).
+struct span {
+  const char* begin;
+  const char* end;
+};
+span trim(const char* s) {
+  while (is_space(*s)) ++s;
+  const char* e = s + strlen(s);
+  while (e > s && is_space(e[-1])) --e;
+  return {s, e};
+}
+
+bool parse_flag(const char* raw, int64_t* out) {
   static constexpr const char* yes[] = {"1", "true", "yes", "on"};
   static constexpr const char* no[] = {"0", "false", "no", "off"};
+  span t = trim(raw);
+  size_t n = static_cast<size_t>(t.end - t.begin);
+  auto is = [&](const char* word) { return strlen(word) == n && strncasecmp(t.begin, word, n) == 0; };
   for (const char* y : yes)
-    if (strcasecmp(s, y) == 0) return *out = 1, true;
-  for (const char* n : no)
-    if (strcasecmp(s, n) == 0) return *out = 0, true;
+    if (is(y)) return *out = 1, true;
+  for (const char* w : no)
+    if (is(w)) return *out = 0, true;
   return false;
 }
 
-bool parse_integer(const char* s, const descriptor& d, int64_t* out) {
-  if (*s == 0) return false;
+bool parse_integer(const char* raw, const descriptor& d, int64_t* out) {
+  span t = trim(raw);
+  if (t.begin == t.end) return false;
   char* end = nullptr;
   errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (errno != 0 || *end != 0 || v < d.lo || v > d.hi) return false;
+  long long v = strtoll(t.begin, &end, 10);
+  if (errno != 0 || end != t.end || v < d.lo || v > d.hi) return false;
   *out = v;
   return true;
 }
@@ -98,6 +117,11 @@ void init() noexcept {
 int64_t get(option o) noexcept { return values[static_cast<int>(o)]; }
 const char* get_text(option o) noexcept { return texts[static_cast<int>(o)]; }
 void set(option o, int64_t value) noexcept { values[static_cast<int>(o)] = value; }
+void reset(option o) noexcept {
+  int i = static_cast<int>(o);
+  values[i] = table[i].def;
+  texts[i] = nullptr;
+}
 
 size_t to_json(char* buf, size_t len) noexcept {
   report::json_writer w(buf, len);

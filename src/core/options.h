@@ -9,6 +9,8 @@ namespace strata {
 
 // X(name, ENV_SUFFIX, kind, default, min, max, help)
 //   kind: flag (0/1, also true/false/yes/no/on/off), integer (decimal, in [min, max]), text.
+//   Flag and integer values may have leading and trailing whitespace (trimmed, both sides alike);
+//   text values are taken verbatim (a path may end in a space).
 #define STRATA_OPTIONS(X)                                                                          \
   X(show_stats, SHOW_STATS, flag, 0, 0, 1, "print statistics to stderr at exit")                  \
   X(stats_file, STATS_FILE, text, 0, 0, 0, "write statistics as JSON to this path at exit (%p: the process id)")        \
@@ -34,6 +36,9 @@ void init() noexcept;
 int64_t get(option o) noexcept;            // flag / integer options
 const char* get_text(option o) noexcept;   // text options; nullptr when unset
 void set(option o, int64_t value) noexcept;  // for tests and the strata_* API
+// Back to the default (text: unset).  For a value a later layer rejects (STRATA_NUMA naming a
+// node that does not exist), so that strata_options_json shows what is in effect.
+void reset(option o) noexcept;
 size_t to_json(char* buf, size_t len) noexcept;
 }  // namespace options
 

@@ -1,6 +1,7 @@
 #include "core/stats.h"
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <cstdlib>
@@ -17,14 +18,20 @@ namespace strata::detail {
 
 namespace {
 std::atomic<uint64_t> bad_frees{0};
-constexpr uint64_t bad_free_reports_max = 32;  // then only counted (and summarised at exit)
 }  // namespace
 
 void report_bad_free(const void* p, const char* what) noexcept {
   uint64_t n = bad_frees.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (options::get(option::abort_on_error)) {
+    report::message("strata: error: %s %p; aborting (STRATA_ABORT_ON_ERROR=1)\n", what, p);
+    abort();
+  }
   if (n <= bad_free_reports_max)
     report::message("strata: error: %s %p (ignored; STRATA_ABORT_ON_ERROR=1 aborts instead)\n", what, p);
-  if (options::get(option::abort_on_error)) abort();
+  if (n == bad_free_reports_max)
+    report::message("strata: error: %llu bad frees reported; further bad frees are not reported "
+                    "(they are still counted in the statistics: bad_free_count)\n",
+                    static_cast<unsigned long long>(bad_free_reports_max));
 }
 
 void stats_collect(strata_stats_t* out, uint64_t* class_allocs, uint64_t* class_frees) noexcept {
@@ -167,6 +174,18 @@ bool expand_stats_path(const char* in, char* out, size_t cap) noexcept {
   return true;
 }
 
+namespace {
+// strerrordesc_np, unlike strerror, neither translates nor allocates: this runs inside the
+// allocator at exit.
+void stats_file_failed(const char* what, const char* path, int err) noexcept {
+  const char* why = strerrordesc_np(err);
+  if (why != nullptr)
+    report::message("strata: warning: STRATA_STATS_FILE=%s cannot be %s: %s\n", path, what, why);
+  else
+    report::message("strata: warning: STRATA_STATS_FILE=%s cannot be %s: errno %d\n", path, what, err);
+}
+}  // namespace
+
 void stats_report_at_exit() noexcept {
   if (options::get(option::show_stats)) stats_print_to(2);
   if (const char* pattern = options::get_text(option::stats_file); pattern && *pattern) {
@@ -178,17 +197,24 @@ void stats_report_at_exit() noexcept {
     char doc[16384];
     size_t n = stats_json(doc, sizeof doc);
     if (n >= sizeof doc) n = sizeof doc - 1;
+    // Every failure says so, naming the path: a statistics file that is silently missing or
+    // truncated (STRATA_STATS_FILE=/dev/full, a full disk, a quota) misleads whoever reads it.
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
-      report::message("strata: warning: STRATA_STATS_FILE=%s cannot be opened\n", path);
+      stats_file_failed("opened", path, errno);
       return;
     }
     for (size_t off = 0; off < n;) {
       ssize_t wr = write(fd, doc + off, n - off);
-      if (wr <= 0) break;
+      if (wr < 0 && errno == EINTR) continue;
+      if (wr <= 0) {
+        stats_file_failed("written", path, wr < 0 ? errno : EIO);
+        close(fd);
+        return;
+      }
       off += static_cast<size_t>(wr);
     }
-    close(fd);
+    if (close(fd) != 0 && errno != EINTR) stats_file_failed("written (close failed)", path, errno);
   }
 }
 

@@ -249,6 +249,7 @@ void numa_init() noexcept {
   if (!parse_spec(spec, p, why, sizeof why)) {
     report::message("strata: warning: STRATA_NUMA=\"%s\" ignored: %s; no NUMA policy applied\n",
                     spec, why);
+    options::reset(option::numa);  // strata_options_json shows what is in effect: unset
     return;
   }
   install(p);

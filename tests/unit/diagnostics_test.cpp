@@ -1,0 +1,248 @@
+// Regression tests for issue 17 (a hostile user's probes): what strata prints on stderr and
+// reports through strata_options_json must be true.  strata_* API only (runs under sanitizers).
+//
+// Each test re-reads the options it sets (strata::options::init) and puts them back to their
+// defaults (strata::options::reset) before it ends.  The bad-free report cap is spent by the last
+// test (a suite of its own, so that it runs last); ctest runs each test in its own process anyway.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "core/options.h"
+#include "core/stats.h"
+#include "os/numa.h"
+#include "strata/strata.h"
+
+namespace {
+
+using strata::option;
+namespace options = strata::options;
+
+// Keeps the compiler from seeing that the pointer is not a heap block.
+void* opaque(void* p) {
+  asm volatile("" : "+r"(p));
+  return p;
+}
+
+uint64_t bad_frees() {
+  strata_stats_t s;
+  strata_stats_get(&s);
+  return s.bad_free_count;
+}
+
+std::string options_json() {
+  char buf[8192];
+  size_t n = strata_options_json(buf, sizeof buf);
+  EXPECT_LT(n, sizeof buf);
+  return buf;
+}
+
+// Sets one variable, re-reads every option, unsets it; returns what that printed.
+std::string init_with(const char* env, const char* value) {
+  setenv(env, value, 1);
+  testing::internal::CaptureStderr();
+  options::init();
+  std::string err = testing::internal::GetCapturedStderr();
+  unsetenv(env);
+  return err;
+}
+
+long lines(const std::string& s) { return std::count(s.begin(), s.end(), '\n'); }
+
+long lines_containing(const std::string& s, const std::string& what) {
+  long n = 0;
+  std::istringstream in(s);
+  for (std::string line; std::getline(in, line);) n += line.find(what) != std::string::npos;
+  return n;
+}
+
+}  // namespace
+
+// ---- 1. the bad-free line says what happens next ------------------------------------------------
+
+TEST(Issue17BadFreeDeathTest, AbortingReportSaysItAborts) {
+  // Before: "... (ignored; STRATA_ABORT_ON_ERROR=1 aborts instead)" right before the abort.
+  EXPECT_DEATH(
+      {
+        options::set(option::abort_on_error, 1);
+        int x;
+        strata_free(opaque(&x));
+      },
+      "did not allocate: 0x[0-9a-f]+; aborting \\(STRATA_ABORT_ON_ERROR=1\\)");
+}
+
+TEST(Issue17BadFreeDeathTest, AbortIsReportedEvenPastTheReportCap) {
+  // Before: once 32 bad frees had been reported, a free that aborts printed nothing at all.
+  EXPECT_DEATH(
+      {
+        int x;
+        while (bad_frees() < strata::detail::bad_free_reports_max + 1) strata_free(opaque(&x));
+        options::set(option::abort_on_error, 1);
+        strata_free(opaque(&x));
+      },
+      "did not allocate: 0x[0-9a-f]+; aborting \\(STRATA_ABORT_ON_ERROR=1\\)");
+}
+
+TEST(Issue17BadFree, IgnoredReportSaysItIsIgnored) {
+  ASSERT_EQ(options::get(option::abort_on_error), 0);
+  ASSERT_LT(bad_frees(), strata::detail::bad_free_reports_max);
+  int x;
+  testing::internal::CaptureStderr();
+  strata_free(opaque(&x));
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(lines(err), 1) << err;
+  EXPECT_NE(err.find("ignored"), std::string::npos) << err;
+  EXPECT_EQ(err.find("aborting"), std::string::npos) << err;
+}
+
+// ---- 3. a rejected STRATA_NUMA is not listed as in effect ---------------------------------------
+
+TEST(Issue17Numa, RejectedValueWarnsNamingTheVariableAndIsListedUnset) {
+  // bind:1023: the largest node number strata parses, which no test machine has.
+  for (const char* spec : {"bogus", "bind:1023", "bind:99999", "interleave:0,", "local:0"}) {
+    ASSERT_EQ(init_with("STRATA_NUMA", spec), "");
+    testing::internal::CaptureStderr();
+    strata::os::numa_init();
+    std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find("STRATA_NUMA=\"" + std::string(spec) + "\""), std::string::npos) << err;
+    EXPECT_EQ(lines(err), 1) << err;
+    // Before: "STRATA_NUMA":"bogus" although no policy was applied.
+    EXPECT_EQ(options::get_text(option::numa), nullptr) << spec;
+    std::string json = options_json();
+    EXPECT_NE(json.find("\"STRATA_NUMA\":null"), std::string::npos) << spec << ": " << json;
+    options::reset(option::numa);
+  }
+}
+
+TEST(Issue17Numa, AcceptedValueIsListed) {
+  ASSERT_EQ(init_with("STRATA_NUMA", "local"), "");
+  testing::internal::CaptureStderr();
+  strata::os::numa_init();
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(err, "");
+  std::string json = options_json();
+  EXPECT_NE(json.find("\"STRATA_NUMA\":\"local\""), std::string::npos) << json;
+  EXPECT_EQ(strata_numa_set_policy("none"), 0);
+  options::reset(option::numa);
+}
+
+// ---- 4. a statistics file that cannot be written says so ----------------------------------------
+
+TEST(Issue17StatsFile, WriteFailureNamesThePathAndTheReason) {
+  if (access("/dev/full", W_OK) != 0) GTEST_SKIP() << "no writable /dev/full";
+  ASSERT_EQ(init_with("STRATA_STATS_FILE", "/dev/full"), "");
+  ASSERT_EQ(options::get(option::show_stats), 0);
+  testing::internal::CaptureStderr();
+  strata::detail::stats_report_at_exit();
+  std::string err = testing::internal::GetCapturedStderr();
+  options::reset(option::stats_file);
+  // Before: nothing at all.
+  EXPECT_EQ(lines(err), 1) << err;
+  EXPECT_NE(err.find("/dev/full"), std::string::npos) << err;
+  EXPECT_NE(err.find(strerror(ENOSPC)), std::string::npos) << err;
+}
+
+TEST(Issue17StatsFile, OpenFailureNamesThePathAndTheReason) {
+  const char* path = "/nonexistent-strata-directory/stats.json";
+  ASSERT_EQ(init_with("STRATA_STATS_FILE", path), "");
+  testing::internal::CaptureStderr();
+  strata::detail::stats_report_at_exit();
+  std::string err = testing::internal::GetCapturedStderr();
+  options::reset(option::stats_file);
+  // Before: the path, but not why.
+  EXPECT_EQ(lines(err), 1) << err;
+  EXPECT_NE(err.find(path), std::string::npos) << err;
+  EXPECT_NE(err.find(strerror(ENOENT)), std::string::npos) << err;
+}
+
+TEST(Issue17StatsFile, SuccessWritesTheJsonSilently) {
+  char path[] = "/tmp/strata-diagnostics-XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  ASSERT_EQ(init_with("STRATA_STATS_FILE", path), "");
+  testing::internal::CaptureStderr();
+  strata::detail::stats_report_at_exit();
+  std::string err = testing::internal::GetCapturedStderr();
+  options::reset(option::stats_file);
+  std::ifstream f(path);
+  std::stringstream doc;
+  doc << f.rdbuf();
+  unlink(path);
+  EXPECT_EQ(err, "");
+  EXPECT_EQ(doc.str().rfind("{\"allocator\":\"strata\"", 0), 0u) << doc.str();
+  EXPECT_EQ(doc.str().back(), '}') << doc.str();
+}
+
+// ---- 5. whitespace around flag and integer values: accepted on both sides -----------------------
+
+TEST(Issue17Options, WhitespaceAroundIntegersAndFlagsIsAcceptedOnBothSides) {
+  // Before: " 1" was accepted (strtoll skips leading whitespace) but "1 " rejected.
+  for (const char* v : {" 1", "1 ", " 1 ", "\t1\n"}) {
+    EXPECT_EQ(init_with("STRATA_PURGE_DELAY", v), "") << '"' << v << '"';
+    EXPECT_EQ(options::get(option::purge_delay), 1) << '"' << v << '"';
+    options::reset(option::purge_delay);
+  }
+  EXPECT_EQ(init_with("STRATA_PURGE_DELAY", " -1 "), "");
+  EXPECT_EQ(options::get(option::purge_delay), -1);
+  options::reset(option::purge_delay);
+  // Before: flags accepted no whitespace at all.
+  for (const char* v : {" yes", "yes ", " ON\t", "1\n"}) {
+    EXPECT_EQ(init_with("STRATA_VERBOSE", v), "") << '"' << v << '"';
+    EXPECT_EQ(options::get(option::verbose), 1) << '"' << v << '"';
+    options::reset(option::verbose);
+  }
+  EXPECT_EQ(init_with("STRATA_VERBOSE", "1"), "");
+  EXPECT_EQ(init_with("STRATA_VERBOSE", " off "), "");
+  EXPECT_EQ(options::get(option::verbose), 0);
+  options::reset(option::verbose);
+}
+
+TEST(Issue17Options, WhitespaceInsideOrInsteadOfAValueIsRejected) {
+  for (const char* v : {"1 2", " ", "", "- 1", "+ 1", "1x ", " 3600001 "}) {
+    std::string err = init_with("STRATA_PURGE_DELAY", v);
+    EXPECT_NE(err.find("STRATA_PURGE_DELAY"), std::string::npos) << '"' << v << '"';
+    EXPECT_EQ(options::get(option::purge_delay), 10) << '"' << v << '"';
+    options::reset(option::purge_delay);
+  }
+  for (const char* v : {"o n", " ", "", "yes yes", "1 1"}) {
+    std::string err = init_with("STRATA_VERBOSE", v);
+    EXPECT_NE(err.find("STRATA_VERBOSE"), std::string::npos) << '"' << v << '"';
+    EXPECT_EQ(options::get(option::verbose), 0) << '"' << v << '"';
+    options::reset(option::verbose);
+  }
+}
+
+// ---- 2. the report cap says it is reached (last: it spends the cap) -----------------------------
+
+TEST(Issue17BadFreeCap, ReachingItSaysSoOnceThenStaysQuiet) {
+  ASSERT_EQ(options::get(option::abort_on_error), 0);
+  const uint64_t cap = strata::detail::bad_free_reports_max;
+  const uint64_t before = bad_frees();
+  ASSERT_LT(before, cap);
+  const long reported = static_cast<long>(cap - before);
+  int x;
+  testing::internal::CaptureStderr();
+  for (uint64_t i = 0; i < cap - before + 10; ++i) strata_free(opaque(&x));
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(bad_frees(), cap + 10);
+  EXPECT_EQ(lines_containing(err, "did not allocate"), reported) << err;
+  // Before: the 32nd report was the last line, with nothing saying why the reports stopped.
+  EXPECT_EQ(lines_containing(err, "further bad frees are not reported"), 1) << err;
+  EXPECT_EQ(lines_containing(err, "still counted in the statistics"), 1) << err;
+  EXPECT_EQ(lines(err), reported + 1) << err;
+  testing::internal::CaptureStderr();
+  strata_free(opaque(&x));
+  err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(err, "");
+  EXPECT_EQ(bad_frees(), cap + 11);
+}
