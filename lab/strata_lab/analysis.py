@@ -13,9 +13,36 @@ from .errors import LabError
 BUSY_WARN = 0.10  # share of all CPUs used by other processes during samples
 
 
+TARGET_WIDTH = 0.03  # default half-width of a ratio's interval that counts as converged
+
+
 def counted(doc: dict, cell_id: str, variant: str) -> list[dict]:
+    """The samples statistics use: counted rounds (no warm-ups), not replaced by a re-run, timed
+    (not the instruction-count runs)."""
     return [s for s in doc["samples"] if s["cell"] == cell_id and s["variant"] == variant
-            and not s.get("warmup")]
+            and not s.get("warmup") and s.get("superseded_by") is None
+            and s.get("kind", "time") == "time"]
+
+
+def by_round(samples: list[dict]) -> dict:
+    """Successful samples by round (the last one when a round holds more)."""
+    out = {}
+    for s in samples:
+        if s.get("ok") and s.get("round") is not None:
+            out[s["round"]] = s
+    return out
+
+
+def paired(rounds_v: dict, rounds_b: dict, get) -> tuple[list, list]:
+    """Values of the rounds both sides have, in round order: round k with round k."""
+    common = sorted(set(rounds_v) & set(rounds_b))
+    pv, pb = [], []
+    for r in common:
+        a, b = get(rounds_v[r]), get(rounds_b[r])
+        if a is not None and b is not None and a > 0 and b > 0:
+            pv.append(a)
+            pb.append(b)
+    return pv, pb
 
 
 def analyse(doc: dict, baseline: str | None = None) -> dict:
@@ -24,6 +51,7 @@ def analyse(doc: dict, baseline: str | None = None) -> dict:
     if baseline not in variants:
         raise LabError(f"baseline {baseline!r} is not among this run's variants: {', '.join(variants)}")
     rounds_planned = doc["settings"].get("rounds", 0)
+    target = doc["settings"].get("target_width") or TARGET_WIDTH
     warnings: list[str] = []
     if not doc.get("complete"):
         why = f" ({doc['interrupted']})" if doc.get("interrupted") else ""
@@ -32,47 +60,66 @@ def analyse(doc: dict, baseline: str | None = None) -> dict:
                         f"(warm-ups included in the plan)")
     cells_out = []
     few: list[str] = []
-    geo_pairs: dict[str, list] = defaultdict(list)
+    low_coverage: set[int] = set()
+    geo_logs: dict[str, list] = defaultdict(list)
     for c in doc["cells"]:
         hib = c.get("higher_is_better", True)
+        metric = c["metric"]
         per_v = {}
+        rounds_of = {}
         for v in variants:
             samples = counted(doc, c["id"], v)
             ok = [s for s in samples if s.get("ok")]
             failed = [s for s in samples if not s.get("ok")]
+            rounds_of[v] = by_round(ok)
             entry: dict = {"n": len(ok), "failures": len(failed),
                            "failure_messages": sorted({f"{s['failure']['kind']}: {s['failure']['message']}"
                                                        for s in failed if s.get("failure")}),
-                           "values": [s["metrics"][c["metric"]] for s in ok],
-                           "summary": None, "rss": None, "latency": {}, "warnings": []}
+                           "values": [s["metrics"][metric] for s in ok],
+                           "summary": None, "rss": None, "latency": {}, "warnings": [],
+                           "minor_faults": None, "noisy": sum(1 for s in samples if s.get("noisy")),
+                           "reruns": sum(1 for s in samples if s.get("rerun_of") is not None)}
             if ok:
                 entry["summary"] = stats.summarize(entry["values"])
                 rss_vals = [s["peak_rss_kb"] for s in ok if s.get("peak_rss_kb") is not None]
                 entry["rss_values"] = rss_vals
                 entry["rss"] = stats.summarize(rss_vals) if rss_vals else None
+                faults = [s["minor_faults"] for s in ok if s.get("minor_faults") is not None]
+                entry["minor_faults"] = stats.median(faults) if faults else None
                 entry["warnings"] = stats.spread_warnings(entry["summary"], max(stats.MIN_ROUNDS, 1))
                 for key in c.get("latency_metrics") or ():
                     entry["latency"][key] = stats.per_round_p99([s["metrics"].get(key) for s in ok])
             if failed:
                 entry["warnings"].append(f"{len(failed)} failed sample{'s' if len(failed) > 1 else ''}")
             per_v[v] = entry
-        base = per_v[baseline]
         for v, entry in per_v.items():
             entry["speedup"] = entry["speedup_ci"] = entry["rss_ratio"] = entry["rss_ratio_ci"] = None
+            entry["paired"] = entry["rss_paired"] = None
             entry["p_value"] = None
-            if entry["n"] and base["n"]:
-                entry["speedup"] = stats.speedup(entry["values"], base["values"], hib)
-                entry["speedup_ci"] = stats.speedup_ci(entry["values"], base["values"], hib)
-                if v != baseline:
-                    entry["p_value"] = stats.mann_whitney(entry["values"], base["values"])
-                    geo_pairs[v].append((entry["values"], base["values"], hib))
-                else:  # the baseline against itself is 1 by definition, not a resampled ratio
-                    entry["speedup_ci"] = (1.0, 1.0)
-                    geo_pairs[v].append(None)
-                if entry.get("rss_values") and base.get("rss_values"):
-                    entry["rss_ratio"] = stats.ratio(entry["rss_values"], base["rss_values"])
-                    entry["rss_ratio_ci"] = stats.ratio_ci(entry["rss_values"], base["rss_values"])
-        cells_out.append({**c, "by_variant": per_v})
+            if not (entry["n"] and per_v[baseline]["n"]):
+                continue
+            if v == baseline:  # the baseline against itself is 1 by definition
+                entry["speedup"], entry["speedup_ci"] = 1.0, (1.0, 1.0)
+                if entry.get("rss_values"):
+                    entry["rss_ratio"], entry["rss_ratio_ci"] = 1.0, (1.0, 1.0)
+                continue
+            pv, pb = paired(rounds_of[v], rounds_of[baseline], lambda s: s["metrics"].get(metric))
+            if pv:
+                p = stats.paired_speedup(pv, pb, hib)
+                entry["paired"] = p
+                entry["speedup"] = p.ratio
+                entry["speedup_ci"] = (p.ci_low, p.ci_high) if p.ci_low is not None else None
+                if p.coverage is not None and p.coverage < stats.CONFIDENCE:
+                    low_coverage.add(p.n)
+                geo_logs[v].append(stats.round_log_ratios(pv, pb, hib))
+                entry["p_value"] = stats.mann_whitney(entry["values"], per_v[baseline]["values"])
+            rv, rb = paired(rounds_of[v], rounds_of[baseline], lambda s: s.get("peak_rss_kb"))
+            if rv:
+                p = stats.paired_speedup(rv, rb, True)  # v / baseline: < 1 is smaller
+                entry["rss_paired"] = p
+                entry["rss_ratio"] = p.ratio
+                entry["rss_ratio_ci"] = (p.ci_low, p.ci_high) if p.ci_low is not None else None
+        cells_out.append({**c, "by_variant": per_v, "pareto": pareto(per_v, hib)})
         if c.get("oversubscribed"):
             warnings.append(f"{c['id']}: oversubscribed ({c['threads']} threads on "
                             f"{len(c['cpus']) if c.get('cpus') else len(doc['settings'].get('cpus') or [])} CPUs)")
@@ -89,32 +136,114 @@ def analyse(doc: dict, baseline: str | None = None) -> dict:
                 warnings.append(f"{c['id']} / {v}: failure — {m}")
         if wide:
             warnings.append(f"{c['id']}: wide spread (CV > {stats.CV_WARN * 100:.0f} %) for " + ", ".join(wide))
-    busy = [s["other_cpu_frac"] for s in doc["samples"] if s.get("other_cpu_frac") is not None
-            and not s.get("warmup")]
+    counted_all = [s for s in doc["samples"] if not s.get("warmup") and s.get("kind", "time") == "time"]
+    busy = [s["other_cpu_frac"] for s in counted_all if s.get("other_cpu_frac") is not None]
+    steal = [s["steal_frac"] for s in counted_all if s.get("steal_frac") is not None]
     other_cpu = float(stats.median(busy)) if busy else None
+    noise = {"samples": len(counted_all), "noisy": sum(1 for s in counted_all if s.get("noisy")),
+             "reruns": sum(1 for s in counted_all if s.get("rerun_of") is not None),
+             "other_cpu_frac": other_cpu, "steal_frac": float(stats.median(steal)) if steal else None,
+             "threshold": doc["settings"].get("noise_threshold")}
     if other_cpu is not None and other_cpu > BUSY_WARN:
-        warnings.insert(0, f"BUSY MACHINE: other processes used a median {other_cpu * 100:.0f} % of all "
-                           f"CPUs while the samples ran; expect noise and rerun on a quiet machine")
+        warnings.insert(0, f"BUSY MACHINE: other processes used a median {other_cpu * 100:.0f} % of the "
+                           f"samples' CPUs while they ran; expect noise and rerun on a quiet machine")
+    if noise["steal_frac"] is not None and noise["steal_frac"] > BUSY_WARN:
+        warnings.insert(0, f"STOLEN CPU: the hypervisor took a median {noise['steal_frac'] * 100:.0f} % of "
+                           "the samples' CPU time (steal in /proc/stat)")
     if few:
         warnings.append(f"fewer than {stats.MIN_ROUNDS} successful rounds in {len(few)} cell/variant "
                         f"pairs: " + ", ".join(few[:8]) + (" …" if len(few) > 8 else ""))
     if rounds_planned < stats.MIN_ROUNDS:
         warnings.append(f"only {rounds_planned} rounds per cell were planned (< {stats.MIN_ROUNDS}): "
                         "intervals and tests are weak")
+    if low_coverage:
+        cov = {n: stats.median_order_ci(n)[2] for n in sorted(low_coverage)}
+        warnings.append("ratio intervals from " + ", ".join(f"{n} rounds cover {c * 100:.1f} %"
+                                                            for n, c in cov.items())
+                        + f" only, not {stats.CONFIDENCE * 100:.0f} % ((min, max) of the per-round "
+                          "ratios; 6 rounds or more reach 95 %)")
     geo = {}
     for v in variants:
-        pairs = geo_pairs.get(v, [])
-        if not pairs:
+        if v == baseline:
+            n = sum(1 for c in cells_out if c["by_variant"][v]["n"])
+            geo[v] = {"speedup": 1.0, "ci": (1.0, 1.0), "cells": n, "of": len(doc["cells"])} if n else None
+            continue
+        logs = geo_logs.get(v, [])
+        if not logs:
             geo[v] = None
             continue
-        if v == baseline:
-            geo[v] = {"speedup": 1.0, "ci": (1.0, 1.0), "cells": len(pairs), "of": len(doc["cells"])}
-            continue
-        sp = [stats.speedup(a, b, h) for a, b, h in pairs]
-        geo[v] = {"speedup": stats.geomean(sp), "ci": stats.geomean_speedup_ci(pairs),
-                  "cells": len(pairs), "of": len(doc["cells"])}
+        point, ci = stats.geomean_paired(logs)
+        geo[v] = {"speedup": point, "ci": ci, "cells": len(logs), "of": len(doc["cells"])}
+    conv = convergence(doc, cells_out, variants, baseline, target)
+    if conv["not_converged"]:
+        warnings.append(f"ratio intervals wider than ±{target * 100:g} % in {len(conv['not_converged'])} "
+                        f"of {len(cells_out)} cells: " + "; ".join(
+                            f"{cid} ({why})" for cid, why in conv["not_converged"].items()))
+    dominated = [(c["id"], d) for c in cells_out for d in c["pareto"]["dominating"].get("strata", [])]
     return {"baseline": baseline, "variants": variants, "cells": cells_out, "geomean": geo,
-            "warnings": warnings, "other_cpu_frac": other_cpu}
+            "warnings": warnings, "other_cpu_frac": other_cpu, "noise": noise,
+            "convergence": conv, "strata_dominated": dominated}
+
+
+def convergence(doc: dict, cells: list[dict], variants: list[str], baseline: str, target: float) -> dict:
+    """Per cell: the widest ratio interval among the variants (half-width relative to the ratio)
+    and whether it is within the target; why not, from what the runner recorded (budget, spread,
+    failures) or from the data."""
+    recorded = (doc.get("convergence") or {}).get("cells") or {}
+    out: dict = {"target": target, "cells": {}, "not_converged": {}, "widest": {}}
+    for c in cells:
+        widths = {}
+        for v in variants:
+            if v == baseline:
+                continue
+            p = c["by_variant"][v].get("paired")
+            widths[v] = p.half_width if p is not None else None
+            if widths[v] is not None:
+                best = out["widest"].get(v)
+                if best is None or widths[v] > best[1]:
+                    out["widest"][v] = (c["id"], widths[v])
+        known = [w for w in widths.values() if w is not None]
+        missing = [v for v, w in widths.items() if w is None]
+        worst = max(known) if known else None
+        ok = not missing and (worst is None or worst <= target)
+        rec = recorded.get(c["id"]) or {}
+        rounds = max((c["by_variant"][v]["n"] for v in variants), default=0)
+        why = None
+        if not ok:
+            if missing:
+                why = "no interval for " + ", ".join(missing) + " (failures or fewer than 2 paired rounds)"
+            else:
+                worst_v = max((v for v in widths if widths[v] is not None), key=lambda v: widths[v])
+                reason = rec.get("reason") or "rounds"
+                need = rec.get("rounds_needed")
+                why = (f"{worst_v} ±{worst * 100:.1f} % after {rounds} rounds; "
+                       + {"budget": "time budget spent",
+                          "spread": "per-round ratios too spread to get there within the round limit",
+                          "max_rounds": "round limit reached",
+                          "rounds": "no adaptive rounds (--time-budget 0, --smoke or an older run)"}.get(reason, reason)
+                       + (f", ~{need} rounds needed" if need else ""))
+            out["not_converged"][c["id"]] = why
+        out["cells"][c["id"]] = {"converged": ok, "half_width": widths, "worst": worst, "rounds": rounds,
+                                 "why": why}
+    return out
+
+
+def pareto(per_v: dict, higher_is_better: bool) -> dict:
+    """Speed against memory in one cell, from medians: the variants no other beats on both the
+    primary metric and peak RSS (the Pareto frontier), and for each variant the peers that are
+    both faster (better) and leaner."""
+    pts = {}
+    for v, e in per_v.items():
+        if e.get("summary") and e.get("rss"):
+            m = e["summary"].median
+            pts[v] = (m if higher_is_better else -m, e["rss"].median)
+
+    def beats(a, b):  # a strictly better than b on both
+        return pts[a][0] > pts[b][0] and pts[a][1] < pts[b][1]
+
+    dominating = {v: [p for p in pts if p != v and beats(p, v)] for v in pts}
+    frontier = [v for v in pts if not dominating[v]]
+    return {"frontier": frontier, "dominating": {v: d for v, d in dominating.items() if d}}
 
 
 def compare(a: dict, b: dict, alpha: float = 0.05) -> dict:

@@ -49,6 +49,22 @@ def cmd_run(a: argparse.Namespace) -> int:
         raise LabError("--warmup must be 0 or more")
     if a.seconds is not None and not a.seconds > 0:
         raise LabError("--seconds must be positive")
+    if not 0 < a.target_width < 1:
+        raise LabError("--target-width must be between 0 and 1 (0.03 is ±3 %)")
+    if a.time_budget is not None and a.time_budget < 0:
+        raise LabError("--time-budget must be 0 (no adaptive rounds) or more seconds")
+    if a.max_rounds is not None and a.max_rounds < 1:
+        raise LabError("--max-rounds must be at least 1")
+    if not 0 < a.noise_threshold <= 1:
+        raise LabError("--noise-threshold must be a share between 0 and 1 (0.10 is 10 %)")
+    if a.max_reruns < 0:
+        raise LabError("--max-reruns must be 0 or more")
+    instructions = a.metric == "instructions"
+    if instructions:
+        import shutil
+
+        if not shutil.which("valgrind"):
+            raise LabError("--metric instructions needs valgrind (sudo apt-get install valgrind)")
     params, sources = suite.resolve_params(a.param or [])
     ctx = SuiteContext(smoke=a.smoke, seconds=a.seconds,
                        threads=_int_list(a.threads, "thread list") if a.threads else None, cpus=cpus,
@@ -94,6 +110,14 @@ def cmd_run(a: argparse.Namespace) -> int:
         cells = [replace(c, timeout_s=a.timeout) for c in cells]
     rounds = a.rounds if a.rounds is not None else suite.rounds
     warmup = a.warmup if a.warmup is not None else suite.warmup
+    # Adaptive rounds and re-runs of noisy samples: not in smoke runs (they check that things run).
+    if a.time_budget is not None:
+        budget = a.time_budget
+    else:
+        budget = 0.0 if a.smoke else (suite.time_budget if suite.time_budget is not None
+                                      else runner.TIME_BUDGET_S)
+    max_rounds = max(rounds, a.max_rounds if a.max_rounds is not None else runner.MAX_ROUNDS)
+    max_reruns = 0 if a.smoke else a.max_reruns
 
     out_dir = results.new_run_dir(Path(a.out) if a.out else paths.results_root(), suite.name)
     settings = {"smoke": a.smoke, "seconds": a.seconds, "threads": ctx.threads,
@@ -105,6 +129,13 @@ def cmd_run(a: argparse.Namespace) -> int:
     err.print(f"strata-lab: suite {suite.name}: {len(cells)} cells × {len(variants)} variants "
               f"({', '.join(names)}; baseline {baseline}), {rounds} rounds + {warmup} warm-up, "
               f"CPUs {runner._ranges(cpus)}")
+    if budget > 0:
+        err.print(f"strata-lab: adaptive rounds: more rounds (up to {max_rounds}) for cells whose ratio "
+                  f"intervals are wider than ±{a.target_width * 100:g} %, within {budget:g} s for the run")
+    if instructions:
+        n = len(runner.instruction_cells(cells))
+        err.print(f"strata-lab: instruction counts under cachegrind for {n} single-threaded cell"
+                  f"{'s' if n != 1 else ''}")
     if over:
         err.print(f"[yellow]strata-lab: oversubscribed (threads > CPUs): {', '.join(over)}[/]")
     if params:
@@ -117,7 +148,10 @@ def cmd_run(a: argparse.Namespace) -> int:
     try:
         doc = runner.execute(suite, cells, variants, rounds=rounds, warmup=warmup, cpus=cpus,
                              out_dir=out_dir, baseline=baseline, settings=settings,
-                             command=sys.argv, on_sample=progress_cb, on_start=start_cb, seed=a.seed)
+                             command=sys.argv, on_sample=progress_cb, on_start=start_cb, seed=a.seed,
+                             noise_threshold=a.noise_threshold, max_reruns=max_reruns,
+                             target_width=a.target_width, time_budget_s=budget, max_rounds=max_rounds,
+                             instructions=instructions)
     except (KeyboardInterrupt, runner.Interrupted) as e:
         finish()
         why = e.signame if isinstance(e, runner.Interrupted) else "SIGINT"
@@ -156,7 +190,7 @@ def _progress(err, disabled: bool):
         def on_start(i, n, cell, v, rnd):
             if task["id"] is None:
                 task["id"] = prog.add_task("", total=n, failed="")
-            prog.update(task["id"], description=f"{cell.id} {v.name} "
+            prog.update(task["id"], total=n, description=f"{cell.id} {v.name} "
                                                 f"{'warm-up' if rnd is None else f'round {rnd + 1}'}")
 
         def on_sample(i, n, rec):
@@ -173,6 +207,9 @@ def _progress(err, disabled: bool):
             state["failed"] += 1
             err.print(f"strata-lab: sample {i + 1} ({rec['cell']} {rec['variant']}) failed: "
                       f"{rec['failure']['kind']}: {rec['failure']['message']}", markup=False)
+        if rec.get("rerun_of") is not None:
+            err.print(f"strata-lab: sample {rec['rerun_of'] + 1} ({rec['cell']} {rec['variant']}) lost "
+                      f"more than the noise threshold of its CPUs: run again", markup=False)
         step = max(1, n // 10)
         if (i + 1) % step == 0 or i + 1 == n:
             el = time.monotonic() - t0
@@ -325,7 +362,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("run", help="run a suite; writes a new results directory")
-    r.add_argument("--suite", required=True, help="suite name (strata-lab list suites)")
+    r.add_argument("--suite", default="default",
+                   help="suite name (strata-lab list suites; default: default, what make bench runs)")
     r.add_argument("--alloc", action="append", metavar="NAME[=LIB]",
                    help="allocator(s) to compare (repeat or comma-separate); NAME=/path/lib.so adds any other")
     r.add_argument("--baseline", help="variant the ratios are against (default: the suite's)")
@@ -346,6 +384,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run without the suite's allocators that are not installed instead of failing")
     r.add_argument("--strict", action="store_true", help="exit 1 when any sample failed")
     r.add_argument("--seed", type=int, help="seed of the interleaving order (default: random, recorded)")
+    r.add_argument("--target-width", type=float, default=runner.TARGET_WIDTH, metavar="SHARE",
+                   help="adaptive rounds: a cell is done when every ratio's 95 %% interval is within "
+                        "± this share of the ratio (default 0.03)")
+    r.add_argument("--time-budget", type=float, metavar="SECONDS",
+                   help="adaptive rounds stop once the run has taken this long (default: the suite's, "
+                        f"else {runner.TIME_BUDGET_S:g}; 0: only the minimum rounds; --smoke: 0)")
+    r.add_argument("--max-rounds", type=int, help=f"adaptive rounds: at most this many per cell "
+                                                  f"(default {runner.MAX_ROUNDS})")
+    r.add_argument("--noise-threshold", type=float, default=runner.NOISE_THRESHOLD, metavar="SHARE",
+                   help="a sample that lost more than this share of its CPUs (steal or other "
+                        "processes) is flagged and run again (default 0.10)")
+    r.add_argument("--max-reruns", type=int, default=runner.MAX_RERUNS,
+                   help=f"noisy samples run again, at most this many per cell (default {runner.MAX_RERUNS}; "
+                        "0 under --smoke)")
+    r.add_argument("--metric", choices=["time", "instructions"], default="time",
+                   help="instructions: also count each single-threaded cell's instructions under "
+                        "valgrind --tool=cachegrind (one run per cell and variant), beside time")
     r.set_defaults(func=cmd_run)
 
     rep = sub.add_parser("report", help="tables, report.html and summary.md for a results directory")

@@ -16,7 +16,8 @@ from pathlib import Path
 from .errors import LabError
 
 SCHEMA = "strata-lab/results"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)  # version 1 has no re-runs or instruction samples: read the same way
 FILENAME = "results.json"
 
 
@@ -67,10 +68,12 @@ def write_atomic(path: Path, doc: dict) -> None:
 
 
 def counted_metrics(doc: dict, cell_id: str, variant: str) -> list[dict]:
-    """The metrics of one cell and variant's counted samples that succeeded (warm-ups and
-    failures left out): what a suite's summarise() takes medians of."""
+    """The metrics of one cell and variant's counted samples that succeeded (warm-ups, failures,
+    samples replaced by a re-run and instruction-count runs left out): what a suite's summarise()
+    takes medians of."""
     return [s["metrics"] for s in doc.get("samples", []) if s["cell"] == cell_id
-            and s["variant"] == variant and s.get("ok") and not s.get("warmup")]
+            and s["variant"] == variant and s.get("ok") and not s.get("warmup")
+            and s.get("superseded_by") is None and s.get("kind", "time") == "time"]
 
 
 def resolve_path(arg: str | Path) -> Path:
@@ -97,9 +100,9 @@ def load(arg: str | Path) -> dict:
     missing = [k for k in REQUIRED if k not in doc]
     if missing:
         raise LabError(f"corrupt results file {p}: missing {', '.join(missing)}")
-    if doc["schema_version"] != SCHEMA_VERSION:
+    if doc["schema_version"] not in READABLE_VERSIONS:
         raise LabError(f"results file {p} has schema version {doc['schema_version']}; this lab "
-                       f"reads version {SCHEMA_VERSION}")
+                       f"reads versions {', '.join(map(str, READABLE_VERSIONS))}")
     if not isinstance(doc["samples"], list) or not isinstance(doc["cells"], list):
         raise LabError(f"corrupt results file {p}: samples and cells must be lists")
     cell_ids = {c.get("id") for c in doc["cells"] if isinstance(c, dict)}

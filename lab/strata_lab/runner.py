@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -133,15 +133,38 @@ def _downsample(t: list, v: list, n: int = TIMELINE_MAX_POINTS) -> tuple[list, l
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-def _busy_jiffies() -> int | None:
-    """CPU time all processes spent busy since boot (aggregate line of /proc/stat)."""
+def _cpu_jiffies(cpus: list[int] | None = None) -> tuple[int, int] | None:
+    """(busy, steal) jiffies since boot summed over `cpus` (the aggregate line when None), from
+    /proc/stat.  Busy counts every non-idle state, steal included (time the hypervisor gave our
+    virtual CPU's turn to someone else)."""
     try:
         with open("/proc/stat") as f:
-            parts = f.readline().split()
-        user, nice, system, idle, iowait, irq, softirq, steal = (int(x) for x in parts[1:9])
-        return user + nice + system + irq + softirq + steal
-    except (OSError, ValueError):
+            lines = f.read().splitlines()
+    except OSError:
         return None
+    want = {"cpu"} if not cpus else {f"cpu{c}" for c in cpus}
+    busy = steal = 0
+    seen = 0
+    for line in lines:
+        parts = line.split()
+        if not parts or parts[0] not in want:
+            continue
+        try:
+            user, nice, system, idle, iowait, irq, softirq, st = (int(x) for x in parts[1:9])
+        except ValueError:
+            return None
+        busy += user + nice + system + irq + softirq + st
+        steal += st
+        seen += 1
+    return (busy, steal) if seen == len(want) else None
+
+
+def _self_cpu_s() -> float:
+    """CPU seconds the lab itself has used (its RSS polling runs while the sample does)."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
 
 
 def _tail(path: Path, n: int = STDERR_TAIL) -> str:
@@ -226,7 +249,8 @@ def run_sample(cell: Cell, variant: Variant, cpus: list[int] | None, extra_env: 
         else:
             env.update(preload_env)
         with open(out_p, "wb") as fo, open(err_p, "wb") as fe:
-            busy0 = _busy_jiffies()
+            noise_cpus = cpus if cpus and len(cpus) < (os.cpu_count() or 1) else None
+            jiffies0, self0 = _cpu_jiffies(noise_cpus), _self_cpu_s()
             t0 = time.perf_counter()
             try:
                 with _affinity(cpus):
@@ -268,7 +292,7 @@ def run_sample(cell: Cell, variant: Variant, cpus: list[int] | None, extra_env: 
                 proc.returncode = -9
                 raise
             wall = time.perf_counter() - t0
-            busy1 = _busy_jiffies()
+            jiffies1, self1 = _cpu_jiffies(noise_cpus), _self_cpu_s()
             _kill_group(proc.pid)  # stragglers the workload left in its group
             proc.returncode = os.waitstatus_to_exitcode(status)
         usage = {"maxrss": ru.ru_maxrss, "utime": ru.ru_utime, "stime": ru.ru_stime,
@@ -294,12 +318,19 @@ def run_sample(cell: Cell, variant: Variant, cpus: list[int] | None, extra_env: 
         "involuntary_ctx_switches": usage["nivcsw"], "minor_faults": usage["minflt"],
         "major_faults": usage["majflt"], "exit_status": code, "rusage_source": rusage_source,
     })
-    # CPU time the rest of the machine used while the sample ran (the lab's own polling is a
-    # small part of it): a noisy neighbour shows here before it shows as a wide spread.
-    if busy0 is not None and busy1 is not None and wall > 0:
-        other = max(0.0, (busy1 - busy0) / CLK_TCK - usage["utime"] - usage["stime"])
+    # What the sample lost on its CPUs while it ran: time stolen by the hypervisor, and CPU used by
+    # everything else (busy time minus the sample's own CPU and the lab's polling).  A noisy
+    # neighbour shows here before it shows as a wide spread.
+    if jiffies0 is not None and jiffies1 is not None and wall > 0:
+        ncpu = len(noise_cpus) if noise_cpus else (os.cpu_count() or 1)
+        busy = (jiffies1[0] - jiffies0[0]) / CLK_TCK
+        steal = (jiffies1[1] - jiffies0[1]) / CLK_TCK
+        other = max(0.0, busy - usage["utime"] - usage["stime"] - (self1 - self0))
+        rec["noise_cpus"] = ncpu
+        rec["steal_s"] = round(steal, 3)
+        rec["steal_frac"] = round(steal / (wall * ncpu), 4)
         rec["other_cpu_s"] = round(other, 3)
-        rec["other_cpu_frac"] = round(other / (wall * (os.cpu_count() or 1)), 4)
+        rec["other_cpu_frac"] = round(other / (wall * ncpu), 4)
     ts, vs = _downsample(t_ms, rss)
     rec["rss_timeline"] = {"interval_ms": RSS_INTERVAL_S * 1000, "source": "lab", "t_ms": ts, "rss_kb": vs}
 
@@ -386,14 +417,103 @@ def plan(cells: list[Cell], variants: list[Variant], rounds: int, warmup: int, s
     return order
 
 
+NOISE_THRESHOLD = 0.10  # a sample that lost more than this share of its CPUs is re-run
+MAX_RERUNS = 6          # re-runs per cell (over all its variants and rounds)
+TARGET_WIDTH = 0.03     # a cell has converged when every ratio's interval is within ±3 %
+TIME_BUDGET_S = 600.0   # adaptive rounds stop when the run has taken this long
+MAX_ROUNDS = 50
+
+
+def instructions_argv(cell: Cell, out_file: Path) -> list:
+    """The cell's command under cachegrind: counts the instructions the program executes, a
+    figure a shared machine's noise does not move (single-threaded cells only)."""
+    return ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--branch-sim=no",
+            f"--cachegrind-out-file={out_file}", *cell.argv]
+
+
+def run_instructions(cell: Cell, variant: Variant, cpus, extra_env: dict, parse) -> dict:
+    """One sample of `cell` under cachegrind: the workload's own JSON plus `instructions` (Ir of
+    the program) and, when the workload reports `ops`, `instructions_per_op`."""
+    with tempfile.TemporaryDirectory(prefix="strata-lab-cg-") as tmp:
+        out = Path(tmp) / "cachegrind.out"
+        vcell = replace(cell, argv=instructions_argv(cell, out), timeout_s=cell.timeout_s * 20)
+        rec = run_sample(vcell, variant, cpus, extra_env, None, parse)
+        rec["kind"] = "instructions"
+        if not rec["ok"]:
+            return rec
+        ir = None
+        try:
+            for line in out.read_text().splitlines():
+                if line.startswith("summary:"):
+                    ir = int(line.split()[1])
+        except (OSError, ValueError, IndexError):
+            ir = None
+    if ir is None:
+        rec["ok"] = False
+        rec.pop("metrics", None)
+        rec["failure"] = {"kind": "parse", "message": "cachegrind wrote no instruction count",
+                          "exit_status": rec.get("exit_status"), "signal": None, "stderr_tail": "",
+                          "stdout_tail": ""}
+        return rec
+    rec["instructions"] = ir
+    ops = rec["metrics"].get("ops")
+    if isinstance(ops, (int, float)) and ops > 0:
+        rec["instructions_per_op"] = ir / ops
+    return rec
+
+
+def instruction_cells(cells: list[Cell]) -> list[Cell]:
+    """Cells valgrind can count: one thread (it serialises threads), the allocator preloaded into
+    the command itself (a driver would count its own instructions)."""
+    return [c for c in cells if c.threads == 1 and c.preload == "env"]
+
+
+def cell_ratios(doc: dict, cell: Cell, variants: list[Variant], baseline: str) -> dict:
+    """Paired ratio (stats.PairedRatio or None) of every non-baseline variant of a cell so far."""
+    from . import analysis, stats
+
+    rb = analysis.by_round([s for s in analysis.counted(doc, cell.id, baseline) if s.get("ok")])
+    out = {}
+    for v in variants:
+        if v.name == baseline:
+            continue
+        rv = analysis.by_round([s for s in analysis.counted(doc, cell.id, v.name) if s.get("ok")])
+        pv, pb = analysis.paired(rv, rb, lambda s: s["metrics"].get(cell.metric))
+        out[v.name] = stats.paired_speedup(pv, pb, cell.higher_is_better) if pv else None
+    return out
+
+
+def converged(ratios: dict, target: float) -> bool:
+    return all(p is not None and p.half_width is not None and p.half_width <= target
+               for p in ratios.values())
+
+
+def _lost(rec: dict) -> float:
+    return max(rec.get("steal_frac") or 0.0, rec.get("other_cpu_frac") or 0.0)
+
+
 def execute(suite: Suite, cells: list[Cell], variants: list[Variant], *, rounds: int, warmup: int,
             cpus: list[int], out_dir: Path, baseline: str, settings: dict, command: list[str],
             on_sample: Callable[[int, int, dict], None] | None = None,
             on_start: Callable[[int, int, Cell, Variant, int | None], None] | None = None,
-            seed: int | None = None) -> dict:
-    """Run everything, writing out_dir/results.json after every sample.  Returns the document."""
+            seed: int | None = None, noise_threshold: float | None = NOISE_THRESHOLD,
+            max_reruns: int = MAX_RERUNS, target_width: float = TARGET_WIDTH,
+            time_budget_s: float = 0.0, max_rounds: int = MAX_ROUNDS,
+            instructions: bool = False) -> dict:
+    """Run everything, writing out_dir/results.json after every sample.  Returns the document.
+
+    1. The planned samples: warm-ups, then `rounds` interleaved rounds.  A counted sample that
+       lost more than `noise_threshold` of its CPUs (steal or other processes) is run again at
+       once, at most `max_reruns` times per cell; the worse of the two is kept, marked
+       `superseded_by`, and left out of the statistics.
+    2. With `instructions`, one cachegrind sample per single-threaded cell and variant.
+    3. Adaptive rounds: while the run has taken less than `time_budget_s`, every cell whose
+       ratios to the baseline are not all within ±`target_width` gets one more interleaved round
+       (up to `max_rounds`).  Why a cell stopped short is recorded under `convergence`."""
+    t_start = time.monotonic()
     seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
     order = plan(cells, variants, rounds, warmup, seed)
+    icells = instruction_cells(cells) if instructions else []
     doc = {
         "schema": results.SCHEMA, "schema_version": results.SCHEMA_VERSION,
         "run_id": out_dir.name, "suite": suite.name, "description": suite.description,
@@ -401,38 +521,142 @@ def execute(suite: Suite, cells: list[Cell], variants: list[Variant], *, rounds:
         "command": command, "lab_version": __version__,
         "git": machine.git_revision(), "machine": machine.describe(),
         "settings": {**settings, "rounds": rounds, "warmup": warmup, "cpus": cpus,
-                     "baseline": baseline, "order_seed": seed, "planned_samples": len(order)},
+                     "baseline": baseline, "order_seed": seed,
+                     "planned_samples": len(order) + len(icells) * len(variants),
+                     "noise_threshold": noise_threshold, "max_reruns_per_cell": max_reruns,
+                     "target_width": target_width, "time_budget_s": time_budget_s,
+                     "max_rounds": max_rounds, "instructions": bool(instructions)},
         "variants": {v.name: v.info for v in variants},
         "cells": [{**c.to_json(), "oversubscribed": oversubscribed(c, cpus)} for c in cells],
         "samples": [],
+        "convergence": None,
     }
     path = out_dir / results.FILENAME
     results.write_atomic(path, doc)
     stats_dir = out_dir / "strata-stats"
+    reruns: dict[str, int] = {c.id: 0 for c in cells}
+
+    def total() -> int:
+        return doc["settings"]["planned_samples"]
+
+    def one(cell: Cell, v: Variant, rnd: int | None, rerun_of: int | None = None,
+            kind: str = "time") -> dict:
+        i = len(doc["samples"])
+        if on_start:
+            on_start(i, total(), cell, v, rnd)
+        stats_file = None
+        if v.name == "strata" and v.library:
+            stats_dir.mkdir(exist_ok=True)
+            stats_file = stats_dir / f"{i:05d}.json"
+        extra = {"STRATA_LAB_VARIANT": v.name, "STRATA_LAB_CELL": cell.id,
+                 "STRATA_LAB_ROUND": "warmup" if rnd is None and kind == "time" else str(rnd)}
+        run_cpus = list(cell.cpus) if cell.cpus is not None else cpus
+        if kind == "instructions":
+            rec = run_instructions(cell, v, run_cpus, extra, suite.parse)
+        else:
+            rec = run_sample(cell, v, run_cpus, extra, stats_file, suite.parse)
+        rec = {"index": i, "cell": cell.id, "variant": v.name, "round": rnd,
+               "warmup": rnd is None and kind == "time", **rec}
+        if kind == "time" and noise_threshold is not None and rnd is not None:
+            rec["noisy"] = _lost(rec) > noise_threshold
+        if rerun_of is not None:
+            rec["rerun_of"] = rerun_of
+        if stats_file is not None and stats_file.is_file():
+            try:
+                rec["strata_stats"] = json.loads(stats_file.read_text())
+            except (json.JSONDecodeError, OSError) as e:
+                rec["strata_stats"] = {"error": f"unreadable STRATA_STATS_FILE: {e}"}
+        doc["samples"].append(rec)
+        results.write_atomic(path, doc)
+        if on_sample:
+            on_sample(i, total(), rec)
+        return rec
+
+    def measured(cell: Cell, v: Variant, rnd: int | None) -> None:
+        rec = one(cell, v, rnd)
+        if not (rec.get("noisy") and rec["ok"] and reruns[cell.id] < max_reruns):
+            return
+        # Run it again at once (still next to the other variants of its round, so the pairing
+        # holds); keep the one that lost less, never hide a failure.
+        reruns[cell.id] += 1
+        doc["settings"]["planned_samples"] += 1
+        again = one(cell, v, rnd, rerun_of=rec["index"])
+        if again["ok"]:
+            keep, drop = (again, rec) if _lost(again) <= _lost(rec) else (rec, again)
+            drop["superseded_by"] = keep["index"]
+            results.write_atomic(path, doc)
+
+    def record_convergence(state: dict) -> None:
+        doc["convergence"] = {"target_width": target_width, "time_budget_s": time_budget_s,
+                              "max_rounds": max_rounds,
+                              "elapsed_s": round(time.monotonic() - t_start, 1), "cells": state}
+        results.write_atomic(path, doc)
+
     with _sigterm_as_interrupt():
         try:
-            for i, (cell, v, rnd) in enumerate(order):
-                if on_start:
-                    on_start(i, len(order), cell, v, rnd)
-                stats_file = None
-                if v.name == "strata" and v.library:
-                    stats_dir.mkdir(exist_ok=True)
-                    stats_file = stats_dir / f"{i:05d}.json"
-                extra = {"STRATA_LAB_VARIANT": v.name, "STRATA_LAB_CELL": cell.id,
-                         "STRATA_LAB_ROUND": "warmup" if rnd is None else str(rnd)}
-                rec = run_sample(cell, v, list(cell.cpus) if cell.cpus is not None else cpus,
-                                 extra, stats_file, suite.parse)
-                rec = {"index": i, "cell": cell.id, "variant": v.name, "round": rnd,
-                       "warmup": rnd is None, **rec}
-                if stats_file is not None and stats_file.is_file():
-                    try:
-                        rec["strata_stats"] = json.loads(stats_file.read_text())
-                    except (json.JSONDecodeError, OSError) as e:
-                        rec["strata_stats"] = {"error": f"unreadable STRATA_STATS_FILE: {e}"}
-                doc["samples"].append(rec)
-                results.write_atomic(path, doc)
-                if on_sample:
-                    on_sample(i, len(order), rec)
+            for cell, v, rnd in order:
+                measured(cell, v, rnd)
+            for cell in icells:
+                for v in variants:
+                    one(cell, v, None, kind="instructions")
+
+            # Adaptive rounds, one more interleaved round per unconverged cell per pass.
+            rng = random.Random(seed + 1)
+            done = {c.id: rounds for c in cells}
+            cost: dict[str, float] = {}
+            for c in cells:  # a round's cost: the cell's counted samples so far, on average
+                walls = [s.get("wall_s") or 0 for s in doc["samples"] if s["cell"] == c.id
+                         and s["round"] is not None and s.get("kind", "time") == "time"]
+                cost[c.id] = (sum(walls) / max(1, rounds) + 0.05 * len(variants)) if walls else 0.0
+            stopped: dict[str, str] = {}
+            while time_budget_s > 0:
+                pending = []
+                for c in cells:
+                    if c.id in stopped:
+                        continue
+                    ratios = cell_ratios(doc, c, variants, baseline)
+                    if converged(ratios, target_width):
+                        continue
+                    if any(p is None for p in ratios.values()):
+                        stopped[c.id] = "failures"
+                    elif done[c.id] >= max_rounds:
+                        stopped[c.id] = "max_rounds"
+                    else:
+                        pending.append(c)
+                ran = False
+                for c in pending:
+                    if time.monotonic() - t_start + cost[c.id] > time_budget_s:
+                        stopped[c.id] = "budget"
+                        continue
+                    t0 = time.monotonic()
+                    vs = list(variants)
+                    rng.shuffle(vs)
+                    doc["settings"]["planned_samples"] += len(vs)
+                    for v in vs:
+                        measured(c, v, done[c.id])
+                    done[c.id] += 1
+                    cost[c.id] = time.monotonic() - t0
+                    ran = True
+                if not ran:
+                    break
+            from . import stats
+
+            state = {}
+            for c in cells:
+                ratios = cell_ratios(doc, c, variants, baseline)
+                ok = converged(ratios, target_width)
+                need = [stats.rounds_needed(p, target_width) for p in ratios.values() if p is not None]
+                need = max([n for n in need if n is not None], default=None)
+                reason = None
+                if not ok:
+                    reason = stopped.get(c.id) or ("rounds" if time_budget_s <= 0 else "budget")
+                    if reason == "budget" and need is not None and need > max_rounds:
+                        reason = "spread"
+                state[c.id] = {"rounds": done[c.id], "converged": ok, "reason": reason,
+                               "rounds_needed": None if ok else need,
+                               "half_width": {v: (p.half_width if p is not None else None)
+                                              for v, p in ratios.items()}}
+            record_convergence(state)
         except KeyboardInterrupt:
             doc["interrupted"] = "SIGINT"
             results.write_atomic(path, doc)

@@ -1,9 +1,10 @@
-"""Statistics the lab reports, on numpy/scipy: medians with spread, bootstrap intervals, ratios
-against a baseline, geometric means, Mann–Whitney tests and per-round P99.
+"""Statistics the lab reports, on numpy/scipy: medians with spread, bootstrap intervals, paired
+per-round ratios against a baseline, geometric means, Mann–Whitney tests and per-round P99.
 
 Conventions: MAD is the raw median absolute deviation (not scaled to sigma); CV is the sample
 standard deviation (ddof=1) over the mean; intervals are 95 % percentile bootstraps with a fixed
-seed, so a report is reproducible from its results.json.
+seed, so a report is reproducible from its results.json.  Ratios against the baseline come from
+paired rounds (paired_speedup) with an exact order-statistic interval of the median.
 """
 
 from __future__ import annotations
@@ -153,6 +154,132 @@ def geomean_speedup_ci(pairs: list[tuple[Sequence[float], Sequence[float], bool]
                         method="percentile", vectorized=True, paired=False,
                         random_state=np.random.default_rng(seed))
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+# ---- paired per-round ratios --------------------------------------------------------------------
+#
+# Rounds are interleaved: round k of every variant of a cell runs back to back, in a random order.
+# Round k of a variant is therefore paired with round k of the baseline, and machine drift that
+# moves both cancels in their ratio.  Ratios and their intervals come from those per-round ratios,
+# never from two independent resamplings (which count the drift twice and give intervals such as
+# [0.82-118]).
+
+
+def round_log_ratios(values: Sequence[float], baseline: Sequence[float],
+                     higher_is_better: bool = True) -> np.ndarray:
+    """Per-round log speedups, oriented so > 0 is better: log(v/b) for throughputs, log(b/v) for
+    times.  `values[k]` and `baseline[k]` must come from the same round."""
+    v, b = _arr(values), _arr(baseline)
+    if len(v) != len(b):
+        raise ValueError("paired ratios need one baseline value per round")
+    if np.any(v <= 0) or np.any(b <= 0):
+        raise ValueError("ratios need positive values")
+    lr = np.log(v) - np.log(b)
+    return lr if higher_is_better else -lr
+
+
+def median_order_ci(n: int, confidence: float = CONFIDENCE) -> tuple[int, int, float] | None:
+    """Exact distribution-free interval of a median from order statistics: 0-based indices (lo, hi)
+    into the sorted values and the interval's true coverage, 1 - 2 P(Bin(n, 1/2) <= lo).  The
+    narrowest symmetric pair reaching `confidence`; with n <= 5 no pair does, and (min, max) is
+    returned with its lower coverage (5 rounds: 93.75 %).  None for n < 2."""
+    if n < 2:
+        return None
+    cdf = sps.binom.cdf(np.arange(n), n, 0.5)
+    best = (0, n - 1, float(1 - 2 * cdf[0]))
+    for k in range(n // 2):
+        coverage = float(1 - 2 * cdf[k])
+        if coverage >= confidence - 1e-12:
+            best = (k, n - 1 - k, coverage)
+        else:
+            break
+    return best
+
+
+@dataclass(frozen=True)
+class PairedRatio:
+    """The ratio of a variant to the baseline from paired rounds.  `ratio` is the median of the
+    per-round ratios (for an even count, the geometric mean of the middle two); the interval is the
+    exact order-statistic interval of that median, `coverage` its true confidence."""
+
+    n: int
+    ratio: float
+    ci_low: float | None
+    ci_high: float | None
+    coverage: float | None
+    per_round: tuple  # the per-round ratios, in round order
+
+    @property
+    def half_width(self) -> float | None:
+        """Half the interval's width relative to the ratio (0.03 = ±3 %)."""
+        if self.ci_low is None:
+            return None
+        return (self.ci_high - self.ci_low) / 2 / self.ratio
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "per_round": list(self.per_round), "half_width": self.half_width}
+
+
+def paired_ratio(ratios: Sequence[float]) -> PairedRatio | None:
+    """Median and exact interval of per-round ratios (positive numbers, in round order)."""
+    r = _arr(ratios)
+    if len(r) == 0:
+        return None
+    if np.any(r <= 0):
+        raise ValueError("ratios must be positive")
+    srt = np.sort(r)
+    n = len(r)
+    point = float(srt[n // 2]) if n % 2 else float(math.sqrt(srt[n // 2 - 1] * srt[n // 2]))
+    ci = median_order_ci(n)
+    lo = hi = cov = None
+    if ci:
+        lo, hi, cov = float(srt[ci[0]]), float(srt[ci[1]]), ci[2]
+    return PairedRatio(n=n, ratio=point, ci_low=lo, ci_high=hi, coverage=cov,
+                       per_round=tuple(float(x) for x in r))
+
+
+def paired_speedup(values, baseline, higher_is_better: bool = True) -> PairedRatio | None:
+    """Speedup (> 1 is better) of paired rounds: values[k] and baseline[k] ran in round k."""
+    v, b = _arr(values), _arr(baseline)
+    if len(v) != len(b):
+        raise ValueError("paired ratios need one baseline value per round")
+    if np.any(v <= 0) or np.any(b <= 0):
+        raise ValueError("ratios need positive values")
+    return paired_ratio(v / b if higher_is_better else b / v)
+
+
+def geomean_paired(cells: list[Sequence[float]], seed: int = SEED) -> tuple[float, tuple | None]:
+    """Geometric mean across cells of the per-cell median log ratio (for an even count of rounds
+    the mean of the middle two, matching paired_ratio), with a 95 % percentile
+    bootstrap interval that resamples rounds within each cell (pairs stay together; cells are
+    strata).  `cells`: per cell, its per-round log ratios.  Returns (point, (low, high) or None)."""
+    arrs = [_arr(c) for c in cells if len(c)]
+    if not arrs:
+        raise ValueError("no cells")
+    point = float(np.exp(np.mean([np.median(a) for a in arrs])))
+    if all(len(a) < 2 for a in arrs):
+        return point, None
+    if all(np.all(a == a[0]) for a in arrs):
+        return point, (point, point)
+    rng = np.random.default_rng(seed)
+    total = np.zeros(N_RESAMPLES)
+    for a in arrs:
+        idx = rng.integers(0, len(a), size=(N_RESAMPLES, len(a)))
+        total += np.median(a[idx], axis=1)
+    reps = np.exp(total / len(arrs))
+    alpha = (1 - CONFIDENCE) / 2
+    return point, (float(np.quantile(reps, alpha)), float(np.quantile(reps, 1 - alpha)))
+
+
+def rounds_needed(p: PairedRatio, target: float) -> int | None:
+    """Rounds a cell would need for its interval to reach ±target, assuming the half-width
+    shrinks as 1/sqrt(rounds): a rough figure to say whether more budget would help."""
+    hw = p.half_width
+    if hw is None or target <= 0:
+        return None
+    if hw <= target:
+        return p.n
+    return int(math.ceil(max(p.n, 6) * (hw / target) ** 2))
 
 
 def mann_whitney(a: Sequence[float], b: Sequence[float]) -> float | None:

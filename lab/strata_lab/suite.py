@@ -275,6 +275,13 @@ class Suite:
         return int(getattr(self.module, "ROUNDS", 5))
 
     @property
+    def time_budget(self) -> float | None:
+        """TIME_BUDGET: seconds a run of the suite may take with its adaptive rounds (None: the
+        lab's default)."""
+        v = getattr(self.module, "TIME_BUDGET", None)
+        return None if v is None else float(v)
+
+    @property
     def warmup(self) -> int:
         return int(getattr(self.module, "WARMUP", 1))
 

@@ -95,6 +95,62 @@ def rss_table(an: dict) -> Table:
     return t
 
 
+def faults_table(an: dict) -> Table | None:
+    if not any(c["by_variant"][v].get("minor_faults") is not None for c in an["cells"] for v in an["variants"]):
+        return None
+    t = Table(title="minor page faults per sample (median)", header_style="bold")
+    t.add_column("cell", no_wrap=True)
+    for v in an["variants"]:
+        t.add_column(v, justify="right")
+    for c in an["cells"]:
+        t.add_row(cell_label(c), *[si(c["by_variant"][v].get("minor_faults")) for v in an["variants"]])
+    return t
+
+
+def noise_line(an: dict) -> str:
+    n = an.get("noise") or {}
+    if not n.get("samples"):
+        return "noise: no counted samples"
+    pct = lambda x: "unknown" if x is None else f"{x * 100:.1f} %"  # noqa: E731
+    thr = n.get("threshold")
+    return (f"noise per sample (median share of its CPUs): other processes {pct(n.get('other_cpu_frac'))}, "
+            f"steal {pct(n.get('steal_frac'))}; {n['noisy']} of {n['samples']} counted samples lost more "
+            f"than {'the threshold' if thr is None else format(thr * 100, 'g') + ' %'}, "
+            f"{n['reruns']} re-run{'s' if n['reruns'] != 1 else ''}")
+
+
+def convergence_lines(an: dict) -> list[str]:
+    conv = an.get("convergence") or {}
+    if not conv.get("cells"):
+        return []
+    t = conv["target"]
+    ok = sum(1 for x in conv["cells"].values() if x["converged"])
+    out = [f"ratio intervals within ±{t * 100:g} %: {ok} of {len(conv['cells'])} cells"]
+    for v, (cid, hw) in conv.get("widest", {}).items():
+        out.append(f"widest {v}/{an['baseline']} interval: ±{hw * 100:.1f} % ({cid})")
+    for cid, why in conv.get("not_converged", {}).items():
+        out.append(f"not converged: {cid}: {why}")
+    return out
+
+
+def pareto_lines(an: dict, who: str = "strata") -> list[str]:
+    """Cells where some peer is both faster and leaner than `who` (medians)."""
+    if who not in an["variants"]:
+        return []
+    out = []
+    for c in an["cells"]:
+        e = c["by_variant"][who]
+        for p in c["pareto"]["dominating"].get(who, []):
+            q = c["by_variant"][p]
+            sp = q["summary"].median / e["summary"].median
+            if not c.get("higher_is_better", True):
+                sp = 1 / sp
+            out.append(f"{c['id']}: {p} is {sp:.2f}× as fast as {who} with "
+                       f"{q['rss'].median / e['rss'].median:.2f}× its peak RSS "
+                       f"({mib(q['rss'].median)} vs {mib(e['rss'].median)})")
+    return out
+
+
 def latency_table(an: dict) -> Table | None:
     rows = []
     for c in an["cells"]:
@@ -117,9 +173,21 @@ def print_analysis(an: dict, console: Console, doc: dict) -> None:
     console.print(throughput_table(an, title=f"{doc['suite']}: median ± half 95 % interval; "
                                               f"speedup vs {an['baseline']} [95 % interval], > 1 is better"))
     console.print(rss_table(an))
+    ft = faults_table(an)
+    if ft is not None:
+        console.print(ft)
     lt = latency_table(an)
     if lt is not None:
         console.print(lt)
+    console.print(noise_line(an), highlight=False, markup=False)
+    for line in convergence_lines(an):
+        console.print(line, highlight=False, markup=False)
+    dom = pareto_lines(an)
+    if "strata" in an["variants"]:
+        console.print(f"speed against memory: {len(dom)} cell{'s' if len(dom) != 1 else ''} where a peer "
+                      "is both faster and leaner than strata" + (":" if dom else ""), markup=False)
+        for line in dom:
+            console.print(f"  • {line}", markup=False, highlight=False)
     if an["warnings"]:
         console.print("[bold yellow]warnings:[/]")
         for w in an["warnings"]:
@@ -140,6 +208,14 @@ def compare_table(cmp: dict, a_name: str, b_name: str) -> Table:
     return t
 
 
+def _rounds_text(an: dict, doc: dict) -> str:
+    ns = [c["by_variant"][v]["n"] for c in an["cells"] for v in an["variants"] if c["by_variant"][v]["n"]]
+    planned = doc["settings"].get("rounds")
+    if not ns or min(ns) == max(ns) == planned:
+        return str(planned)
+    return f"{planned} minimum, {min(ns)}–{max(ns)} successful per cell and variant"
+
+
 def markdown(an: dict, doc: dict, extra: str = "") -> str:
     base = an["baseline"]
     m = doc["machine"]
@@ -152,11 +228,14 @@ def markdown(an: dict, doc: dict, extra: str = "") -> str:
             f"- git: {doc['git'].get('revision', '?')[:12]}{' (dirty)' if doc['git'].get('dirty') else ''}",
             f"- other processes' CPU use during the samples (median share of all CPUs): "
             f"{'unknown' if an.get('other_cpu_frac') is None else format(an['other_cpu_frac'] * 100, '.0f') + ' %'}",
-            f"- rounds: {doc['settings'].get('rounds')}, warm-up: {doc['settings'].get('warmup')}, "
+            f"- {noise_line(an)}",
+            f"- rounds: {_rounds_text(an, doc)}, warm-up: {doc['settings'].get('warmup')}, "
             f"CPUs: {doc['settings'].get('cpus')}, baseline: {base}",
             "- variants: " + "; ".join(f"{v} {doc['variants'][v].get('version', '')}".strip()
                                        for v in an["variants"]), "",
             f"## Primary metric: median ± half 95 % interval, speedup vs {base} (> 1 is better)", "",
+            f"Speedups are medians of the per-round ratios (round k of a variant against round k of "
+            f"{base}), with the exact order-statistic interval of that median.", "",
             "| cell | " + " | ".join(an["variants"]) + " |",
             "|---|" + "---:|" * len(an["variants"])]
     for c in an["cells"]:
@@ -188,6 +267,23 @@ def markdown(an: dict, doc: dict, extra: str = "") -> str:
             else:
                 cols.append(mib(e["rss"].median) + ("" if v == base else f" {stats.fmt_ratio(e['rss_ratio'])}"))
         out.append(f"| {c['id']} | " + " | ".join(cols) + " |")
+    if any(c["by_variant"][v].get("minor_faults") is not None for c in an["cells"] for v in an["variants"]):
+        out += ["", "## Minor page faults per sample (median)", "",
+                "| cell | " + " | ".join(an["variants"]) + " |", "|---|" + "---:|" * len(an["variants"])]
+        for c in an["cells"]:
+            out.append(f"| {c['id']} | " + " | ".join(si(c["by_variant"][v].get("minor_faults"))
+                                                      for v in an["variants"]) + " |")
+    conv = convergence_lines(an)
+    if conv:
+        out += ["", "## Ratio intervals", ""] + [f"- {x}" for x in conv]
+    if "strata" in an["variants"]:
+        dom = pareto_lines(an)
+        out += ["", "## Speed against memory", "",
+                f"Cells where a peer is both faster and leaner than strata (medians): {len(dom)}."
+                + ("" if dom else " None."), ""] + [f"- {x}" for x in dom]
+        out += ["", "| cell | Pareto frontier (no other variant both faster and leaner) |", "|---|---|"]
+        for c in an["cells"]:
+            out.append(f"| {c['id']} | {', '.join(c['pareto']['frontier']) or '–'} |")
     lat_rows = [(c["id"], v, k, lat) for c in an["cells"] for v in an["variants"]
                 for k, lat in c["by_variant"][v]["latency"].items() if lat]
     if lat_rows:
