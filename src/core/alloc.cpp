@@ -20,7 +20,14 @@ STRATA_NOINLINE void* malloc_huge(size_t size, size_t alignment) noexcept {
 
 namespace {
 
-enum class lookup_status { ok, invalid, huge };
+// An aligned allocation that hands out a pointer inside its block leaves this mark in the
+// block's first 16 bytes (which the user's data, starting at least 16 bytes in, never covers):
+// the pointer handed out, and a tag that no free block's canary and no user data can match
+// without the secret.  Only such a pointer can free the block (find_block).
+constexpr uintptr_t aligned_tag_salt = 0xa11a11a11a11a11aull;
+inline uintptr_t aligned_tag_of(const block* b) noexcept { return canary_of(b) ^ aligned_tag_salt; }
+
+enum class lookup_status { ok, invalid, huge, freed_huge };
 
 struct lookup {
   lookup_status status;
@@ -35,9 +42,10 @@ lookup find_block(segment* seg, void* p) noexcept {
     seg = huge_segment_containing(p);
     if (seg == nullptr) return {lookup_status::invalid, nullptr, nullptr, nullptr};
   }
-  if (seg->kind == segment_kind::huge) {
+  if (seg->kind != segment_kind::normal) {
     if (p != seg->pages[0].start) return {lookup_status::invalid, seg, nullptr, nullptr};
-    return {lookup_status::huge, seg, nullptr, static_cast<block*>(p)};
+    auto status = seg->kind == segment_kind::huge ? lookup_status::huge : lookup_status::freed_huge;
+    return {status, seg, nullptr, static_cast<block*>(p)};
   }
   page* pg = page_of(seg, p);
   if (pg == nullptr) return {lookup_status::invalid, seg, nullptr, nullptr};
@@ -46,9 +54,14 @@ lookup find_block(segment* seg, void* p) noexcept {
   size_t offset = static_cast<size_t>(static_cast<uint8_t*>(p) - pg->start);
   if (!is_carved_block_start(pg, offset)) {
     // An aligned allocation may hand out a pointer inside its block.
+    // Its block carries the mark alloc_aligned left (or, once freed, the free canary: the
+    // caller reports the double free); any other interior pointer is refused.
     if (!(flags & page_flag::has_aligned)) return {lookup_status::invalid, seg, pg, nullptr};
     offset -= offset % pg->block_size;
     if (!is_carved_block_start(pg, offset)) return {lookup_status::invalid, seg, pg, nullptr};
+    auto* b = reinterpret_cast<block*>(pg->start + offset);
+    bool marked = b->canary == aligned_tag_of(b) && b->next == static_cast<block*>(p);
+    if (!marked && b->canary != canary_of(b)) return {lookup_status::invalid, seg, pg, nullptr};
   }
   return {lookup_status::ok, seg, pg, reinterpret_cast<block*>(pg->start + offset)};
 }
@@ -73,6 +86,22 @@ void free_remote(segment* seg, page* pg, block* b) noexcept {
   }
 }
 
+// A block the lookup found that is free already (its canary says so), or a cached huge mapping.
+bool is_freed(const lookup& l) noexcept {
+  if (l.status == lookup_status::freed_huge) return true;
+  return l.status == lookup_status::ok && l.b->canary == canary_of(l.b);
+}
+
+// A block alone in its page, which has not been handed out since its span came clean from the
+// OS (page_flag::clean): its bytes are all zero.
+bool block_is_clean(const void* p) noexcept {
+  page* pg = page_lookup(p);
+  return pg != nullptr && (flags_of(pg) & page_flag::clean);
+}
+
+// A block that realloc grows past this size moves to a huge mapping of its own (strata_realloc).
+constexpr size_t realloc_huge_min = size_t{1} << 20;
+
 size_t usable_of(const lookup& l, const void* p) noexcept {
   if (l.status == lookup_status::huge) return l.seg->huge_size;
   return l.pg->block_size - static_cast<size_t>(static_cast<const uint8_t*>(p) - reinterpret_cast<uint8_t*>(l.b));
@@ -86,7 +115,13 @@ STRATA_NOINLINE void free_slow(void* p) noexcept {
   lookup l = find_block(map_has_segment(seg) ? seg : nullptr, p);
   switch (l.status) {
     case lookup_status::invalid:
-      report_bad_free(p, "free of a pointer strata did not allocate:");
+      if (huge_was_freed(p))
+        report_bad_free(p, "double free of the huge block");
+      else
+        report_bad_free(p, "free of a pointer strata did not allocate:");
+      return;
+    case lookup_status::freed_huge:
+      report_bad_free(p, "double free of the huge block");
       return;
     case lookup_status::huge:
       huge_free(l.seg);
@@ -100,7 +135,12 @@ STRATA_NOINLINE void free_slow(void* p) noexcept {
     return;
   }
   heap* h = tl_heap;
-  if (l.seg->owner.load(std::memory_order_relaxed) == h) {
+  heap* owner = l.seg->owner.load(std::memory_order_relaxed);
+  // A block of an exited thread's segment: the freeing thread takes the segment over, so what
+  // the exited thread left is reused or given back by a live heap (not kept until some thread
+  // happens to need a new segment).
+  if (owner == nullptr && h != &empty_heap && segment_reclaim(h, l.seg)) owner = h;
+  if (owner == h) {
     page* pg = l.pg;
     b->next = pg->local_free;
     b->canary = canary_of(b);
@@ -126,7 +166,12 @@ void* alloc_aligned(size_t alignment, size_t size) noexcept {
       auto a = (reinterpret_cast<uintptr_t>(p) + alignment - 1) & ~(alignment - 1);
       if (a != reinterpret_cast<uintptr_t>(p)) {
         segment* seg = segment_of(p);
-        flags_set(page_of(seg, p), page_flag::has_aligned);
+        page* pg = page_of(seg, p);
+        // The page is the calling heap's (malloc just served it): the owner writes flags.
+        if (!(flags_of(pg) & page_flag::has_aligned)) flags_set(pg, page_flag::has_aligned);
+        auto* b = static_cast<block*>(p);
+        b->next = reinterpret_cast<block*>(a);
+        b->canary = aligned_tag_of(b);
       }
       return reinterpret_cast<void*>(a);
     }
@@ -153,9 +198,17 @@ STRATA_EXPORT void* strata_calloc(size_t count, size_t size) {
     errno = ENOMEM;
     return nullptr;
   }
+  if (bytes > large_max) {
+    bool zeroed = false;
+    global_init();
+    void* p = huge_alloc(bytes, 0, &zeroed);
+    if (p != nullptr && !zeroed) memset(p, 0, bytes);
+    return p;
+  }
   void* p = malloc_inline(bytes);
-  // Huge mappings come fresh from the OS, already zero.
-  if (p != nullptr && bytes <= large_max) memset(p, 0, bytes);
+  // A block alone in a page whose span was fresh from the OS (or purged) is zero already: calloc
+  // must not touch (and so fault in) every page of a big block nobody has written.
+  if (p != nullptr && !(bytes > one_block_page_min && block_is_clean(p))) memset(p, 0, bytes);
   return p;
 }
 
@@ -163,7 +216,7 @@ STRATA_EXPORT size_t strata_usable_size(const void* p) {
   if (p == nullptr) return 0;
   segment* seg = segment_of(p);
   lookup l = find_block(map_has_segment(seg) ? seg : nullptr, const_cast<void*>(p));
-  if (l.status == lookup_status::invalid) return 0;
+  if (l.status == lookup_status::invalid || is_freed(l)) return 0;
   return usable_of(l, p);
 }
 
@@ -175,14 +228,28 @@ STRATA_EXPORT void* strata_realloc(void* p, size_t size) {
   }
   segment* seg = segment_of(p);
   lookup l = find_block(map_has_segment(seg) ? seg : nullptr, p);
-  if (l.status == lookup_status::invalid) {
-    report_bad_free(p, "realloc of a pointer strata did not allocate:");
+  if (l.status == lookup_status::invalid || is_freed(l)) {
+    // A freed block must not come back: it is on a free list (or in the huge cache).
+    bool freed = is_freed(l) || huge_was_freed(p);
+    report_bad_free(p, freed ? "realloc of the freed block" : "realloc of a pointer strata did not allocate:");
     errno = EINVAL;
     return nullptr;
   }
+  // A huge block grows or shrinks in its own mapping (mremap: pages move, never copied).
+  if (l.status == lookup_status::huge && size > realloc_huge_min / 2) return huge_realloc(l.seg, size);
   size_t usable = usable_of(l, p);
   if (size <= usable && size >= usable / 2) return p;  // fits without wasting half
-  void* q = malloc_inline(size);
+  void* q;
+  if (size > usable && size > realloc_huge_min) {
+    // A block growing past realloc_huge_min moves to a mapping of its own, with headroom, so
+    // that further growth is an mremap (a buffer grown step by step to 64 MiB is not copied
+    // at every size class).
+    size_t want = usable + usable / 2 > size ? usable + usable / 2 : size;
+    global_init();
+    q = huge_alloc(want, 0);
+  } else {
+    q = malloc_inline(size);
+  }
   if (q == nullptr) return nullptr;  // p is untouched, errno = ENOMEM
   memcpy(q, p, size < usable ? size : usable);
   free_inline(p);

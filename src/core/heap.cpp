@@ -29,6 +29,16 @@ namespace {
 spin_lock registry_lock;
 heap* registry = nullptr;
 
+// A thread whose heap was given back at exit (heap_thread_done) may still allocate: a later
+// thread-key destructor, or a C++ thread_local destructor, can call malloc.  A new heap then
+// would never be given back (pthread runs our destructor a bounded number of rounds), so such
+// allocations come from one shared heap, under a lock.  Its owner word matches no thread, so
+// every free of its blocks takes the remote path, which needs no lock.
+__thread bool tl_exited __attribute__((tls_model("initial-exec"))) = false;
+spin_lock orphan_lock;
+heap* orphan_heap = nullptr;
+constexpr uintptr_t orphan_tid = 2;  // never a thread pointer (those are aligned)
+
 // ---- page lists ------------------------------------------------------------------------------
 void list_push_front(page_list& l, page* pg) noexcept {
   pg->prev = nullptr;
@@ -161,6 +171,9 @@ void heap_schedule_purge(heap* h) noexcept {
 }
 
 void* heap_alloc_slow(heap* h, size_t cls) noexcept {
+  // Free memory ages out on any slow path, not only when a new span is needed: a thread that
+  // keeps allocating from its pages must still give back what it freed long ago.
+  if (STRATA_UNLIKELY(h->purge_due_ms != 0)) heap_maybe_purge(h);
   // The common case: the direct page's own frees become its free list.
   if (page* pg = h->direct[cls]; pg->local_free != nullptr) {
     page_fold_frees(h, pg);
@@ -269,6 +282,7 @@ uint32_t page_collect(heap* h, page* pg) noexcept {
   }
   block* tf = pg->thread_free.exchange(nullptr, std::memory_order_acquire);
   if (tf == nullptr) return 0;
+  if (flags_of(pg) & page_flag::clean) flags_clear(pg, page_flag::clean);
   uint32_t n = 1;
   block* tail = tf;
   while (tail->next) {
@@ -301,6 +315,7 @@ void page_local_event(heap* h, page* pg) noexcept {
     if (h->direct[cls] == &empty_page) set_direct(h, cls, pg);
   }
   if (pg->used == 0) {
+    if (flags_of(pg) & page_flag::clean) flags_clear(pg, page_flag::clean);
     // Each class keeps one empty page (its spare) for its next allocations, sparing a span
     // round trip to a thread that frees and allocates blocks of one size over and over.  Any
     // other page that empties gives its span back to the segment at once, where any class can
@@ -327,37 +342,65 @@ void page_local_event(heap* h, page* pg) noexcept {
 void heap_thread_done(void* arg) noexcept {
   auto* h = static_cast<heap*>(arg);
   if (h == nullptr || h == &empty_heap) return;
+  tl_exited = true;
   tl_heap = &empty_heap;
   heap_abandon(h);
 }
 
+namespace {
+// A heap from the registry (a dead thread's) or a new one, marked alive for `tid`.
+heap* heap_acquire(uintptr_t tid) noexcept {
+  lock_guard g(registry_lock);
+  heap* h = nullptr;
+  for (heap* r = registry; r; r = r->next_in_registry) {
+    if (!r->alive) {
+      h = r;
+      break;
+    }
+  }
+  if (h == nullptr) {
+    size_t bytes = (sizeof(heap) + os::page_size() - 1) & ~(os::page_size() - 1);
+    auto* fresh = static_cast<heap*>(os::map_aligned(bytes, os::page_size()));
+    if (fresh == nullptr) return nullptr;
+    os::commit_add(static_cast<int64_t>(bytes));
+    for (auto& d : fresh->direct) d = &empty_page;
+    for (auto& d : fresh->direct_small) d = &empty_page;
+    fresh->tid = 0;
+    fresh->next_in_registry = registry;
+    registry = fresh;
+    h = fresh;
+  }
+  h->alive = true;
+  h->tid = tid;
+  return h;
+}
+
+// An allocation from h, which the fast path has not looked at (a new or shared heap).
+void* heap_alloc(heap* h, size_t cls) noexcept {
+  if (h == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  page* pg = h->direct[cls];
+  if (pg->free) return page_pop(h, pg);
+  return heap_alloc_slow(h, cls);
+}
+
+// An allocation by a thread whose heap is gone (tl_exited): from the shared orphan heap.
+void* orphan_alloc(size_t cls) noexcept {
+  lock_guard g(orphan_lock);
+  if (orphan_heap == nullptr) orphan_heap = heap_acquire(orphan_tid);
+  return heap_alloc(orphan_heap, cls);
+}
+}  // namespace
+
 heap* heap_get_or_create() noexcept {
   heap* h = tl_heap;
   if (h != &empty_heap) return h;
+  if (tl_exited) return nullptr;  // its heap is gone for good (orphan_alloc serves it)
   global_init();
-  {
-    lock_guard g(registry_lock);
-    for (heap* r = registry; r; r = r->next_in_registry) {
-      if (!r->alive) {
-        h = r;
-        break;
-      }
-    }
-    if (h == &empty_heap) {
-      size_t bytes = (sizeof(heap) + os::page_size() - 1) & ~(os::page_size() - 1);
-      auto* fresh = static_cast<heap*>(os::map_aligned(bytes, os::page_size()));
-      if (fresh == nullptr) return nullptr;
-      os::commit_add(static_cast<int64_t>(bytes));
-      for (auto& d : fresh->direct) d = &empty_page;
-      for (auto& d : fresh->direct_small) d = &empty_page;
-      fresh->tid = 0;
-      fresh->next_in_registry = registry;
-      registry = fresh;
-      h = fresh;
-    }
-    h->alive = true;
-    h->tid = thread_id();
-  }
+  h = heap_acquire(thread_id());
+  if (h == nullptr) return nullptr;
   tl_heap = h;  // before pthread_setspecific, which may itself allocate
   pthread_setspecific(thread_key(), h);
   return h;
@@ -366,13 +409,8 @@ heap* heap_get_or_create() noexcept {
 void* malloc_slow(size_t cls) noexcept {
   heap* h = tl_heap;
   if (STRATA_UNLIKELY(h == &empty_heap)) {
-    h = heap_get_or_create();
-    if (h == nullptr) {
-      errno = ENOMEM;
-      return nullptr;
-    }
-    page* pg = h->direct[cls];
-    if (pg->free) return page_pop(h, pg);
+    if (STRATA_UNLIKELY(tl_exited)) return orphan_alloc(cls);
+    return heap_alloc(heap_get_or_create(), cls);
   }
   return heap_alloc_slow(h, cls);
 }
@@ -408,18 +446,23 @@ heap* heap_registry_first() noexcept {
   return registry;
 }
 
-void heap_locks_acquire() noexcept { registry_lock.lock(); }
+void heap_locks_acquire() noexcept {
+  orphan_lock.lock();
+  registry_lock.lock();
+}
 
 void heap_locks_release(bool in_child) noexcept {
   if (!in_child) {
     registry_lock.unlock();
+    orphan_lock.unlock();
     return;
   }
   registry_lock.reset();
+  orphan_lock.reset();
   // Only the forking thread lives on in the child: the other threads' heaps are abandoned so
-  // their segments can be reclaimed.
+  // their segments can be reclaimed (the orphan heap stays: it belongs to no thread).
   for (heap* h = registry; h; h = h->next_in_registry) {
-    if (h->alive && h != tl_heap) heap_abandon(h);
+    if (h->alive && h != tl_heap && h != orphan_heap) heap_abandon(h);
   }
 }
 

@@ -270,6 +270,7 @@ page* span_init(segment* seg, size_t idx, size_t cls) noexcept {
   bits_assign(seg->free_bits, idx, n, false);
   size_t fresh = n - bits_count(seg->dirty_bits, idx, n);
   if (fresh) os::commit_add(static_cast<int64_t>(fresh * slice_size));
+  if (fresh == n && pg->reserved == 1) flags_set(pg, page_flag::clean);
   bits_assign(seg->dirty_bits, idx, n, true);
   bits_assign(seg->purge_bits, idx, n, false);
   seg->used_slices += static_cast<uint32_t>(n);
@@ -361,22 +362,29 @@ void segments_abandon(heap* h) noexcept {
     seg->owner.store(nullptr, std::memory_order_release);
     for_each_page(seg, [](page* pg) { pg->owner_tid.store(0, std::memory_order_release); });
     lock_guard g(abandoned_lock);
+    seg->prev = nullptr;
     seg->next = abandoned_list;
+    if (abandoned_list) abandoned_list->prev = seg;
     abandoned_list = seg;
+    seg->abandoned = true;
     abandoned_count.fetch_add(1, std::memory_order_relaxed);
   }
   h->purge_due_ms = 0;
 }
 
-bool segment_reclaim_one(heap* h) noexcept {
-  segment* seg;
-  {
-    lock_guard g(abandoned_lock);
-    seg = abandoned_list;
-    if (seg == nullptr) return false;
-    abandoned_list = seg->next;
-    abandoned_count.fetch_sub(1, std::memory_order_relaxed);
-  }
+namespace {
+// Takes seg off the abandoned list (the caller holds its lock).
+void abandoned_unlink(segment* seg) noexcept {
+  if (seg->prev) seg->prev->next = seg->next;
+  else abandoned_list = seg->next;
+  if (seg->next) seg->next->prev = seg->prev;
+  seg->next = seg->prev = nullptr;
+  seg->abandoned = false;
+  abandoned_count.fetch_sub(1, std::memory_order_relaxed);
+}
+
+// h takes over seg, just taken off the abandoned list.
+void segment_adopt(heap* h, segment* seg) noexcept {
   seg->owner.store(h, std::memory_order_release);
   heap_link_segment(h, seg);
   reclaimed_count.fetch_add(1, std::memory_order_relaxed);
@@ -392,6 +400,28 @@ bool segment_reclaim_one(heap* h) noexcept {
       page_adopt(h, pg);
   });
   if (seg->used_slices == 0 && !(h->segments == seg && seg->next == nullptr)) segment_release(h, seg);
+}
+}  // namespace
+
+bool segment_reclaim_one(heap* h) noexcept {
+  segment* seg;
+  {
+    lock_guard g(abandoned_lock);
+    seg = abandoned_list;
+    if (seg == nullptr) return false;
+    abandoned_unlink(seg);
+  }
+  segment_adopt(h, seg);
+  return true;
+}
+
+bool segment_reclaim(heap* h, segment* seg) noexcept {
+  {
+    lock_guard g(abandoned_lock);
+    if (!seg->abandoned) return false;  // another thread took it first
+    abandoned_unlink(seg);
+  }
+  segment_adopt(h, seg);
   return true;
 }
 
@@ -413,36 +443,240 @@ void segment_cache_trim(size_t keep) noexcept {
 }
 
 // ---- huge -----------------------------------------------------------------------------------
-void* huge_alloc(size_t size, size_t alignment) noexcept {
-  size_t align = alignment < min_block ? min_block : alignment;
-  size_t offset = (slice_size + align - 1) & ~(align - 1);  // the header fits in slice 0
-  size_t ps = os::page_size();
-  if (offset < slice_size || size > SIZE_MAX / 2 - offset) return errno = ENOMEM, nullptr;
-  size_t total = (offset + size + ps - 1) & ~(ps - 1);
-  auto* seg = static_cast<segment*>(os::map_aligned(total, align > segment_size ? align : segment_size));
-  if (seg == nullptr) return errno = ENOMEM, nullptr;
-  os::numa_place(seg, total);
-  seg->kind = segment_kind::huge;
-  seg->mapped_size = total;
-  seg->huge_size = total - offset;
-  seg->pages[0].start = reinterpret_cast<uint8_t*>(seg) + offset;
-  seg->owner.store(nullptr, std::memory_order_relaxed);
-  os::commit_add(static_cast<int64_t>(total));
-  huge_live.fetch_add(1, std::memory_order_relaxed);
-  huge_bytes.fetch_add(seg->huge_size, std::memory_order_relaxed);
-  live_segments.fetch_add(1, std::memory_order_relaxed);
-  map_mark(seg, total, true);
-  return seg->pages[0].start;
+// A huge block has a mapping of its own, aligned like a segment: the header in slice 0, the block
+// at `offset` (a slice in, or the alignment when that is larger).  A freed huge mapping waits a
+// while in a small cache with its pages still resident, for the next huge request (a program
+// replacing big buffers would otherwise map, fault in and unmap every one of them); a realloc
+// moves a huge block's pages with mremap instead of copying them.  While cached, a mapping keeps
+// its place in the segment map with kind huge_cached, so a second free of its block is reported
+// as a double free.
+namespace {
+
+spin_lock huge_lock;
+segment* huge_cache = nullptr;  // kind huge_cached, newest first, linked by next/prev
+size_t huge_cache_count = 0, huge_cache_bytes = 0;
+constexpr size_t huge_cache_max = 8;
+constexpr size_t huge_cache_floor = size_t{64} << 20;  // bytes the cache may always hold
+// Starts of the last huge blocks unmapped: a later free of one is labelled a double free.
+constexpr size_t huge_freed_slots = 16;
+std::atomic<uintptr_t> huge_freed[huge_freed_slots];
+std::atomic<unsigned> huge_freed_next{0};
+
+inline size_t round_up(size_t x, size_t to) noexcept { return (x + to - 1) & ~(to - 1); }
+inline size_t huge_offset(const segment* seg) noexcept {
+  return static_cast<size_t>(seg->pages[0].start - reinterpret_cast<const uint8_t*>(seg));
 }
 
-void huge_free(segment* seg) noexcept {
+// How long a freed huge mapping may wait for reuse; 0 when memory goes back at once.
+int64_t huge_cache_ms() noexcept {
+  int64_t delay = options::get(option::purge_delay);
+  if (delay == 0) return 0;
+  return delay < 0 ? INT64_MAX / 2 : 25 * delay;
+}
+
+// The mapping [seg, seg + bytes) holds one huge block at `offset` of `usable` bytes.
+void huge_set(segment* seg, size_t offset, size_t bytes) noexcept {
+  seg->kind = segment_kind::huge;
+  seg->mapped_size = bytes;
+  seg->huge_size = bytes - offset;
+  seg->pages[0].start = reinterpret_cast<uint8_t*>(seg) + offset;
+  seg->owner.store(nullptr, std::memory_order_relaxed);
+}
+
+void huge_unmap(segment* seg) noexcept {
   size_t total = seg->mapped_size;
+  huge_freed[huge_freed_next.fetch_add(1, std::memory_order_relaxed) % huge_freed_slots].store(
+      reinterpret_cast<uintptr_t>(seg->pages[0].start), std::memory_order_relaxed);
   map_mark(seg, total, false);
-  huge_live.fetch_sub(1, std::memory_order_relaxed);
-  huge_bytes.fetch_sub(seg->huge_size, std::memory_order_relaxed);
   live_segments.fetch_sub(1, std::memory_order_relaxed);
   os::commit_add(-static_cast<int64_t>(total));
   os::unmap(seg, total);
+}
+
+void huge_cache_unlink(segment* seg) noexcept {
+  if (seg->prev) seg->prev->next = seg->next;
+  else huge_cache = seg->next;
+  if (seg->next) seg->next->prev = seg->prev;
+  seg->next = seg->prev = nullptr;
+  --huge_cache_count;
+  huge_cache_bytes -= seg->mapped_size;
+}
+
+// Unlinks the cached mappings that waited too long (all of them when `all`) onto `out`; the
+// caller unmaps them outside the lock.
+segment* huge_cache_expire_locked(int64_t now, bool all) noexcept {
+  segment* out = nullptr;
+  for (segment* seg = huge_cache; seg;) {
+    segment* next = seg->next;
+    if (all || seg->purge_due_ms <= now) {
+      huge_cache_unlink(seg);
+      seg->next = out;
+      out = seg;
+    }
+    seg = next;
+  }
+  return out;
+}
+
+void huge_unmap_list(segment* seg) noexcept {
+  while (seg) {
+    segment* next = seg->next;
+    huge_unmap(seg);
+    seg = next;
+  }
+}
+
+// Moves or resizes a huge mapping to `bytes`, keeping its pages; nullptr when out of memory.
+segment* huge_resize(segment* seg, size_t bytes) noexcept {
+  size_t old = seg->mapped_size;
+  if (bytes == old) return seg;
+  size_t align = huge_offset(seg) > segment_size ? huge_offset(seg) : segment_size;
+  void* moved = os::remap_aligned(seg, old, bytes, align);
+  if (moved == nullptr) return nullptr;
+  auto* to = static_cast<segment*>(moved);
+  if (to != seg || bytes < old) map_mark(seg, old, false);
+  map_mark(to, bytes, true);
+  os::commit_add(static_cast<int64_t>(bytes) - static_cast<int64_t>(old));
+  to->pages[0].start = reinterpret_cast<uint8_t*>(to) + (to->pages[0].start - reinterpret_cast<uint8_t*>(seg));
+  to->mapped_size = bytes;
+  to->huge_size = bytes - huge_offset(to);
+  return to;
+}
+
+// A cached mapping for a block at `offset` needing `bytes` of mapping: the best fit, else the
+// largest one grown (its resident pages are reused, only the rest is faulted in).
+segment* huge_cache_take(size_t offset, size_t bytes) noexcept {
+  segment* pick = nullptr;
+  segment* expired;
+  {
+    lock_guard g(huge_lock);
+    expired = huge_cache_expire_locked(os::now_ms(), false);
+    for (segment* seg = huge_cache; seg; seg = seg->next) {
+      if (huge_offset(seg) != offset) continue;
+      if (pick == nullptr) {
+        pick = seg;
+      } else if (seg->mapped_size >= bytes) {
+        if (pick->mapped_size < bytes || seg->mapped_size < pick->mapped_size) pick = seg;
+      } else if (pick->mapped_size < bytes && seg->mapped_size > pick->mapped_size) {
+        pick = seg;
+      }
+    }
+    if (pick) huge_cache_unlink(pick);
+  }
+  huge_unmap_list(expired);
+  if (pick == nullptr) return nullptr;
+  // Much too large: give the tail back.  Too small: grow.
+  if (pick->mapped_size < bytes || pick->mapped_size / 2 > bytes) {
+    if (segment* resized = huge_resize(pick, bytes)) return resized;
+    huge_unmap(pick);
+    return nullptr;
+  }
+  return pick;
+}
+
+}  // namespace
+
+void* huge_alloc(size_t size, size_t alignment, bool* zeroed) noexcept {
+  size_t align = alignment < min_block ? min_block : alignment;
+  size_t offset = round_up(slice_size, align);  // the header fits in slice 0
+  size_t ps = os::page_size();
+  if (size == 0) size = min_block;  // the block must lie inside its mapping
+  if (offset < slice_size || size > SIZE_MAX / 2 - offset) return errno = ENOMEM, nullptr;
+  size_t total = round_up(offset + size, ps);
+  bool fresh = false;
+  segment* seg = huge_cache_ms() > 0 ? huge_cache_take(offset, total) : nullptr;
+  if (seg == nullptr) {
+    seg = static_cast<segment*>(os::map_aligned(total, align > segment_size ? align : segment_size));
+    if (seg == nullptr) return errno = ENOMEM, nullptr;
+    os::numa_place(seg, total);
+    os::commit_add(static_cast<int64_t>(total));
+    live_segments.fetch_add(1, std::memory_order_relaxed);
+    huge_set(seg, offset, total);
+    map_mark(seg, total, true);
+    fresh = true;
+  } else {
+    huge_set(seg, offset, seg->mapped_size);
+  }
+  huge_live.fetch_add(1, std::memory_order_relaxed);
+  huge_bytes.fetch_add(seg->huge_size, std::memory_order_relaxed);
+  if (zeroed) *zeroed = fresh;
+  return seg->pages[0].start;
+}
+
+void* huge_realloc(segment* seg, size_t size) noexcept {
+  size_t offset = huge_offset(seg), ps = os::page_size();
+  if (size > SIZE_MAX / 4 - offset) return errno = ENOMEM, nullptr;
+  size_t need = round_up(offset + (size ? size : min_block), ps);
+  size_t old_usable = seg->huge_size;
+  size_t bytes = need;
+  if (need > seg->mapped_size) {
+    // Growth leaves headroom (half again), so a buffer grown step by step moves O(log n) times.
+    size_t roomy = round_up(offset + old_usable + old_usable / 2, ps);
+    if (roomy > bytes) bytes = roomy;
+  } else if (need >= seg->mapped_size / 2) {
+    return seg->pages[0].start;  // fits without wasting half
+  }
+  segment* to = huge_resize(seg, bytes);
+  if (to == nullptr && bytes != need) to = huge_resize(seg, bytes = need);
+  if (to == nullptr) return errno = ENOMEM, nullptr;
+  huge_bytes.fetch_add(to->huge_size - old_usable, std::memory_order_relaxed);
+  return to->pages[0].start;
+}
+
+void huge_free(segment* seg) noexcept {
+  huge_live.fetch_sub(1, std::memory_order_relaxed);
+  huge_bytes.fetch_sub(seg->huge_size, std::memory_order_relaxed);
+  int64_t wait = huge_cache_ms();
+  if (wait > 0) {
+    int64_t now = os::now_ms();
+    segment* expired;
+    bool cached = false;
+    {
+      lock_guard g(huge_lock);
+      expired = huge_cache_expire_locked(now, false);
+      // The cache holds a few mappings, and no more bytes than an eighth of the live huge
+      // blocks (or a floor): a cached mapping is resident memory nobody uses.
+      size_t limit = huge_bytes.load(std::memory_order_relaxed) / 8;
+      if (limit < huge_cache_floor) limit = huge_cache_floor;
+      if (seg->mapped_size <= limit) {
+        while (huge_cache && (huge_cache_count >= huge_cache_max || huge_cache_bytes + seg->mapped_size > limit)) {
+          segment* last = huge_cache;
+          while (last->next) last = last->next;  // the oldest
+          huge_cache_unlink(last);
+          last->next = expired;
+          expired = last;
+        }
+        seg->kind = segment_kind::huge_cached;
+        seg->purge_due_ms = now + wait;
+        seg->prev = nullptr;
+        seg->next = huge_cache;
+        if (huge_cache) huge_cache->prev = seg;
+        huge_cache = seg;
+        ++huge_cache_count;
+        huge_cache_bytes += seg->mapped_size;
+        cached = true;
+      }
+    }
+    huge_unmap_list(expired);
+    if (cached) return;
+  }
+  huge_unmap(seg);
+}
+
+void huge_cache_trim(bool all) noexcept {
+  segment* expired;
+  {
+    lock_guard g(huge_lock);
+    expired = huge_cache_expire_locked(os::now_ms(), all);
+  }
+  huge_unmap_list(expired);
+}
+
+bool huge_was_freed(const void* p) noexcept {
+  auto v = reinterpret_cast<uintptr_t>(p);
+  for (auto& slot : huge_freed)
+    if (slot.load(std::memory_order_relaxed) == v) return true;
+  return false;
 }
 
 segment* huge_segment_containing(const void* p) noexcept {
@@ -454,7 +688,7 @@ segment* huge_segment_containing(const void* p) noexcept {
   while (chunk > 0 && has(g_map.continuation, chunk)) --chunk;
   if (!has(g_map.start, chunk)) return nullptr;
   auto* seg = reinterpret_cast<segment*>(chunk << segment_shift);
-  if (seg->kind != segment_kind::huge) return nullptr;
+  if (seg->kind == segment_kind::normal) return nullptr;
   if (reinterpret_cast<uintptr_t>(p) >= reinterpret_cast<uintptr_t>(seg) + seg->mapped_size) return nullptr;
   return seg;
 }

@@ -17,14 +17,25 @@ int64_t segments_purge(heap* h, bool force) noexcept;
 void segments_abandon(heap* h) noexcept;
 // Takes one abandoned segment into h; false when there is none.
 bool segment_reclaim_one(heap* h) noexcept;
+// Takes the abandoned segment seg into h; false when it is not (or no longer) abandoned.
+bool segment_reclaim(heap* h, segment* seg) noexcept;
 // Empties the global segment cache (unmapping), e.g. for strata_collect(true).
 void segment_cache_trim(size_t keep) noexcept;
 
 // Maps the page map (types.h) once, at initialisation.
 void page_map_init() noexcept;
 
-void* huge_alloc(size_t size, size_t alignment) noexcept;
+// A huge block of at least `size` bytes; *zeroed (if given) tells whether it is fresh from the
+// OS (all zero) or a reused mapping.
+void* huge_alloc(size_t size, size_t alignment, bool* zeroed = nullptr) noexcept;
+// Resizes a huge block's mapping (growth with headroom, pages moved, never copied); its new
+// address, or nullptr with errno = ENOMEM (the block untouched).
+void* huge_realloc(segment* seg, size_t size) noexcept;
 void huge_free(segment* seg) noexcept;
+// Unmaps the cached huge mappings that waited too long (all of them when `all`).
+void huge_cache_trim(bool all) noexcept;
+// Whether p was the block of one of the last huge mappings unmapped (to label a double free).
+bool huge_was_freed(const void* p) noexcept;
 // The segment holding p when p lies inside a huge mapping past its first chunk; else nullptr.
 segment* huge_segment_containing(const void* p) noexcept;
 

@@ -52,6 +52,9 @@ inline size_t size_class_of(size_t size) noexcept {
   return size_class_of_computed(size);
 }
 
+// Blocks larger than this have a page each (page_slices).
+constexpr size_t one_block_page_min = 128 * 1024;
+
 constexpr size_t page_slices(size_t c) noexcept {
   size_t bs = class_size(c);
   constexpr size_t slice = size_t{1} << 16;

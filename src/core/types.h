@@ -10,7 +10,8 @@
 //   segment  — a 32 MiB-aligned mapping: a header (slice 0: the page table) and 511 slices.
 //              A pointer's segment is found by masking its low 25 bits, its page by indexing
 //              the header: free() finds its metadata in O(1).
-//   huge     — a request above the largest size class: a segment of its own, sized to fit.
+//   huge     — a request above the largest size class (or a block realloc grew past 1 MiB): a
+//              mapping of its own, segment-aligned; freed ones wait in a small cache for reuse.
 //   heap     — one thread's allocator state: the pages it allocates from, by size class, and
 //              the segments it owns.  Only the owning thread touches a heap's pages' free
 //              lists; other threads push frees onto a page's atomic thread_free list.
@@ -51,6 +52,10 @@ namespace page_flag {
 constexpr uint8_t in_use = 1;       // the span holds blocks
 constexpr uint8_t in_full = 2;      // on the heap's full list (no free block when last looked)
 constexpr uint8_t has_aligned = 4;  // an aligned pointer inside a block was handed out
+// A page of one block whose span was all fresh from the OS (or purged) and whose block has not
+// been freed since: the block is still all zero (calloc need not write it).  Set by span_init,
+// cleared when the block comes back (page_local_event, page_collect).
+constexpr uint8_t clean = 8;
 }  // namespace page_flag
 
 struct page {
@@ -79,7 +84,8 @@ struct page {
 };
 static_assert(sizeof(page) == 96);
 
-enum class segment_kind : uint32_t { normal, huge };
+// huge_cached: a freed huge mapping waiting for reuse (segment.cpp).
+enum class segment_kind : uint32_t { normal, huge, huge_cached };
 
 struct segment {
   std::atomic<heap*> owner;        // null while abandoned, cached or huge
@@ -89,7 +95,9 @@ struct segment {
   uint32_t used_slices;            // slices in pages (the header not counted)
   size_t mapped_size;              // bytes mapped (huge: the whole mapping)
   size_t huge_size;                // huge: usable bytes from the block start
-  int64_t purge_due_ms;            // when dirty free slices are to be purged (0: none)
+  int64_t purge_due_ms;            // when dirty free slices are to be purged (0: none);
+                                   // huge_cached: when the mapping leaves the cache
+  bool abandoned;                  // on the abandoned list (under its lock)
   uint64_t free_bits[bitmap_words];   // 1 = slice free
   uint64_t dirty_bits[bitmap_words];  // 1 = slice may hold physical memory
   uint64_t purge_bits[bitmap_words];  // free and dirty at the last purge pass: purged at the next

@@ -1,6 +1,7 @@
 #include "os/os.h"
 
 #include <cerrno>
+#include <cstdint>
 #include <ctime>
 #include <sys/mman.h>
 #include <sys/random.h>
@@ -24,36 +25,78 @@ void commit_add(int64_t bytes) noexcept {
   }
 }
 
-void* map_aligned(size_t size, size_t alignment) noexcept {
-  // Try the exact size first: the kernel often hands out aligned addresses for large maps.
+namespace {
+void* map_at(void* hint, size_t size) noexcept {
   stats.mmap_calls.fetch_add(1, std::memory_order_relaxed);
-  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) return nullptr;
-  if ((reinterpret_cast<uintptr_t>(p) & (alignment - 1)) == 0) {
-    stats.reserved.fetch_add(static_cast<int64_t>(size), std::memory_order_relaxed);
-    return p;
-  }
-  // Otherwise over-map by the alignment and trim both ends.
+  void* p = mmap(hint, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+void unmap_raw(void* p, size_t size) noexcept {
   stats.munmap_calls.fetch_add(1, std::memory_order_relaxed);
   munmap(p, size);
-  size_t over = size + alignment;
-  if (over < size) return errno = ENOMEM, nullptr;
-  stats.mmap_calls.fetch_add(1, std::memory_order_relaxed);
-  p = mmap(nullptr, over, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) return nullptr;
-  uintptr_t start = reinterpret_cast<uintptr_t>(p);
-  uintptr_t aligned = (start + alignment - 1) & ~(alignment - 1);
-  if (aligned > start) {
-    stats.munmap_calls.fetch_add(1, std::memory_order_relaxed);
-    munmap(p, aligned - start);
+}
+bool is_aligned(const void* p, size_t alignment) noexcept {
+  return (reinterpret_cast<uintptr_t>(p) & (alignment - 1)) == 0;
+}
+}  // namespace
+
+void* map_aligned(size_t size, size_t alignment) noexcept {
+  // Try the exact size first: the kernel often hands out aligned addresses for large maps.
+  void* p = map_at(nullptr, size);
+  if (p == nullptr) return nullptr;
+  if (!is_aligned(p, alignment)) {
+    // Then the aligned address just below, where the kernel's top-down search usually left room:
+    // this needs no more address space than `size` (under `ulimit -v` an over-map fails up to
+    // `alignment` bytes early).
+    unmap_raw(p, size);
+    void* hint = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) & ~(alignment - 1));
+    p = map_at(hint, size);
+    if (p != nullptr && !is_aligned(p, alignment)) {
+      unmap_raw(p, size);
+      p = nullptr;
+    }
   }
-  uintptr_t end = start + over, used_end = aligned + size;
-  if (end > used_end) {
-    stats.munmap_calls.fetch_add(1, std::memory_order_relaxed);
-    munmap(reinterpret_cast<void*>(used_end), end - used_end);
+  if (p == nullptr) {
+    // Otherwise over-map by the alignment and trim both ends.
+    size_t over = size + alignment;
+    if (over < size) return errno = ENOMEM, nullptr;
+    void* raw = map_at(nullptr, over);
+    if (raw == nullptr) return nullptr;
+    uintptr_t start = reinterpret_cast<uintptr_t>(raw);
+    uintptr_t aligned = (start + alignment - 1) & ~(alignment - 1);
+    if (aligned > start) unmap_raw(raw, aligned - start);
+    uintptr_t end = start + over, used_end = aligned + size;
+    if (end > used_end) unmap_raw(reinterpret_cast<void*>(used_end), end - used_end);
+    p = reinterpret_cast<void*>(aligned);
   }
   stats.reserved.fetch_add(static_cast<int64_t>(size), std::memory_order_relaxed);
-  return reinterpret_cast<void*>(aligned);
+  return p;
+}
+
+void* remap_aligned(void* p, size_t old_size, size_t new_size, size_t alignment) noexcept {
+  int saved = errno;
+  stats.mremap_calls.fetch_add(1, std::memory_order_relaxed);
+  // In place first: always possible when shrinking, and when the address range above is free.
+  void* q = mremap(p, old_size, new_size, 0);
+  if (q == MAP_FAILED) {
+    // Elsewhere: reserve an aligned range, then move the pages there (no copy, no fault).
+    void* target = map_aligned(new_size, alignment);
+    if (target == nullptr) {
+      errno = saved;
+      return nullptr;
+    }
+    stats.reserved.fetch_sub(static_cast<int64_t>(new_size), std::memory_order_relaxed);
+    stats.mremap_calls.fetch_add(1, std::memory_order_relaxed);
+    q = mremap(p, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, target);
+    if (q == MAP_FAILED) {
+      unmap_raw(target, new_size);
+      errno = saved;
+      return nullptr;
+    }
+  }
+  stats.reserved.fetch_add(static_cast<int64_t>(new_size) - static_cast<int64_t>(old_size), std::memory_order_relaxed);
+  errno = saved;
+  return q;
 }
 
 void* map_sparse(size_t size) noexcept {

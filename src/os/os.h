@@ -1,5 +1,5 @@
 // The platform layer: the only code that talks to the kernel about memory (mmap, munmap,
-// madvise).  Every call is counted for the statistics.
+// madvise, mremap).  Every call is counted for the statistics.
 #pragma once
 #include <atomic>
 #include <cstddef>
@@ -11,6 +11,10 @@ namespace strata::os {
 // a multiple of `alignment` (a power of two >= the page size).  Returns nullptr on failure with
 // errno left as mmap set it.  The memory is reserved and committed lazily by the kernel.
 void* map_aligned(size_t size, size_t alignment) noexcept;
+// Resizes a mapping from map_aligned, keeping its pages (and their contents) without copying:
+// in place when it can, else moved to a new address that is a multiple of `alignment`.  Returns
+// the mapping's address, or nullptr (the old mapping untouched) when there is no address space.
+void* remap_aligned(void* p, size_t old_size, size_t new_size, size_t alignment) noexcept;
 // Maps `size` bytes of read-write address space for a sparse table (MAP_NORESERVE; untouched
 // pages cost nothing and read as zero).  Not counted as reserved memory.  nullptr on failure.
 void* map_sparse(size_t size) noexcept;
@@ -26,7 +30,7 @@ int64_t now_ms() noexcept;
 uint64_t random_seed() noexcept;
 
 struct counters {
-  std::atomic<uint64_t> mmap_calls{0}, munmap_calls{0}, madvise_calls{0};
+  std::atomic<uint64_t> mmap_calls{0}, munmap_calls{0}, madvise_calls{0}, mremap_calls{0};
   std::atomic<int64_t> reserved{0};   // bytes mapped
   std::atomic<int64_t> committed{0};  // bytes mapped and not purged (an upper bound on RSS)
   std::atomic<int64_t> committed_peak{0};

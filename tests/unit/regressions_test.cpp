@@ -1,0 +1,282 @@
+// Regression tests for the defects of issue 17 (a hostile user's probes), through the strata_*
+// API.  Each failed before its fix; the comment above each says how.
+#include <gtest/gtest.h>
+#include <pthread.h>
+#include <sys/resource.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/options.h"
+#include "strata/strata.h"
+
+namespace {
+
+void* opaque(void* p) {
+  asm volatile("" : "+r"(p));
+  return p;
+}
+
+strata_stats_t stats() {
+  strata_stats_t s;
+  strata_stats_get(&s);
+  return s;
+}
+
+long minor_faults() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_minflt;
+}
+
+// Sets an option for one test and puts it back.
+class scoped_option {
+ public:
+  scoped_option(strata::option o, int64_t v) : o_(o), old_(strata::options::get(o)) { strata::options::set(o, v); }
+  ~scoped_option() { strata::options::set(o_, old_); }
+
+ private:
+  strata::option o_;
+  int64_t old_;
+};
+
+constexpr size_t MiB = size_t{1} << 20;
+
+// 1. Growing one buffer by 64 KiB per realloc to 64 MiB mapped, copied and unmapped the whole
+// block at every step above 16 MiB (768 mappings, quadratic copying: 30 s).  Growth is now an
+// mremap with headroom: a handful of mappings, and the contents survive every move.
+TEST(Issue17Realloc, GrowingStepByStepMapsOnlyAFewTimes) {
+  uint64_t maps_before = stats().mmap_calls;
+  auto* p = static_cast<unsigned char*>(strata_malloc(64 * 1024));
+  ASSERT_NE(p, nullptr);
+  size_t size = 64 * 1024;
+  p[0] = 0x5a;
+  p[size - 1] = 1;
+  for (size_t next = 2 * 64 * 1024; next <= 64 * MiB; next += 64 * 1024) {
+    p = static_cast<unsigned char*>(strata_realloc(p, next));
+    ASSERT_NE(p, nullptr) << next;
+    ASSERT_EQ(p[0], 0x5a) << next;
+    ASSERT_EQ(p[size - 1], static_cast<unsigned char>(size / 65536)) << next;  // the previous step's mark
+    size = next;
+    p[size - 1] = static_cast<unsigned char>(size / 65536);
+  }
+  uint64_t maps = stats().mmap_calls - maps_before;
+  EXPECT_LT(maps, 64u) << "mappings made while growing to 64 MiB";
+  EXPECT_GE(strata_usable_size(p), 64 * MiB);
+  strata_free(p);
+}
+
+TEST(Issue17Realloc, HugeBlocksShrinkAndGrowKeepingTheirContents) {
+  auto* p = static_cast<unsigned char*>(strata_malloc(40 * MiB));
+  ASSERT_NE(p, nullptr);
+  for (size_t i = 0; i < 40 * MiB; i += 4096) p[i] = static_cast<unsigned char>(i >> 12);
+  p = static_cast<unsigned char*>(strata_realloc(p, 17 * MiB));  // shrink in place
+  ASSERT_NE(p, nullptr);
+  p = static_cast<unsigned char*>(strata_realloc(p, 90 * MiB));  // grow (may move)
+  ASSERT_NE(p, nullptr);
+  for (size_t i = 0; i < 17 * MiB; i += 4096) ASSERT_EQ(p[i], static_cast<unsigned char>(i >> 12)) << i;
+  p = static_cast<unsigned char*>(strata_realloc(p, 100));  // back to a small block
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p[0], 0);
+  EXPECT_EQ(p[99], 0);
+  strata_free(p);
+}
+
+// 2. realloc of a freed pointer returned the freed block (still on the free list), and a later
+// malloc crashed on the overwritten link.
+TEST(Issue17Realloc, OfAFreedBlockIsReportedAndReturnsNull) {
+  uint64_t before = stats().bad_free_count;
+  void* p = strata_malloc(100);
+  testing::internal::CaptureStderr();
+  strata_free(p);
+  errno = 0;
+  void* q = strata_realloc(opaque(p), 100);
+  int err = errno;
+  std::string out = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(q, nullptr);
+  EXPECT_EQ(err, EINVAL);
+  EXPECT_EQ(stats().bad_free_count, before + 1);
+  EXPECT_NE(out.find("realloc of the freed block"), std::string::npos) << out;
+  // The block was handed out once only: two allocations of its class differ.
+  void* a = strata_malloc(100);
+  void* b = strata_malloc(100);
+  EXPECT_NE(a, b);
+  strata_free(a);
+  strata_free(b);
+}
+
+TEST(Issue17Realloc, OfAFreedHugeBlockIsReported) {
+  uint64_t before = stats().bad_free_count;
+  void* p = strata_malloc(20 * MiB);
+  testing::internal::CaptureStderr();
+  strata_free(p);
+  errno = 0;
+  void* q = strata_realloc(opaque(p), 30 * MiB);
+  int err = errno;
+  strata_free(opaque(p));  // and a second free of it
+  std::string out = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(q, nullptr);
+  EXPECT_EQ(err, EINVAL);
+  EXPECT_EQ(stats().bad_free_count, before + 2);
+  EXPECT_NE(out.find("double free of the huge block"), std::string::npos) << out;
+  EXPECT_EQ(out.find("did not allocate"), std::string::npos) << out;
+}
+
+// 3. Once a page had served an aligned_alloc whose result lay inside its block, free(p + 50) of
+// a plain block of that page freed p silently, and later allocations overwrote it.
+TEST(Issue17InteriorFree, OfAPlainBlockInAPageWithAlignedBlocksIsRefused) {
+  std::vector<void*> aligned;
+  for (int i = 0; i < 20; ++i) {
+    void* a = strata_aligned_alloc(64, 90);  // 153 bytes asked of the 160-byte class
+    ASSERT_NE(a, nullptr);
+    ASSERT_EQ(reinterpret_cast<uintptr_t>(a) % 64, 0u);
+    aligned.push_back(a);
+  }
+  auto* p = static_cast<unsigned char*>(strata_malloc(150));
+  memset(p, 0xab, 150);
+  uint64_t before = stats().bad_free_count;
+  testing::internal::CaptureStderr();
+  strata_free(opaque(p + 50));
+  std::string out = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(stats().bad_free_count, before + 1);
+  EXPECT_NE(out.find("did not allocate"), std::string::npos) << out;
+  // p is still live: new blocks of its class do not land on it.
+  std::vector<void*> more;
+  for (int i = 0; i < 64; ++i) {
+    void* m = strata_malloc(150);
+    EXPECT_NE(m, static_cast<void*>(p));
+    memset(m, 0x11, 150);
+    more.push_back(m);
+  }
+  for (int i = 0; i < 150; ++i) ASSERT_EQ(p[i], 0xab) << i;
+  // The aligned pointers still free normally, and a second free of one is a double free.
+  for (void* a : aligned) strata_free(a);
+  EXPECT_EQ(stats().bad_free_count, before + 1);
+  testing::internal::CaptureStderr();
+  strata_free(opaque(aligned[3]));
+  out = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(stats().bad_free_count, before + 2);
+  EXPECT_NE(out.find("double free"), std::string::npos) << out;
+  for (void* m : more) strata_free(m);
+  strata_free(p);
+  EXPECT_EQ(stats().bad_free_count, before + 2);
+}
+
+// 4. An alignment of 32 MiB or more with size 0 returned a pointer one past its own mapping:
+// free reported "did not allocate" and the mapping leaked.
+TEST(Issue17Alignment, HugeAlignmentWithSizeZeroIsFreeable) {
+  scoped_option no_cache(strata::option::purge_delay, 0);  // mappings go back at once
+  uint64_t bad = stats().bad_free_count;
+  uint64_t reserved = stats().reserved_bytes;
+  for (size_t align : {32 * MiB, 64 * MiB}) {
+    for (int i = 0; i < 20; ++i) {
+      void* p = nullptr;
+      ASSERT_EQ(strata_posix_memalign(&p, align, 0), 0);
+      ASSERT_EQ(reinterpret_cast<uintptr_t>(p) % align, 0u);
+      EXPECT_GE(strata_usable_size(p), 1u);
+      strata_free(p);
+      void* q = strata_aligned_alloc(align, 0);
+      ASSERT_NE(q, nullptr);
+      strata_free(q);
+      void* r = strata_memalign(align, 0);
+      ASSERT_NE(r, nullptr);
+      strata_free(r);
+    }
+  }
+  EXPECT_EQ(stats().bad_free_count, bad);
+  EXPECT_LE(stats().reserved_bytes, reserved + 64 * MiB);
+}
+
+// 5. A thread allocates and exits; another frees everything.  The frees went onto the abandoned
+// pages' remote lists and the memory stayed committed until some thread needed a new segment.
+TEST(Issue17ExitedThread, MemoryFreedByAnotherThreadGoesBack) {
+  scoped_option at_once(strata::option::purge_delay, 0);
+  strata_collect(true);
+  constexpr size_t count = 16384, size = 4096;  // 64 MiB
+  std::vector<void*> blocks(count);
+  std::thread([&] {
+    for (auto& b : blocks) {
+      b = strata_malloc(size);
+      memset(b, 1, size);
+    }
+  }).join();
+  uint64_t committed_full = stats().committed_bytes;
+  for (void* b : blocks) strata_free(b);
+  (void)strata_malloc(16);  // one more call of this thread's: nothing else is needed
+  uint64_t committed_after = stats().committed_bytes;
+  EXPECT_LT(committed_after + 56 * MiB, committed_full)
+      << "committed " << (committed_full >> 20) << " MiB before the frees, " << (committed_after >> 20) << " after";
+}
+
+// 6. A thread-key destructor that allocates in the last destructor round left a new heap for the
+// dead thread: counted alive for ever, with a segment each (3000 threads: 112 GB of address space).
+pthread_key_t churn_key;
+void allocating_destructor(void* round) {
+  auto r = reinterpret_cast<uintptr_t>(round);
+  void* p = strata_malloc(64);  // in every round, the last included
+  memset(p, 7, 64);
+  strata_free(p);
+  (void)strata_malloc(200);  // and one block that outlives the thread (leaked on purpose)
+  if (r < PTHREAD_DESTRUCTOR_ITERATIONS) pthread_setspecific(churn_key, reinterpret_cast<void*>(r + 1));
+}
+
+TEST(Issue17ThreadExit, AllocatingInTheLastDestructorRoundLeavesNoHeapBehind) {
+  ASSERT_EQ(pthread_key_create(&churn_key, allocating_destructor), 0);
+  uint64_t threads_before = stats().threads;
+  uint64_t reserved_before = stats().reserved_bytes;
+  for (int i = 0; i < 200; ++i) {
+    std::thread([] {
+      strata_free(strata_malloc(32));
+      pthread_setspecific(churn_key, reinterpret_cast<void*>(uintptr_t{1}));
+    }).join();
+  }
+  strata_stats_t s = stats();
+  // One shared heap serves every exited thread's late allocations.
+  EXPECT_LE(s.threads, threads_before + 1);
+  EXPECT_LT(s.reserved_bytes, reserved_before + 256 * MiB);
+  pthread_key_delete(churn_key);
+}
+
+// 7. calloc of 1-16 MiB wrote every page of memory fresh from the OS (already zero): 100 sparse
+// calloc(8 MB) gave 765 MB of RSS.
+TEST(Issue17Calloc, BigBlocksFreshFromTheOsAreNotTouched) {
+  strata_collect(true);
+  constexpr int count = 20;
+  void* blocks[count];
+  long faults = minor_faults();
+  for (auto& b : blocks) {
+    b = strata_calloc(1, 8 * MiB);
+    ASSERT_NE(b, nullptr);
+    static_cast<char*>(b)[4 * MiB] = 1;  // sparse use: one page
+  }
+  long taken = minor_faults() - faults;
+  EXPECT_LT(taken, count * 256) << "minor faults for " << count << " sparse calloc(8 MiB)";
+  for (auto& b : blocks) {
+    auto* c = static_cast<unsigned char*>(b);
+    EXPECT_EQ(c[0], 0);
+    EXPECT_EQ(c[8 * MiB - 1], 0);
+    strata_free(b);
+  }
+}
+
+TEST(Issue17Calloc, ReusedBlocksAreZeroedAgain) {
+  for (size_t size : {size_t{200} * 1024, 3 * MiB, 8 * MiB, 20 * MiB, 40 * MiB}) {
+    for (int i = 0; i < 4; ++i) {
+      auto* p = static_cast<unsigned char*>(strata_malloc(size));
+      ASSERT_NE(p, nullptr);
+      memset(p, 0xee, size);
+      strata_free(p);
+      auto* q = static_cast<unsigned char*>(strata_calloc(1, size));
+      ASSERT_NE(q, nullptr);
+      for (size_t k = 0; k < size; k += 509) ASSERT_EQ(q[k], 0) << size << " at " << k;
+      ASSERT_EQ(q[size - 1], 0) << size;
+      strata_free(q);
+    }
+  }
+}
+
+}  // namespace
