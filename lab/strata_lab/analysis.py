@@ -182,7 +182,39 @@ def analyse(doc: dict, baseline: str | None = None) -> dict:
     dominated = [(c["id"], d) for c in cells_out for d in c["pareto"]["dominating"].get("strata", [])]
     return {"baseline": baseline, "variants": variants, "cells": cells_out, "geomean": geo,
             "warnings": warnings, "other_cpu_frac": other_cpu, "noise": noise,
-            "convergence": conv, "strata_dominated": dominated}
+            "convergence": conv, "strata_dominated": dominated,
+            "instructions": instructions(doc, variants, baseline)}
+
+
+def instructions(doc: dict, variants: list[str], baseline: str) -> list[dict]:
+    """Instruction counts (--metric instructions): per cell and variant, instructions per
+    operation when the workload reports `ops` (timed workloads run as many operations as fit in
+    their time), else per run; and the ratio to the baseline's (< 1 is fewer)."""
+    rows = []
+    for c in doc["cells"]:
+        per = {}
+        for v in variants:
+            got = [s for s in doc["samples"] if s["cell"] == c["id"] and s["variant"] == v
+                   and s.get("kind") == "instructions"]
+            ok = [s for s in got if s.get("ok") and s.get("instructions")]
+            if not got:
+                continue
+            if not ok:
+                per[v] = {"failed": len(got)}
+                continue
+            s = ok[-1]
+            per[v] = {"instructions": s["instructions"], "per_op": s.get("instructions_per_op")}
+        if not per:
+            continue
+        base = per.get(baseline) or {}
+        key = "per_op" if all(x.get("per_op") for x in per.values() if "failed" not in x) else "instructions"
+        for v, x in per.items():
+            x["unit"] = "per op" if key == "per_op" else "per run"
+            x["value"] = x.get(key)
+            b = base.get(key)
+            x["ratio"] = x["value"] / b if x.get("value") and b else None
+        rows.append({"cell": c["id"], "by_variant": per})
+    return rows
 
 
 def convergence(doc: dict, cells: list[dict], variants: list[str], baseline: str, target: float) -> dict:

@@ -109,10 +109,46 @@ def plot_rss(an: dict) -> str:
     return _png(fig)
 
 
+def plot_pareto(an: dict) -> str | None:
+    """Per cell: primary metric against peak RSS for every variant (medians), the Pareto frontier
+    (variants no other beats on both) joined by a line.  Better is up and to the left."""
+    cells = [c for c in an["cells"] if len(c["pareto"]["frontier"]) + len(c["pareto"]["dominating"]) > 0]
+    if not cells:
+        return None
+    vs = an["variants"]
+    fig, axes = _grid(len(cells))
+    for ax, c in zip(axes, cells):
+        hib = c.get("higher_is_better", True)
+        pts = {}
+        for v in vs:
+            e = c["by_variant"][v]
+            if e.get("summary") and e.get("rss"):
+                pts[v] = (e["rss"].median / 1024, e["summary"].median)
+        for v, (x, y) in pts.items():
+            dominated = v in c["pareto"]["dominating"]
+            ax.scatter([x], [y], s=70 if v == "strata" else 40, marker="*" if v == "strata" else "o",
+                       color=_color(vs, v), edgecolors="black" if not dominated else "none",
+                       alpha=0.5 if dominated else 1.0, label=v, zorder=3)
+        front = sorted((pts[v] for v in c["pareto"]["frontier"] if v in pts), key=lambda p: p[0])
+        if len(front) > 1:
+            ax.plot([p[0] for p in front], [p[1] for p in front], color="grey", lw=1, ls="--", zorder=2)
+        if not hib:
+            ax.invert_yaxis()  # better stays up
+        ax.set_title(c["id"], fontsize=9)
+        ax.set_xlabel("peak RSS (MiB)", fontsize=8)
+        ax.set_ylabel(f"{c['metric']} ({c.get('unit', '')}){'' if hib else ', axis inverted'}", fontsize=8)
+        ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 4))
+    axes[0].legend(fontsize=7)
+    fig.suptitle("speed against memory (medians): better is up and to the left; dashed: Pareto frontier, "
+                 "faded: dominated")
+    return _png(fig)
+
+
 def _representative(doc: dict, cell: dict, v: str) -> dict | None:
     """The counted sample whose primary metric is closest to the median: a typical curve."""
-    ok = [s for s in doc["samples"] if s["cell"] == cell["id"] and s["variant"] == v and s.get("ok")
-          and not s.get("warmup") and s.get("rss_timeline", {}).get("t_ms")]
+    from .analysis import counted
+
+    ok = [s for s in counted(doc, cell["id"], v) if s.get("ok") and s.get("rss_timeline", {}).get("t_ms")]
     if not ok:
         return None
     med = float(np.median([s["metrics"][cell["metric"]] for s in ok]))
@@ -238,6 +274,7 @@ def render_html(doc: dict, an: dict, extra_md: str) -> str:
             (f"Peak RSS against {an['baseline']} (< 1 is smaller)",
              plot_heatmap(an, "rss_ratio", f"peak RSS ratio vs {an['baseline']}")),
             ("Peak RSS", plot_rss(an)),
+            ("Speed against memory (Pareto frontier)", plot_pareto(an)),
             ("RSS over time", plot_rss_timelines(doc, an)),
             ("Thread scaling", plot_scaling(doc, an))]
     for title, png in figs:

@@ -107,6 +107,30 @@ def faults_table(an: dict) -> Table | None:
     return t
 
 
+def instructions_table(an: dict) -> Table | None:
+    rows = an.get("instructions") or []
+    if not rows:
+        return None
+    t = Table(title=f"instructions under cachegrind (deterministic; ratio to {an['baseline']}, < 1 is fewer)",
+              header_style="bold")
+    t.add_column("cell", no_wrap=True)
+    for v in an["variants"]:
+        t.add_column(v, justify="right")
+    for r in rows:
+        t.add_row(r["cell"], *[instructions_text(r["by_variant"].get(v), v == an["baseline"])
+                               for v in an["variants"]])
+    return t
+
+
+def instructions_text(x: dict | None, is_base: bool) -> str:
+    if not x:
+        return "–"
+    if "failed" in x:
+        return f"FAILED ×{x['failed']}"
+    val = f"{si(x['value'])} {x['unit']}"
+    return val if is_base or x.get("ratio") is None else f"{val} {x['ratio']:.3f}×"
+
+
 def noise_line(an: dict) -> str:
     n = an.get("noise") or {}
     if not n.get("samples"):
@@ -179,6 +203,9 @@ def print_analysis(an: dict, console: Console, doc: dict) -> None:
     lt = latency_table(an)
     if lt is not None:
         console.print(lt)
+    it = instructions_table(an)
+    if it is not None:
+        console.print(it)
     console.print(noise_line(an), highlight=False, markup=False)
     for line in convergence_lines(an):
         console.print(line, highlight=False, markup=False)
@@ -273,6 +300,12 @@ def markdown(an: dict, doc: dict, extra: str = "") -> str:
         for c in an["cells"]:
             out.append(f"| {c['id']} | " + " | ".join(si(c["by_variant"][v].get("minor_faults"))
                                                       for v in an["variants"]) + " |")
+    if an.get("instructions"):
+        out += ["", f"## Instructions under cachegrind (ratio to {base}: < 1 is fewer)", "",
+                "| cell | " + " | ".join(an["variants"]) + " |", "|---|" + "---:|" * len(an["variants"])]
+        for r in an["instructions"]:
+            out.append(f"| {r['cell']} | " + " | ".join(instructions_text(r["by_variant"].get(v), v == base)
+                                                        for v in an["variants"]) + " |")
     conv = convergence_lines(an)
     if conv:
         out += ["", "## Ratio intervals", ""] + [f"- {x}" for x in conv]
