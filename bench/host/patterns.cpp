@@ -18,7 +18,28 @@
 //                  replacement in a per-thread working set.
 //   realloc        buffers grown by realloc in small random steps up to a limit, then freed.
 //
-// Usage: strata-bench-patterns --pattern NAME [--threads N] [--seconds S] [--seed N] [--smoke]
+// Shapes of programs strata lost on (issue 10), written from the issue's descriptions. Unlike the
+// patterns above, each does a fixed amount of work (--ops, in the pattern's own unit; the default
+// takes roughly 0.2-0.5 s under glibc on one core) and --seconds only bounds it: "work_fraction"
+// says how much was done (1 when the bound did not cut it short), and ops_per_sec stays comparable
+// either way.
+//   prodcon-batch        a ring of threads: each fills a batch of 64 B blocks, hands it to the next
+//                        thread's queue and takes a batch from its own queue, frees it whole and
+//                        refills it. Nearly every free is remote, in bursts. --ops: batches (total).
+//   prodcon-batch-mixed  the same with sizes 8 B-2 KiB (log-uniform: many small).
+//   churn                short-lived threads: --threads lanes each start thread after thread; each
+//                        allocates a mix from 8 B to 5 MiB (mostly small), touching every page,
+//                        keeps a small working set, hands some blocks to later generations through
+//                        a shared table and exits; blocks outlive the thread that made them.
+//                        --ops: threads started (total).
+//   bigbuf               one thread replaces random entries of a table of 20 buffers with new
+//                        5-25 MiB buffers that it zero-fills (memset). --ops: replacements.
+//   randsize             each thread replaces random entries of its working set with blocks of
+//                        uniform random size 8 B-16 KiB; 10 % of the replaced blocks go to another
+//                        thread, which frees them. --ops: replacements (total, split over threads).
+//                        Also reports ops_per_cpu_sec (ops per CPU-second of the process).
+//
+// Usage: strata-bench-patterns --pattern NAME [--threads N] [--seconds S] [--ops N] [--seed N] [--smoke]
 // Output: {"workload":"patterns","pattern":..,"threads":..,"seconds":..,"ops":..,"ops_per_sec":..,
 //          "peak_rss_kb":..}
 
@@ -32,9 +53,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <sys/resource.h>
 
 #include "args.hpp"
 #include "proc_status.hpp"
@@ -49,6 +73,7 @@ struct options {
   int threads = 1;
   double seconds = 1.0;
   uint64_t seed = 42;
+  uint64_t ops = 0;  // fixed-work patterns: the amount of work (0: the pattern's default)
   bool smoke = false;
 };
 
@@ -303,10 +328,275 @@ result realloc_growth(const options& o) {
   return {total.load(), o.threads, ",\"limit\":" + std::to_string(limit)};
 }
 
+// ---------------------------------------------------------------------------------------------
+// Fixed-work patterns (issue 10's shapes).  Every loop is bounded by its work count and, checked
+// at least every few milliseconds, by the --seconds deadline.
+
+// The fixed amount of work: --ops, else the pattern's default (smaller in --smoke mode).
+uint64_t work_amount(const options& o, uint64_t normal, uint64_t smoke) {
+  return o.ops ? o.ops : (o.smoke ? smoke : normal);
+}
+
+std::string work_json(uint64_t done, uint64_t planned) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, ",\"work_planned\":%llu,\"work_fraction\":%.6g",
+                (unsigned long long)planned, planned ? double(done) / double(planned) : 1.0);
+  return buf;
+}
+
+// A size in [lo, hi] whose logarithm is uniform: as many blocks of 8-16 B as of 1-2 KiB.
+size_t log_uniform(rng& r, size_t lo, size_t hi) {
+  double x = double(lo) * std::exp(r.unit() * std::log(double(hi) / double(lo)));
+  return std::clamp(size_t(x), lo, hi);
+}
+
+// Writes one byte in every 4 KiB of a block (and its last byte), so its pages are really used.
+void touch_pages(char* p, size_t n, char v) {
+  for (size_t i = 0; i < n; i += 4096) p[i] = v;
+  p[n - 1] = v;
+}
+
+// A batch of blocks travelling between threads: the container is reused, only the blocks are
+// allocated and freed.
+struct batch {
+  size_t count = 0;
+  void** blocks = nullptr;
+};
+
+// A thread's queue of batches: a fixed ring under a mutex (one lock per batch of hundreds of
+// blocks, so it costs little beside the allocations).
+struct batch_queue {
+  std::mutex m;
+  std::vector<batch*> ring;
+  size_t head = 0, size = 0;
+  void push(batch* b) {
+    std::lock_guard<std::mutex> g(m);
+    ring[(head + size++) % ring.size()] = b;
+  }
+  batch* pop() {
+    std::lock_guard<std::mutex> g(m);
+    if (size == 0) return nullptr;
+    batch* b = ring[head];
+    head = (head + 1) % ring.size();
+    --size;
+    return b;
+  }
+};
+
+result prodcon_batch(const options& o, bool mixed) {
+  const int n = o.threads;
+  const size_t per_batch = o.smoke ? 64 : 1000, depth = 4;  // blocks per batch, batches in flight per thread
+  const uint64_t planned = work_amount(o, mixed ? 4000 : 10000, 40);  // batches, all threads
+  const uint64_t per_thread = std::max<uint64_t>(1, planned / n);
+  const auto deadline = clock_type::now() + std::chrono::duration<double>(o.seconds);
+  std::vector<batch> batches(size_t(n) * depth);
+  std::vector<void*> slots(batches.size() * per_batch);
+  std::vector<batch_queue> queues(n);
+  for (auto& q : queues) q.ring.resize(batches.size());
+  for (size_t i = 0; i < batches.size(); ++i) {
+    batches[i].blocks = &slots[i * per_batch];
+    queues[i % n].push(&batches[i]);  // each thread starts with `depth` empty batches
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> ops{0}, done{0};
+  run_threads(n, [&](int t) {
+    rng r(o.seed + t);
+    batch_queue& mine = queues[t];
+    batch_queue& next = queues[(t + 1) % n];  // with one thread: its own queue (local frees)
+    uint64_t k = 0, freed = 0;
+    for (; k < per_thread; ++k) {
+      if (clock_type::now() >= deadline) stop.store(true, std::memory_order_relaxed);
+      if (stop.load(std::memory_order_relaxed)) break;
+      batch* b = nullptr;
+      while (!(b = mine.pop()) && !stop.load(std::memory_order_relaxed)) std::this_thread::yield();
+      if (!b) break;
+      for (size_t i = 0; i < b->count; ++i) std::free(b->blocks[i]);  // a burst of remote frees
+      freed += b->count;
+      for (size_t i = 0; i < per_batch; ++i) {
+        size_t sz = mixed ? log_uniform(r, 8, 2048) : 64;
+        auto* p = static_cast<char*>(must_malloc(sz));
+        p[0] = p[sz - 1] = char(i);
+        b->blocks[i] = p;
+      }
+      b->count = per_batch;
+      next.push(b);
+    }
+    ops.fetch_add(k * per_batch + freed);
+    done.fetch_add(k);
+  });
+  for (auto& b : batches)
+    for (size_t i = 0; i < b.count; ++i) std::free(b.blocks[i]);
+  return {ops.load(), n,
+          ",\"batch_blocks\":" + std::to_string(per_batch) + work_json(done.load(), per_thread * n)};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sizes of the churn workers: mostly small, a few medium, a rare one of several MiB.
+size_t churn_size(rng& r) {
+  double u = r.unit();
+  if (u < 0.90) return log_uniform(r, 8, 512);
+  if (u < 0.99) return log_uniform(r, 512, 64 << 10);
+  return log_uniform(r, 64 << 10, 5 << 20);
+}
+
+result churn(const options& o) {
+  const int lanes = o.threads;
+  const size_t allocs = o.smoke ? 200 : 2000;  // per short-lived thread
+  const size_t local = 128, handed = 32;       // its working set; blocks it leaves to later ones
+  const size_t shared_slots = o.smoke ? 128 : 1024;
+  const uint64_t planned = work_amount(o, 384, 4);  // threads started, over all lanes
+  const uint64_t per_lane = std::max<uint64_t>(1, planned / lanes);
+  const auto deadline = clock_type::now() + std::chrono::duration<double>(o.seconds);
+  std::vector<std::atomic<void*>> shared(shared_slots);
+  for (auto& s : shared) s.store(nullptr);
+  std::atomic<uint64_t> ops{0}, started{0};
+  auto worker = [&](uint64_t id) {
+    rng r(o.seed * 31 + id);
+    std::vector<void*> ws(local, nullptr);  // allocated by this thread: part of the work
+    uint64_t n = 0;
+    for (size_t i = 0; i < allocs; ++i) {
+      size_t k = r.next() % local, sz = churn_size(r);
+      std::free(ws[k]);
+      auto* p = static_cast<char*>(must_malloc(sz));
+      touch_pages(p, sz, char(i));
+      ws[k] = p;
+      n += 2;
+    }
+    // Leave some blocks to the threads after this one; what they displace was made by a thread
+    // that has usually exited already.
+    for (size_t i = 0; i < handed; ++i) {
+      void* old = shared[r.next() % shared_slots].exchange(ws[i], std::memory_order_acq_rel);
+      std::free(old);
+      ws[i] = nullptr;
+    }
+    for (void* p : ws) std::free(p);
+    ops.fetch_add(n);
+  };
+  run_threads(lanes, [&](int lane) {
+    for (uint64_t g = 0; g < per_lane && clock_type::now() < deadline; ++g) {
+      std::thread(worker, uint64_t(lane) * per_lane + g).join();
+      started.fetch_add(1);
+    }
+  });
+  for (auto& s : shared) std::free(s.load());
+  return {ops.load(), lanes,
+          ",\"threads_started\":" + std::to_string(started.load()) + work_json(started.load(), per_lane * lanes)};
+}
+
+// ---------------------------------------------------------------------------------------------
+result bigbuf(const options& o) {
+  const size_t entries = 20;
+  const size_t lo = o.smoke ? 64 << 10 : 5 << 20, hi = o.smoke ? 256 << 10 : 25 << 20;
+  const uint64_t planned = work_amount(o, 300, 20);  // replacements
+  const auto deadline = clock_type::now() + std::chrono::duration<double>(o.seconds);
+  rng r(o.seed);
+  std::vector<void*> table(entries, nullptr);
+  uint64_t bytes = 0, done = 0;
+  auto fill = [&](size_t k) {
+    size_t sz = r.range(lo, hi);
+    std::free(table[k]);
+    void* p = must_malloc(sz);
+    // The program zero-fills its buffers itself. The empty asm hides where p came from, or the
+    // compiler would turn malloc + memset into calloc, which may skip the zeroing of fresh pages.
+    asm volatile("" : "+r"(p));
+    std::memset(p, 0, sz);
+    table[k] = p;
+    bytes += sz;
+  };
+  for (size_t k = 0; k < entries; ++k) fill(k);
+  for (; done < planned && clock_type::now() < deadline; ++done) fill(r.next() % entries);
+  for (void* p : table) std::free(p);
+  char extra[64];
+  std::snprintf(extra, sizeof extra, ",\"mean_size_mib\":%.2f",
+                double(bytes) / double(entries + done) / double(1 << 20));
+  return {done, 1, extra + work_json(done, planned)};
+}
+
+// ---------------------------------------------------------------------------------------------
+// A thread's inbox of blocks other threads hand it to free: a lock-free stack threaded through
+// the blocks themselves (every block is at least 8 bytes); only the owner takes, all at once.
+struct alignas(64) inbox {
+  std::atomic<void*> head{nullptr};
+  void push(void* p) {
+    void* h = head.load(std::memory_order_relaxed);
+    do {
+      std::memcpy(p, &h, sizeof h);
+    } while (!head.compare_exchange_weak(h, p, std::memory_order_release, std::memory_order_relaxed));
+  }
+  uint64_t free_all() {
+    void* p = head.exchange(nullptr, std::memory_order_acquire);
+    uint64_t n = 0;
+    while (p) {
+      void* next;
+      std::memcpy(&next, p, sizeof next);
+      std::free(p);
+      p = next;
+      ++n;
+    }
+    return n;
+  }
+};
+
+result randsize(const options& o) {
+  const int n = o.threads;
+  const size_t slots = o.smoke ? 256 : 2048;  // per-thread working set (~16 MiB at 8 KiB average)
+  const uint64_t planned = work_amount(o, 3000000, 2000);  // replacements, over all threads
+  const uint64_t per_thread = std::max<uint64_t>(1, planned / n);
+  const auto deadline = clock_type::now() + std::chrono::duration<double>(o.seconds);
+  std::vector<inbox> inboxes(n);
+  std::atomic<uint64_t> ops{0}, remote{0}, done{0};
+  std::atomic<int> running{n};
+  run_threads(n, [&](int t) {
+    rng r(o.seed + t);
+    std::vector<void*> ws(slots, nullptr);
+    uint64_t k = 0, handed = 0, freed_for_others = 0;
+    for (; k < per_thread; ++k) {
+      if ((k & 1023) == 0) {
+        if (clock_type::now() >= deadline) break;
+        freed_for_others += inboxes[t].free_all();
+      }
+      size_t i = r.next() % slots, sz = r.range(8, 16384);
+      if (void* old = ws[i]) {
+        if (n > 1 && r.next() % 10 == 0) {  // 10 %: another thread frees it
+          int to = int((t + 1 + r.next() % (n - 1)) % n);
+          inboxes[to].push(old);
+          ++handed;
+        } else {
+          std::free(old);
+        }
+      }
+      auto* p = static_cast<char*>(must_malloc(sz));
+      p[0] = p[sz - 1] = char(k);
+      ws[i] = p;
+    }
+    for (void* p : ws) std::free(p);
+    running.fetch_sub(1);
+    // Blocks may still arrive until every thread has stopped handing them over.
+    while (running.load() > 0) {
+      freed_for_others += inboxes[t].free_all();
+      std::this_thread::yield();
+    }
+    freed_for_others += inboxes[t].free_all();
+    ops.fetch_add(k);
+    remote.fetch_add(handed);
+    done.fetch_add(k);
+  });
+  for (auto& b : inboxes) b.free_all();  // none left: every thread drained its own at the end
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  const double cpu = double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+                     double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+  char extra[128];
+  std::snprintf(extra, sizeof extra, ",\"remote_frees\":%llu,\"cpu_seconds\":%.6f,\"ops_per_cpu_sec\":%.1f",
+                (unsigned long long)remote.load(), cpu, cpu > 0 ? double(ops.load()) / cpu : 0.0);
+  return {ops.load(), n, extra + work_json(done.load(), per_thread * n)};
+}
+
 constexpr const char* kUsage =
     "usage: strata-bench-patterns --pattern "
-    "larson|prodcon|cache-thrash|cache-scratch|mstress|pareto|realloc "
-    "[--threads N] [--seconds S] [--seed N] [--smoke]";
+    "larson|prodcon|cache-thrash|cache-scratch|mstress|pareto|realloc|"
+    "prodcon-batch|prodcon-batch-mixed|churn|bigbuf|randsize "
+    "[--threads N] [--seconds S] [--ops N] [--seed N] [--smoke]";
 
 }  // namespace
 
@@ -318,12 +608,17 @@ int main(int argc, char** argv) {
     else if (args.is("--threads")) o.threads = args.value<int>();
     else if (args.is("--seconds")) o.seconds = args.value<double>();
     else if (args.is("--seed")) o.seed = args.value<uint64_t>();
+    else if (args.is("--ops")) o.ops = args.value<uint64_t>();
     else if (args.is("--smoke")) o.smoke = true;
     else args.unknown();
   }
   if (o.threads < 1 || o.threads > 1024) args.fail("--threads must be 1..1024");
   if (!(o.seconds > 0)) args.fail("--seconds must be positive");
-  if (o.smoke) o.seconds = std::min(o.seconds, 0.05);
+  // --smoke shortens the timed patterns; the fixed-work ones shrink their work instead and keep
+  // --seconds as the bound, so a loaded machine cannot cut a smoke run short.
+  const bool fixed_work = o.pattern == "prodcon-batch" || o.pattern == "prodcon-batch-mixed" ||
+                          o.pattern == "churn" || o.pattern == "bigbuf" || o.pattern == "randsize";
+  if (o.smoke && !fixed_work) o.seconds = std::min(o.seconds, 0.05);
 
   const auto t0 = clock_type::now();
   result r;
@@ -334,6 +629,11 @@ int main(int argc, char** argv) {
   else if (o.pattern == "mstress") r = mstress(o);
   else if (o.pattern == "pareto") r = pareto(o);
   else if (o.pattern == "realloc") r = realloc_growth(o);
+  else if (o.pattern == "prodcon-batch") r = prodcon_batch(o, false);
+  else if (o.pattern == "prodcon-batch-mixed") r = prodcon_batch(o, true);
+  else if (o.pattern == "churn") r = churn(o);
+  else if (o.pattern == "bigbuf") r = bigbuf(o);
+  else if (o.pattern == "randsize") r = randsize(o);
   else args.fail("unknown pattern '" + o.pattern + "'");
   const double secs = std::chrono::duration<double>(clock_type::now() - t0).count();
 

@@ -1,4 +1,6 @@
-"""Classic multithreaded allocator patterns (bench/host/patterns.cpp)."""
+"""Classic multithreaded allocator patterns (bench/host/patterns.cpp), each timed for a fixed
+duration.  The same program's fixed-work shapes of issue 10 (prodcon-batch, churn, bigbuf,
+randsize) are the `shapes` suite's."""
 
 from strata_lab.allocators import BUILTINS
 from strata_lab.suite import Cell

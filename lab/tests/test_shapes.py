@@ -1,0 +1,82 @@
+"""Issue 10's allocation shapes: the fixed-work patterns of strata-bench-patterns and the suite
+that runs them (its smoke run is test_suites_smoke's, with every other suite)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from strata_lab.suite import SuiteContext, load_suite
+
+from .conftest import program
+
+SHAPES = ("prodcon-batch", "prodcon-batch-mixed", "churn", "bigbuf", "randsize")
+
+
+def run_pattern(*args: str, timeout: float = 60) -> dict:
+    r = subprocess.run([str(program("strata-bench-patterns")), *args], capture_output=True, text=True,
+                       timeout=timeout)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("pattern", SHAPES)
+@pytest.mark.parametrize("threads", [1, 2, 4])
+def test_shape_smoke_does_all_its_work(pattern, threads):
+    d = run_pattern("--pattern", pattern, "--threads", str(threads), "--smoke", "--seconds", "5")
+    assert d["pattern"] == pattern
+    assert d["threads"] == (1 if pattern == "bigbuf" else threads)
+    assert d["ops"] > 0 and d["ops_per_sec"] > 0 and d["peak_rss_kb"] > 0
+    assert d["work_fraction"] == 1.0, d
+    if pattern == "randsize":
+        assert d["ops_per_cpu_sec"] > 0 and d["cpu_seconds"] > 0
+        assert (d["remote_frees"] > 0) == (threads > 1), d
+
+
+def test_ops_sets_the_work():
+    d = run_pattern("--pattern", "prodcon-batch", "--threads", "2", "--ops", "20", "--smoke")
+    assert d["work_planned"] == 20 and d["work_fraction"] == 1.0
+    # 20 batches of 64 blocks allocated; each thread's first 4 batches arrive empty (the queue's
+    # initial depth), so 2 x (10 - 4) full batches were freed
+    assert d["ops"] == (20 + 12) * 64
+
+
+def test_seconds_bounds_the_work():
+    start = time.monotonic()
+    d = run_pattern("--pattern", "randsize", "--threads", "2", "--ops", str(10**12), "--seconds", "0.2")
+    assert time.monotonic() - start < 20
+    assert 0 < d["work_fraction"] < 1, d
+
+
+def test_suite_cells(built):
+    suite = load_suite("shapes")
+    cells = suite.cells(SuiteContext(smoke=False))
+    got = {(c.workload, c.threads) for c in cells}
+    assert got == {("prodcon-batch", 2), ("prodcon-batch-mixed", 2), ("churn", 1), ("churn", 2),
+                   ("bigbuf", 1), ("randsize", 1), ("randsize", 2), ("randsize", 4)}
+    for c in cells:
+        argv = [str(a) for a in c.argv]
+        assert "--ops" in argv and "--smoke" not in argv
+        assert c.metric == ("ops_per_cpu_sec" if c.workload == "randsize" else "ops_per_sec")
+    smoke = suite.cells(SuiteContext(smoke=True))
+    assert {(c.workload, c.threads) for c in smoke} == got
+    assert all("--smoke" in [str(a) for a in c.argv] for c in smoke)
+
+
+def test_default_suite_runs_the_shapes_with_every_allocator(built):
+    suite = load_suite("default")
+    cells = suite.cells(SuiteContext(smoke=False))
+    names = [c.name or f"{c.workload}/t{c.threads}" for c in cells]
+    assert len(names) == len(set(names))
+    shapes = [c for c in cells if c.workload in SHAPES]
+    assert {c.workload for c in shapes} == set(SHAPES) and len(shapes) == 8
+    full = {c.workload: c for c in load_suite("shapes").cells(SuiteContext(smoke=False))}
+    for c in shapes:  # less work than the shapes suite's, to keep make bench within ~10 minutes
+        ops = lambda cell: int(cell.argv[cell.argv.index("--ops") + 1])  # noqa: E731
+        assert ops(c) < ops(full[c.workload])
+    from strata_lab.allocators import BUILTINS
+
+    assert {"snmalloc", "rpmalloc", "strata", "mimalloc"} <= set(suite.allocators) == set(BUILTINS)
