@@ -43,3 +43,4 @@ if [[ ! -f $stamp || lab/pyproject.toml -nt $stamp ]]; then
   "$venv/bin/python" -m pip install -q cmeel-mimalloc pytest
   touch "$stamp"
 fi
+scripts/build_peers.sh || echo "setup: snmalloc/rpmalloc not built (make bench needs them): fix the above, then run scripts/build_peers.sh" >&2

@@ -2,12 +2,15 @@
 
 glibc is the process's own malloc (no preload).  mimalloc, jemalloc and tcmalloc are the Debian
 packages' shared libraries; mimalloc3 is mimalloc 3.x from the cmeel-mimalloc wheel in the lab's
-virtual environment; strata is build/lib/libstrata.so.  `--alloc NAME=/path/lib.so` adds others.
+virtual environment; snmalloc and rpmalloc are built from their crates.io packages' bundled sources by
+scripts/build_peers.sh into build/peers/ (versions in build/peers/versions.json); strata is
+build/lib/libstrata.so.  `--alloc NAME=/path/lib.so` adds others.
 """
 
 from __future__ import annotations
 
 import glob
+import json
 import os
 import subprocess
 import sys
@@ -29,7 +32,7 @@ class Allocator:
     name: str
     library: str | None  # None: no preload (glibc)
     version: str
-    source: str  # how it was found: "system", "debian:<pkg>", "wheel:<dist>", "build", "user"
+    source: str  # how it was found: "system", "debian:<pkg>", "wheel:<dist>", "crate:<name>", "build", "user"
     extra: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
@@ -57,6 +60,10 @@ BUILTINS = {
     "tcmalloc": _Builtin("tcmalloc", ("libtcmalloc_minimal.so.4",), "libtcmalloc-minimal4",
                          "sudo apt-get install libtcmalloc-minimal4",
                          "gperftools tcmalloc, minimal (Debian package)"),
+    "snmalloc": _Builtin("snmalloc", ("libsnmalloc.so",), None, "scripts/build_peers.sh",
+                         "snmalloc 0.7 (built from the snmalloc-sys crate's sources)"),
+    "rpmalloc": _Builtin("rpmalloc", ("librpmalloc.so",), None, "scripts/build_peers.sh",
+                         "rpmalloc 1.4 (built from the rpmalloc-sys crate's sources)"),
     "strata": _Builtin("strata", ("libstrata.so",), None,
                        "cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build "
                        "(or: make build)", "strata (this repository's build/lib/libstrata.so)"),
@@ -113,6 +120,26 @@ def _find_mimalloc3() -> tuple[str | None, str]:
     return None, "unknown"
 
 
+def peers_dir() -> Path:
+    """Where scripts/build_peers.sh leaves the peers it builds (always under the checkout's build/)."""
+    return paths.repo_root() / "build" / "peers"
+
+
+def _find_built_peer(name: str) -> Allocator | None:
+    """snmalloc or rpmalloc from build/peers/, with the version build_peers.sh recorded."""
+    d = peers_dir()
+    lib = d / BUILTINS[name].sonames[0]
+    if not lib.is_file():
+        return None
+    try:
+        info = json.loads((d / "versions.json").read_text()).get(name, {})
+    except (OSError, ValueError):
+        info = {}
+    extra = {k: info[k] for k in ("crate", "crate_version", "crate_git") if k in info}
+    return Allocator(name, str(lib.resolve()), str(info.get("version", "unknown")),
+                     f"crate:{info.get('crate', name + '-sys')}", extra)
+
+
 def _strata_version(lib: str) -> str:
     """strata_version() asked in a child process (preloading strata into the lab itself is unsafe),
     plus the git revision of the checkout the library was built from."""
@@ -146,6 +173,8 @@ def locate(name: str) -> Allocator | None:
     if name == "mimalloc3":
         lib, version = _find_mimalloc3()
         return Allocator(name, lib, version, "wheel:cmeel-mimalloc") if lib else None
+    if name in ("snmalloc", "rpmalloc"):
+        return _find_built_peer(name)
     if name == "strata":
         lib = paths.build_dir() / "lib" / "libstrata.so"
         if not lib.is_file():
