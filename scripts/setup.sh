@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 
 debs=(build-essential cmake ninja-build libgtest-dev pkg-config
       libmimalloc2.0 libjemalloc2 libgoogle-perftools4 libtcmalloc-minimal4
-      redis-server redis-tools wrk nginx-light)
+      redis-server redis-tools wrk nginx-light
+      python3 sqlite3 perl jq git valgrind chromium)
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
