@@ -119,7 +119,19 @@ def analyse(doc: dict, baseline: str | None = None) -> dict:
                 entry["rss_paired"] = p
                 entry["rss_ratio"] = p.ratio
                 entry["rss_ratio_ci"] = (p.ci_low, p.ci_high) if p.ci_low is not None else None
-        cells_out.append({**c, "by_variant": per_v, "pareto": pareto(per_v, hib)})
+        front = pareto(per_v, hib)
+        # How sure: the peer against strata on the same paired rounds, speed and peak RSS.
+        front["versus"] = {}
+        for who, peers in front["dominating"].items():
+            for peer in peers:
+                sp, sb = paired(rounds_of[peer], rounds_of[who], lambda s: s["metrics"].get(metric))
+                rp, rb = paired(rounds_of[peer], rounds_of[who], lambda s: s.get("peak_rss_kb"))
+                speed = stats.paired_speedup(sp, sb, hib) if sp else None
+                mem = stats.paired_speedup(rp, rb, True) if rp else None
+                clear = bool(speed and mem and speed.ci_low is not None and mem.ci_high is not None
+                             and speed.ci_low > 1 and mem.ci_high < 1)
+                front["versus"][f"{peer}/{who}"] = {"speed": speed, "rss": mem, "clear": clear}
+        cells_out.append({**c, "by_variant": per_v, "pareto": front})
         if c.get("oversubscribed"):
             warnings.append(f"{c['id']}: oversubscribed ({c['threads']} threads on "
                             f"{len(c['cpus']) if c.get('cpus') else len(doc['settings'].get('cpus') or [])} CPUs)")
@@ -176,9 +188,10 @@ def analyse(doc: dict, baseline: str | None = None) -> dict:
         geo[v] = {"speedup": point, "ci": ci, "cells": len(logs), "of": len(doc["cells"])}
     conv = convergence(doc, cells_out, variants, baseline, target)
     if conv["not_converged"]:
-        warnings.append(f"ratio intervals wider than ±{target * 100:g} % in {len(conv['not_converged'])} "
-                        f"of {len(cells_out)} cells: " + "; ".join(
-                            f"{cid} ({why})" for cid, why in conv["not_converged"].items()))
+        worst = {cid: conv["cells"][cid]["worst"] for cid in conv["not_converged"]}
+        warnings.append(f"ratio intervals wider than ±{target * 100:g} % in {len(worst)} of {len(cells_out)} "
+                        "cells (see the ratio intervals): " + ", ".join(
+                            cid + ("" if w is None else f" ±{w * 100:.1f} %") for cid, w in worst.items()))
     dominated = [(c["id"], d) for c in cells_out for d in c["pareto"]["dominating"].get("strata", [])]
     return {"baseline": baseline, "variants": variants, "cells": cells_out, "geomean": geo,
             "warnings": warnings, "other_cpu_frac": other_cpu, "noise": noise,

@@ -364,6 +364,11 @@ def run_sample(cell: Cell, variant: Variant, cpus: list[int] | None, extra_env: 
         if isinstance(own, (int, float)):
             rec["process_peak_rss_kb"] = rec["peak_rss_kb"]
             rec["peak_rss_kb"] = own
+        # A driver that measured its program's own minor faults reports them the same way.
+        faults = metrics.get("minor_faults")
+        if isinstance(faults, int) and not isinstance(faults, bool):
+            rec["process_minor_faults"] = rec["minor_faults"]
+            rec["minor_faults"] = faults
     rec["metrics"] = metrics
     rec["ok"] = True
     return rec

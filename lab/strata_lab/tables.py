@@ -166,12 +166,16 @@ def pareto_lines(an: dict, who: str = "strata") -> list[str]:
         e = c["by_variant"][who]
         for p in c["pareto"]["dominating"].get(who, []):
             q = c["by_variant"][p]
-            sp = q["summary"].median / e["summary"].median
-            if not c.get("higher_is_better", True):
-                sp = 1 / sp
-            out.append(f"{c['id']}: {p} is {sp:.2f}× as fast as {who} with "
-                       f"{q['rss'].median / e['rss'].median:.2f}× its peak RSS "
-                       f"({mib(q['rss'].median)} vs {mib(e['rss'].median)})")
+            vs = c["pareto"].get("versus", {}).get(f"{p}/{who}") or {}
+            sp, mem = vs.get("speed"), vs.get("rss")
+            speed = (f"{sp.ratio:.2f}× {ci_text((sp.ci_low, sp.ci_high) if sp.ci_low is not None else None)}"
+                     if sp else "faster")
+            rss = (f"{mem.ratio:.2f}× {ci_text((mem.ci_low, mem.ci_high) if mem.ci_low is not None else None)}"
+                   if mem else "less")
+            sure = ("both intervals clear of 1" if vs.get("clear")
+                    else "within the noise: an interval includes 1")
+            out.append(f"{c['id']}: {p} is {speed} as fast as {who} with {rss} its peak RSS "
+                       f"({mib(q['rss'].median)} vs {mib(e['rss'].median)}; {sure})")
     return out
 
 
@@ -211,8 +215,9 @@ def print_analysis(an: dict, console: Console, doc: dict) -> None:
         console.print(line, highlight=False, markup=False)
     dom = pareto_lines(an)
     if "strata" in an["variants"]:
-        console.print(f"speed against memory: {len(dom)} cell{'s' if len(dom) != 1 else ''} where a peer "
-                      "is both faster and leaner than strata" + (":" if dom else ""), markup=False)
+        n = len({line.split(":", 1)[0] for line in dom})
+        console.print(f"speed against memory: {n} cell{'s' if n != 1 else ''} where a peer is both faster "
+                      "and leaner than strata (medians)" + (":" if dom else ""), markup=False)
         for line in dom:
             console.print(f"  • {line}", markup=False, highlight=False)
     if an["warnings"]:
@@ -312,7 +317,8 @@ def markdown(an: dict, doc: dict, extra: str = "") -> str:
     if "strata" in an["variants"]:
         dom = pareto_lines(an)
         out += ["", "## Speed against memory", "",
-                f"Cells where a peer is both faster and leaner than strata (medians): {len(dom)}."
+                f"Cells where a peer is both faster and leaner than strata (medians): "
+                f"{len({line.split(':', 1)[0] for line in dom})}."
                 + ("" if dom else " None."), ""] + [f"- {x}" for x in dom]
         out += ["", "| cell | Pareto frontier (no other variant both faster and leaner) |", "|---|---|"]
         for c in an["cells"]:
