@@ -66,23 +66,18 @@ lookup find_block(segment* seg, void* p) noexcept {
   return {lookup_status::ok, seg, pg, reinterpret_cast<block*>(pg->start + offset)};
 }
 
-void free_remote(segment* seg, page* pg, block* b) noexcept {
-  heap* owner = seg->owner.load(std::memory_order_acquire);
+void free_remote(page* pg, block* b) noexcept {
   size_t cls = pg->size_class;
   b->canary = canary_of(b);
-  block* head = pg->thread_free.load(std::memory_order_relaxed);
-  do {
-    b->next = head;
-  } while (!pg->thread_free.compare_exchange_weak(head, b, std::memory_order_release, std::memory_order_relaxed));
-  // Heaps are never unmapped, so the hint is safe even if the owner exited meanwhile.
-  if (owner) owner->remote_hint[cls].store(1, std::memory_order_release);
   heap* h = tl_heap;
   if (h != &empty_heap) {
     h->free_count[cls].add();
     h->remote_frees.add();
+    remote_free_batched(h, pg, b);
   } else {
     g_retired.free_count[cls].fetch_add(1, std::memory_order_relaxed);
     g_retired.remote_frees.fetch_add(1, std::memory_order_relaxed);
+    page_push_remote(pg, b, b);
   }
 }
 
@@ -148,7 +143,7 @@ STRATA_NOINLINE void free_slow(void* p) noexcept {
     h->free_count[pg->size_class].add();
     if (--pg->used == 0 || (flags_of(pg) & page_flag::in_full)) page_local_event(h, pg);
   } else {
-    free_remote(l.seg, l.pg, b);
+    free_remote(l.pg, b);
   }
 }
 

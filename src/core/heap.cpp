@@ -160,7 +160,11 @@ void heap_purge(heap* h, bool force) noexcept {
 }
 
 inline void heap_maybe_purge(heap* h) noexcept {
-  if (h->purge_due_ms && os::now_ms() >= h->purge_due_ms) heap_purge(h, false);
+  int64_t idle_due = segments_idle_due();
+  if (h->purge_due_ms == 0 && idle_due == 0) return;
+  int64_t now = os::now_ms();
+  if (h->purge_due_ms && now >= h->purge_due_ms) heap_purge(h, false);
+  if (idle_due && now >= idle_due) segments_purge_idle(now);
 }
 
 void heap_schedule_purge(heap* h) noexcept {
@@ -173,7 +177,9 @@ void heap_schedule_purge(heap* h) noexcept {
 void* heap_alloc_slow(heap* h, size_t cls) noexcept {
   // Free memory ages out on any slow path, not only when a new span is needed: a thread that
   // keeps allocating from its pages must still give back what it freed long ago.
-  if (STRATA_UNLIKELY(h->purge_due_ms != 0)) heap_maybe_purge(h);
+  heap_maybe_purge(h);
+  // Frees this thread made into other threads' pages reach them before it takes new memory.
+  if (h->remote_pending != 0) remote_flush(h);
   // The common case: the direct page's own frees become its free list.
   if (page* pg = h->direct[cls]; pg->local_free != nullptr) {
     page_fold_frees(h, pg);
@@ -235,6 +241,7 @@ void* heap_alloc_slow(heap* h, size_t cls) noexcept {
 
 // Thread exit: everything the heap holds goes back or is abandoned to whoever reclaims it.
 void heap_abandon(heap* h) noexcept {
+  remote_flush(h);
   for (size_t c = 0; c < size_class_count; ++c) {
     set_direct(h, c, &empty_page);
     for (page_list* l : {&h->queue[c], &h->full[c]}) {
@@ -268,6 +275,51 @@ void heap_abandon(heap* h) noexcept {
 }
 
 }  // namespace
+
+void page_push_remote(page* pg, block* head, block* tail) noexcept {
+  heap* owner = segment_of(pg)->owner.load(std::memory_order_acquire);
+  size_t cls = pg->size_class;
+  block* old = pg->thread_free.load(std::memory_order_relaxed);
+  do {
+    tail->next = old;
+  } while (!pg->thread_free.compare_exchange_weak(old, head, std::memory_order_release, std::memory_order_relaxed));
+  // Heaps are never unmapped, so the hint is safe even if the owner exited meanwhile.  Read
+  // first: a store to a hint already set would still take the owner's cache line.
+  if (owner && !owner->remote_hint[cls].load(std::memory_order_relaxed))
+    owner->remote_hint[cls].store(1, std::memory_order_release);
+}
+
+namespace {
+void remote_flush_slot(remote_batch& r) noexcept {
+  page_push_remote(r.pg, r.head, r.tail);
+  r = remote_batch{};
+}
+}  // namespace
+
+void remote_free_batched(heap* h, page* pg, block* b) noexcept {
+  // A pending block keeps its page in use (pg->used counts it until the owner collects it), so
+  // the page cannot be released or reused while it waits here.
+  if (pg->block_size > remote_batch_block_max) return page_push_remote(pg, b, b);
+  size_t slot = static_cast<size_t>((reinterpret_cast<uintptr_t>(pg) * 0x9E3779B97F4A7C15ull) >> 60) % remote_batch_slots;
+  remote_batch& r = h->remote[slot];
+  if (r.pg != pg) {
+    if (r.pg != nullptr) remote_flush_slot(r);
+    r.pg = pg;
+    r.tail = b;
+    b->next = nullptr;
+  } else {
+    b->next = r.head;
+  }
+  r.head = b;
+  h->remote_pending += pg->block_size;
+  if (h->remote_pending >= remote_batch_bytes) remote_flush(h);
+}
+
+void remote_flush(heap* h) noexcept {
+  for (auto& r : h->remote)
+    if (r.pg != nullptr) remote_flush_slot(r);
+  h->remote_pending = 0;
+}
 
 uint32_t page_collect(heap* h, page* pg) noexcept {
   page_fold_frees(h, pg);
@@ -416,6 +468,7 @@ void* malloc_slow(size_t cls) noexcept {
 }
 
 void heap_collect(heap* h, bool force) noexcept {
+  remote_flush(h);
   if (force) {
     while (segment_reclaim_one(h)) {
     }

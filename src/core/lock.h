@@ -12,6 +12,7 @@ class spin_lock {
       while (flag_.load(std::memory_order_relaxed)) sched_yield();
     }
   }
+  bool try_lock() noexcept { return !flag_.load(std::memory_order_relaxed) && !flag_.exchange(true, std::memory_order_acquire); }
   void unlock() noexcept { flag_.store(false, std::memory_order_release); }
   void reset() noexcept { flag_.store(false, std::memory_order_relaxed); }
 

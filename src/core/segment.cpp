@@ -161,6 +161,44 @@ void purge_aged(segment* seg, int64_t now, int64_t delay) noexcept {
   seg->purge_due_ms = pending ? now + delay : 0;
 }
 
+// ---- segments nobody owns: cached and abandoned ------------------------------------------------
+// A segment that leaves its heap (into the cache, or abandoned at thread exit) keeps its free
+// slices' memory for a delay, like a heap's own segments: a thread that starts soon after another
+// exited reuses that memory warm instead of faulting it in again.  Any thread's slow path runs
+// the pass that purges them once the delay has passed (segments_purge_idle).
+std::atomic<int64_t> idle_purge_due{0};  // earliest purge_due_ms of a cached or abandoned segment
+
+void idle_due_note(int64_t due) noexcept {
+  int64_t cur = idle_purge_due.load(std::memory_order_relaxed);
+  while ((cur == 0 || due < cur) && !idle_purge_due.compare_exchange_weak(cur, due, std::memory_order_relaxed)) {
+  }
+}
+
+// seg leaves its heap: purge its free slices now (delay 0), later (the idle pass), or never.
+void purge_schedule_unowned(segment* seg) noexcept {
+  int64_t delay = options::get(option::purge_delay);
+  if (delay == 0) return purge_free_dirty(seg);
+  if (delay < 0) return;
+  // A segment passed from thread to thread keeps its pending deadline and candidates: were each
+  // exit to push them back, a segment reused by short-lived threads would never be purged.
+  if (seg->purge_due_ms == 0) {
+    uint64_t pending = 0;
+    for (size_t w = 0; w < bitmap_words; ++w) {
+      seg->purge_bits[w] = seg->free_bits[w] & seg->dirty_bits[w];
+      pending |= seg->purge_bits[w];
+    }
+    if (pending == 0) return;
+    seg->purge_due_ms = os::now_ms() + delay;
+  }
+  idle_due_note(seg->purge_due_ms);
+}
+
+// A heap takes seg over (from the cache or the abandoned list): its pending purge joins the heap's.
+void heap_note_segment_due(heap* h, segment* seg) noexcept {
+  if (seg->purge_due_ms != 0 && (h->purge_due_ms == 0 || seg->purge_due_ms < h->purge_due_ms))
+    h->purge_due_ms = seg->purge_due_ms;
+}
+
 void heap_link_segment(heap* h, segment* seg) noexcept {
   seg->prev = nullptr;
   seg->next = h->segments;
@@ -207,6 +245,7 @@ segment* segment_new(heap* h) noexcept {
   }
   seg->owner.store(h, std::memory_order_release);
   heap_link_segment(h, seg);
+  heap_note_segment_due(h, seg);
   return seg;
 }
 
@@ -224,14 +263,14 @@ void for_each_page(segment* seg, F f) noexcept {
   }
 }
 
-// An empty segment leaves its heap: into the cache (purged) or back to the OS.
+// An empty segment leaves its heap: into the cache (purged after the delay) or back to the OS.
 void segment_release(heap* h, segment* seg) noexcept {
   heap_unlink_segment(h, seg);
   seg->owner.store(nullptr, std::memory_order_release);
-  purge_free_dirty(seg);
   {
     lock_guard g(cache_lock);
     if (cache_count < static_cast<size_t>(options::get(option::segment_cache))) {
+      purge_schedule_unowned(seg);
       seg->next = cache_list;
       cache_list = seg;
       ++cache_count;
@@ -358,10 +397,10 @@ void segments_abandon(heap* h) noexcept {
       continue;
     }
     heap_unlink_segment(h, seg);
-    purge_free_dirty(seg);
     seg->owner.store(nullptr, std::memory_order_release);
     for_each_page(seg, [](page* pg) { pg->owner_tid.store(0, std::memory_order_release); });
     lock_guard g(abandoned_lock);
+    purge_schedule_unowned(seg);
     seg->prev = nullptr;
     seg->next = abandoned_list;
     if (abandoned_list) abandoned_list->prev = seg;
@@ -387,6 +426,7 @@ void abandoned_unlink(segment* seg) noexcept {
 void segment_adopt(heap* h, segment* seg) noexcept {
   seg->owner.store(h, std::memory_order_release);
   heap_link_segment(h, seg);
+  heap_note_segment_due(h, seg);
   reclaimed_count.fetch_add(1, std::memory_order_relaxed);
   // Take over its pages, with what other threads freed into them meanwhile.
   for_each_page(seg, [h](page* pg) {
@@ -413,6 +453,31 @@ bool segment_reclaim_one(heap* h) noexcept {
   }
   segment_adopt(h, seg);
   return true;
+}
+
+int64_t segments_idle_due() noexcept { return idle_purge_due.load(std::memory_order_relaxed); }
+
+void segments_purge_idle(int64_t now) noexcept {
+  // Both lists at once, so that the next due time stored covers every unowned segment; a thread
+  // holding either lock makes this pass wait for the next slow path.
+  if (!abandoned_lock.try_lock()) return;
+  if (!cache_lock.try_lock()) {
+    abandoned_lock.unlock();
+    return;
+  }
+  int64_t next = 0, delay = options::get(option::purge_delay);
+  // As a heap's own pass (purge_aged): only slices free since the previous pass, and not
+  // reused in between by a thread that adopted the segment, are purged.
+  auto visit = [&](segment* seg) {
+    if (seg->purge_due_ms == 0) return;
+    if (seg->purge_due_ms <= now) purge_aged(seg, now, delay);
+    if (seg->purge_due_ms != 0 && (next == 0 || seg->purge_due_ms < next)) next = seg->purge_due_ms;
+  };
+  for (segment* seg = abandoned_list; seg; seg = seg->next) visit(seg);
+  for (segment* seg = cache_list; seg; seg = seg->next) visit(seg);
+  idle_purge_due.store(next, std::memory_order_relaxed);
+  cache_lock.unlock();
+  abandoned_lock.unlock();
 }
 
 bool segment_reclaim(heap* h, segment* seg) noexcept {
@@ -702,13 +767,16 @@ segment_totals segment_stats() noexcept {
 void segment_locks_acquire() noexcept {
   abandoned_lock.lock();
   cache_lock.lock();
+  huge_lock.lock();
 }
 
 void segment_locks_release(bool in_child) noexcept {
   if (in_child) {
     abandoned_lock.reset();
     cache_lock.reset();
+    huge_lock.reset();
   } else {
+    huge_lock.unlock();
     cache_lock.unlock();
     abandoned_lock.unlock();
   }

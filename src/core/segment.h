@@ -13,6 +13,10 @@ void span_free(heap* h, page* pg) noexcept;
 // Purges the free slices of h's segments whose delay has passed (all of them when force);
 // returns the earliest deadline still pending (0: none).
 int64_t segments_purge(heap* h, bool force) noexcept;
+// The earliest time a cached or abandoned segment has free memory to purge (0: none), and the
+// pass that purges those whose delay has passed (any thread's slow path runs it).
+int64_t segments_idle_due() noexcept;
+void segments_purge_idle(int64_t now) noexcept;
 // Moves every segment of h to the abandoned list (or releases it when empty).
 void segments_abandon(heap* h) noexcept;
 // Takes one abandoned segment into h; false when there is none.

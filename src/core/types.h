@@ -232,6 +232,18 @@ extern STRATA_HIDDEN page empty_page;  // never has a free block: sends malloc t
 // malloc's fast path needs no class lookup.
 constexpr size_t small_slots = small_table_max / 16 + 1;
 
+// Frees of other heaps' blocks wait in the freeing heap, a chain per page, and go to each page's
+// thread_free list with one CAS per chain (remote_free_batched, heap.cpp): a burst of frees into
+// another thread's pages costs one atomic operation per page, not per block.
+struct remote_batch {
+  page* pg;
+  block* head;
+  block* tail;
+};
+constexpr size_t remote_batch_slots = 16;
+constexpr size_t remote_batch_bytes = 256 * 1024;  // pending bytes that force a flush
+constexpr size_t remote_batch_block_max = 16 * 1024;  // larger blocks are pushed at once
+
 struct heap {
   constexpr heap() noexcept : direct{}, direct_small{} {
     for (auto& d : direct) d = &empty_page;
@@ -243,6 +255,8 @@ struct heap {
   page_list full[size_class_count];         // pages found full
   std::atomic<uint8_t> remote_hint[size_class_count];  // a remote free hit this class
   page* spare[size_class_count] = {};       // an empty page kept for reuse (page_local_event)
+  remote_batch remote[remote_batch_slots] = {};  // frees into other heaps' pages, not yet pushed
+  size_t remote_pending = 0;                // bytes in `remote`
   size_t spare_bytes = 0;                   // span bytes of the spare pages
   segment* segments = nullptr;              // owned segments (normal kind)
   heap* next_in_registry = nullptr;
