@@ -258,8 +258,6 @@ def markdown(an: dict, doc: dict, extra: str = "") -> str:
     out += [f"- machine: {m.get('cpu_model')}, {m.get('cores')} cores, kernel {m.get('kernel')}, "
             f"THP {m.get('thp_enabled')}, governor {m.get('cpu_governor')}, CONFIG_HZ {m.get('config_hz')}",
             f"- git: {doc['git'].get('revision', '?')[:12]}{' (dirty)' if doc['git'].get('dirty') else ''}",
-            f"- other processes' CPU use during the samples (median share of all CPUs): "
-            f"{'unknown' if an.get('other_cpu_frac') is None else format(an['other_cpu_frac'] * 100, '.0f') + ' %'}",
             f"- {noise_line(an)}",
             f"- rounds: {_rounds_text(an, doc)}, warm-up: {doc['settings'].get('warmup')}, "
             f"CPUs: {doc['settings'].get('cpus')}, baseline: {base}",
