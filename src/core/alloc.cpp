@@ -149,13 +149,13 @@ STRATA_NOINLINE void free_slow(void* p) noexcept {
 
 void* alloc_aligned(size_t alignment, size_t size) noexcept {
   if (alignment <= min_block) return malloc_inline(size);
-  if (size <= large_max) {
+  if (size <= huge_min) {
     // Blocks of a size that is a multiple of the alignment sit aligned in their 64 KiB-aligned
     // page already.
     size_t want = size < alignment ? alignment : size;
-    if (alignment <= slice_size && want <= large_max && class_size(size_class_of(want)) % alignment == 0)
+    if (alignment <= slice_size && want <= huge_min && class_size(size_class_of(want)) % alignment == 0)
       return malloc_inline(want);
-    if (size + alignment - 1 <= large_max) {
+    if (size + alignment - 1 <= huge_min) {
       void* p = malloc_inline(size + alignment - 1);
       if (p == nullptr) return nullptr;
       auto a = (reinterpret_cast<uintptr_t>(p) + alignment - 1) & ~(alignment - 1);
@@ -193,7 +193,7 @@ STRATA_EXPORT void* strata_calloc(size_t count, size_t size) {
     errno = ENOMEM;
     return nullptr;
   }
-  if (bytes > large_max) {
+  if (bytes > huge_min) {
     bool zeroed = false;
     global_init();
     void* p = huge_alloc(bytes, 0, &zeroed);

@@ -6,7 +6,7 @@
 //                                 ├─ or heap->direct[class]->free (over 1 KiB)    (fast)
 //                                 ├─ malloc_slow: collect remote frees, next page,
 //                                 │   new span (span_alloc), new heap             (heap.cpp)
-//                                 └─ huge_alloc for size > 16 MiB                 (segment.cpp)
+//                                 └─ huge_alloc for size > 4 MiB                  (segment.cpp)
 //   free(p) ─ free_inline ─┬─ page map → page; owner thread: push on local_free (fast)
 //                          │    └─ page emptied: page_local_event              (heap.cpp)
 //                          └─ free_slow: another thread's page (one CAS on
@@ -45,7 +45,7 @@ inline void* malloc_inline(size_t size) noexcept {
     }
     return malloc_slow(small_classes.cls[slot]);
   }
-  if (STRATA_LIKELY(size <= large_max)) {
+  if (STRATA_LIKELY(size <= huge_min)) {
     size_t cls = size_class_of(size);
     if (block* b = page_pop_fast(h->direct[cls]); STRATA_LIKELY(b != nullptr)) {
       h->alloc_count[cls].add();
