@@ -10,8 +10,8 @@
 //   segment  — a 32 MiB-aligned mapping: a header (slice 0: the page table) and 511 slices.
 //              A pointer's segment is found by masking its low 25 bits, its page by indexing
 //              the header: free() finds its metadata in O(1).
-//   huge     — a request above the largest size class (or a block realloc grew past 1 MiB): a
-//              mapping of its own, segment-aligned; freed ones wait in a small cache for reuse.
+//   huge     — a request above 4 MiB (huge_min), or a block realloc grew past 1 MiB: a mapping
+//              of its own, segment-aligned; freed ones wait in a small cache for reuse.
 //   heap     — one thread's allocator state: the pages it allocates from, by size class, and
 //              the segments it owns.  Only the owning thread touches a heap's pages' free
 //              lists; other threads push frees onto a page's atomic thread_free list.
