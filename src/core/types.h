@@ -257,6 +257,7 @@ struct heap {
   page* spare[size_class_count] = {};       // an empty page kept for reuse (page_local_event)
   remote_batch remote[remote_batch_slots] = {};  // frees into other heaps' pages, not yet pushed
   size_t remote_pending = 0;                // bytes in `remote`
+  uint64_t slow_walks = 0;                  // heap_alloc_slow's page walks (purge check pacing)
   size_t spare_bytes = 0;                   // span bytes of the spare pages
   segment* segments = nullptr;              // owned segments (normal kind)
   heap* next_in_registry = nullptr;
