@@ -110,11 +110,11 @@ STRATA_NOINLINE void free_slow(void* p) noexcept {
   lookup l = find_block(map_has_segment(seg) ? seg : nullptr, p);
   switch (l.status) {
     case lookup_status::invalid:
-      if (huge_was_freed(p))
-        report_bad_free(p, "double free of the huge block");
-      else
+      if (!huge_was_freed(p)) {
         report_bad_free(p, "free of a pointer strata did not allocate:");
-      return;
+        return;
+      }
+      [[fallthrough]];  // a huge block unmapped since its free
     case lookup_status::freed_huge:
       report_bad_free(p, "double free of the huge block");
       return;

@@ -108,6 +108,11 @@ bool page_extend(page* pg) noexcept {
   return true;
 }
 
+// A block of pg came back (page_flag::clean): its memory is no longer known to be zero.
+inline void page_unclean(page* pg) noexcept {
+  if (flags_of(pg) & page_flag::clean) flags_clear(pg, page_flag::clean);
+}
+
 // Pops a block from a page known to have a free one (the slow path's pop, counted by class).
 inline void* page_pop(heap* h, page* pg) noexcept {
   h->alloc_count[pg->size_class].add();
@@ -335,7 +340,7 @@ uint32_t page_collect(heap* h, page* pg) noexcept {
   }
   block* tf = pg->thread_free.exchange(nullptr, std::memory_order_acquire);
   if (tf == nullptr) return 0;
-  if (flags_of(pg) & page_flag::clean) flags_clear(pg, page_flag::clean);
+  page_unclean(pg);
   uint32_t n = 1;
   block* tail = tf;
   while (tail->next) {
@@ -368,7 +373,7 @@ void page_local_event(heap* h, page* pg) noexcept {
     if (h->direct[cls] == &empty_page) set_direct(h, cls, pg);
   }
   if (pg->used == 0) {
-    if (flags_of(pg) & page_flag::clean) flags_clear(pg, page_flag::clean);
+    page_unclean(pg);
     // Each class keeps one empty page (its spare) for its next allocations, sparing a span
     // round trip to a thread that frees and allocates blocks of one size over and over.  Any
     // other page that empties gives its span back to the segment at once, where any class can
@@ -492,7 +497,10 @@ void heap_collect(heap* h, bool force) noexcept {
     }
   }
   heap_purge(h, force);
-  if (force) segment_cache_trim(0);
+  if (force) {
+    segment_cache_trim(0);
+    huge_cache_trim(true);
+  }
 }
 
 heap* heap_registry_first() noexcept {

@@ -478,6 +478,9 @@ void segments_purge_idle(int64_t now) noexcept {
   idle_purge_due.store(next, std::memory_order_relaxed);
   cache_lock.unlock();
   abandoned_lock.unlock();
+  // Cached huge mappings are unowned memory too; after the store above, so that a deadline
+  // noted meanwhile by huge_free is found in the cache and noted again.
+  if (int64_t huge_next = huge_cache_trim(false)) idle_due_note(huge_next);
 }
 
 bool segment_reclaim(heap* h, segment* seg) noexcept {
@@ -723,18 +726,25 @@ void huge_free(segment* seg) noexcept {
       }
     }
     huge_unmap_list(expired);
-    if (cached) return;
+    if (cached) {
+      idle_due_note(now + wait);  // the idle pass expires it even if no huge call comes
+      return;
+    }
   }
   huge_unmap(seg);
 }
 
-void huge_cache_trim(bool all) noexcept {
+int64_t huge_cache_trim(bool all) noexcept {
   segment* expired;
+  int64_t next = 0;
   {
     lock_guard g(huge_lock);
     expired = huge_cache_expire_locked(os::now_ms(), all);
+    for (segment* seg = huge_cache; seg; seg = seg->next)
+      if (next == 0 || seg->purge_due_ms < next) next = seg->purge_due_ms;
   }
   huge_unmap_list(expired);
+  return next;
 }
 
 bool huge_was_freed(const void* p) noexcept {

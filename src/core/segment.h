@@ -36,8 +36,9 @@ void* huge_alloc(size_t size, size_t alignment, bool* zeroed = nullptr) noexcept
 // address, or nullptr with errno = ENOMEM (the block untouched).
 void* huge_realloc(segment* seg, size_t size) noexcept;
 void huge_free(segment* seg) noexcept;
-// Unmaps the cached huge mappings that waited too long (all of them when `all`).
-void huge_cache_trim(bool all) noexcept;
+// Unmaps the cached huge mappings that waited too long (all of them when `all`); returns the
+// earliest deadline of those left (0: none).
+int64_t huge_cache_trim(bool all) noexcept;
 // Whether p was the block of one of the last huge mappings unmapped (to label a double free).
 bool huge_was_freed(const void* p) noexcept;
 // The segment holding p when p lies inside a huge mapping past its first chunk; else nullptr.

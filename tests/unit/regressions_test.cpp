@@ -86,6 +86,19 @@ TEST(Issue17Realloc, HugeBlocksShrinkAndGrowKeepingTheirContents) {
   strata_free(p);
 }
 
+// A freed huge mapping waits in a cache for reuse; strata_collect(true) (malloc_trim) gives it
+// back like every other free memory.
+TEST(Issue17Realloc, CollectGivesCachedHugeMappingsBack) {
+  strata_collect(true);
+  uint64_t reserved = stats().reserved_bytes;
+  void* p = strata_malloc(20 * MiB);
+  ASSERT_NE(p, nullptr);
+  memset(p, 1, 20 * MiB);
+  strata_free(p);
+  strata_collect(true);
+  EXPECT_LT(stats().reserved_bytes, reserved + 20 * MiB) << "the freed 20 MiB mapping is still mapped";
+}
+
 // 2. realloc of a freed pointer returned the freed block (still on the free list), and a later
 // malloc crashed on the overwritten link.
 TEST(Issue17Realloc, OfAFreedBlockIsReportedAndReturnsNull) {
