@@ -235,7 +235,8 @@ def convergence(doc: dict, cells: list[dict], variants: list[str], baseline: str
     and whether it is within the target; why not, from what the runner recorded (budget, spread,
     failures) or from the data."""
     recorded = (doc.get("convergence") or {}).get("cells") or {}
-    out: dict = {"target": target, "cells": {}, "not_converged": {}, "widest": {}}
+    goal = [v for v in doc["settings"].get("converge") or variants if v in variants and v != baseline]
+    out: dict = {"target": target, "converge": goal, "cells": {}, "not_converged": {}, "widest": {}}
     for c in cells:
         widths = {}
         for v in variants:
@@ -247,8 +248,8 @@ def convergence(doc: dict, cells: list[dict], variants: list[str], baseline: str
                 best = out["widest"].get(v)
                 if best is None or widths[v] > best[1]:
                     out["widest"][v] = (c["id"], widths[v])
-        known = [w for w in widths.values() if w is not None]
-        missing = [v for v, w in widths.items() if w is None]
+        known = [w for v, w in widths.items() if w is not None and v in goal]
+        missing = [v for v, w in widths.items() if w is None and v in goal]
         worst = max(known) if known else None
         ok = not missing and (worst is None or worst <= target)
         rec = recorded.get(c["id"]) or {}
@@ -258,7 +259,7 @@ def convergence(doc: dict, cells: list[dict], variants: list[str], baseline: str
             if missing:
                 why = "no interval for " + ", ".join(missing) + " (failures or fewer than 2 paired rounds)"
             else:
-                worst_v = max((v for v in widths if widths[v] is not None), key=lambda v: widths[v])
+                worst_v = max((v for v in goal if widths[v] is not None), key=lambda v: widths[v])
                 reason = rec.get("reason") or "rounds"
                 need = rec.get("rounds_needed")
                 why = (f"{worst_v} ±{worst * 100:.1f} % after {rounds} rounds; "

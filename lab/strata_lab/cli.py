@@ -49,7 +49,7 @@ def cmd_run(a: argparse.Namespace) -> int:
         raise LabError("--warmup must be 0 or more")
     if a.seconds is not None and not a.seconds > 0:
         raise LabError("--seconds must be positive")
-    if not 0 < a.target_width < 1:
+    if a.target_width is not None and not 0 < a.target_width < 1:
         raise LabError("--target-width must be between 0 and 1 (0.03 is ±3 %)")
     if a.time_budget is not None and a.time_budget < 0:
         raise LabError("--time-budget must be 0 (no adaptive rounds) or more seconds")
@@ -117,6 +117,15 @@ def cmd_run(a: argparse.Namespace) -> int:
         budget = 0.0 if a.smoke else (suite.time_budget if suite.time_budget is not None
                                       else runner.TIME_BUDGET_S)
     max_rounds = max(rounds, a.max_rounds if a.max_rounds is not None else runner.MAX_ROUNDS)
+    target = a.target_width if a.target_width is not None else (suite.target_width or runner.TARGET_WIDTH)
+    converge = _split([a.converge]) if a.converge else suite.converge
+    if a.converge:
+        unknown = [n for n in converge if n not in names]
+        if unknown:
+            raise LabError(f"--converge {', '.join(unknown)}: not among this run's variants ({', '.join(names)})")
+    if converge is not None:
+        # The suite's choice, restricted to what this run compares (--alloc may leave strata out).
+        converge = [n for n in converge if n in names and n != baseline] or None
     max_reruns = 0 if a.smoke else a.max_reruns
 
     out_dir = results.new_run_dir(Path(a.out) if a.out else paths.results_root(), suite.name)
@@ -130,8 +139,10 @@ def cmd_run(a: argparse.Namespace) -> int:
               f"({', '.join(names)}; baseline {baseline}), {rounds} rounds + {warmup} warm-up, "
               f"CPUs {runner._ranges(cpus)}")
     if budget > 0:
+        who = "" if converge is None else f" ({', '.join(converge)} against {baseline}, only they run them)"
         err.print(f"strata-lab: adaptive rounds: more rounds (up to {max_rounds}) for cells whose ratio "
-                  f"intervals are wider than ±{a.target_width * 100:g} %, within {budget:g} s for the run")
+                  f"intervals{who} are wider than ±{target * 100:g} %; the run ends within {budget:g} s "
+                  f"(after {runner.ALWAYS_ROUNDS} rounds, rounds that would end later are left out)")
     if instructions:
         n = len(runner.instruction_cells(cells))
         err.print(f"strata-lab: instruction counts under cachegrind for {n} single-threaded cell"
@@ -150,8 +161,8 @@ def cmd_run(a: argparse.Namespace) -> int:
                              out_dir=out_dir, baseline=baseline, settings=settings,
                              command=sys.argv, on_sample=progress_cb, on_start=start_cb, seed=a.seed,
                              noise_threshold=a.noise_threshold, max_reruns=max_reruns,
-                             target_width=a.target_width, time_budget_s=budget, max_rounds=max_rounds,
-                             instructions=instructions)
+                             target_width=target, time_budget_s=budget, max_rounds=max_rounds,
+                             converge=converge, instructions=instructions)
     except (KeyboardInterrupt, runner.Interrupted) as e:
         finish()
         why = e.signame if isinstance(e, runner.Interrupted) else "SIGINT"
@@ -384,12 +395,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run without the suite's allocators that are not installed instead of failing")
     r.add_argument("--strict", action="store_true", help="exit 1 when any sample failed")
     r.add_argument("--seed", type=int, help="seed of the interleaving order (default: random, recorded)")
-    r.add_argument("--target-width", type=float, default=runner.TARGET_WIDTH, metavar="SHARE",
+    r.add_argument("--target-width", type=float, metavar="SHARE",
                    help="adaptive rounds: a cell is done when every ratio's 95 %% interval is within "
-                        "± this share of the ratio (default 0.03)")
+                        f"± this share of the ratio (default: the suite's, else {runner.TARGET_WIDTH:g})")
     r.add_argument("--time-budget", type=float, metavar="SECONDS",
-                   help="adaptive rounds stop once the run has taken this long (default: the suite's, "
-                        f"else {runner.TIME_BUDGET_S:g}; 0: only the minimum rounds; --smoke: 0)")
+                   help="the whole run ends within this many seconds: planned rounds past the first "
+                        f"{runner.ALWAYS_ROUNDS} that would end later are left out, and what is left is "
+                        "divided among the cells not yet within the target for adaptive rounds (default: "
+                        f"the suite's, else {runner.TIME_BUDGET_S:g}; 0: only the planned rounds; --smoke: 0)")
+    r.add_argument("--converge", metavar="VARIANTS",
+                   help="adaptive rounds: the variants whose ratios must come within the target; only "
+                        "they and the baseline run the extra rounds (default: the suite's, else every variant)")
     r.add_argument("--max-rounds", type=int, help=f"adaptive rounds: at most this many per cell "
                                                   f"(default {runner.MAX_ROUNDS})")
     r.add_argument("--noise-threshold", type=float, default=runner.NOISE_THRESHOLD, metavar="SHARE",

@@ -425,8 +425,9 @@ def plan(cells: list[Cell], variants: list[Variant], rounds: int, warmup: int, s
 NOISE_THRESHOLD = 0.10  # a sample that lost more than this share of its CPUs is re-run
 MAX_RERUNS = 6          # re-runs per cell (over all its variants and rounds)
 TARGET_WIDTH = 0.03     # a cell has converged when every ratio's interval is within ±3 %
-TIME_BUDGET_S = 600.0   # adaptive rounds stop when the run has taken this long
+TIME_BUDGET_S = 600.0   # the whole run, adaptive rounds included, ends within this many seconds
 MAX_ROUNDS = 50
+ALWAYS_ROUNDS = 2       # rounds every cell runs even past the budget: an interval needs two pairs
 
 
 def instructions_argv(cell: Cell, out_file: Path) -> list:
@@ -493,6 +494,62 @@ def converged(ratios: dict, target: float) -> bool:
                for p in ratios.values())
 
 
+def divide(budget: float, needs: dict) -> dict:
+    """Split `budget` seconds among cells by what each still needs to reach its target: from the
+    smallest need up, each cell that still fits gets all it needs; the cells that do not fit
+    share what is left evenly.  The most cells finish, and a cell that cannot finish in time only
+    gets what no cell that could was going to use."""
+    out, left = {}, max(0.0, budget)
+    items = sorted(needs.items(), key=lambda kv: (kv[1], str(kv[0])))
+    rest = []
+    for key, need in items:
+        if not rest and need <= left:
+            out[key] = max(0.0, need)
+            left -= out[key]
+        else:
+            rest.append(key)
+    for key in rest:
+        out[key] = left / len(rest)
+    return out
+
+
+class Clock:
+    """Seconds since the run started, and how the run's time was spent per cell and variant: the
+    estimates the budget is divided by.  Tests replace `now` with a virtual clock."""
+
+    def __init__(self, budget_s: float, now: Callable[[], float] = time.monotonic):
+        self.now = now
+        self.t0 = now()
+        self.budget_s = budget_s
+        self.spent: dict[tuple[str, str], list[float]] = {}
+
+    def elapsed(self) -> float:
+        return self.now() - self.t0
+
+    def left(self) -> float:
+        return self.budget_s - self.elapsed()
+
+    def record(self, cell_id: str, variant: str, seconds: float) -> None:
+        self.spent.setdefault((cell_id, variant), []).append(seconds)
+
+    def cost(self, cell_id: str, variants) -> float | None:
+        """What one round of `variants` in the cell takes: the sum of each one's median time per
+        sample so far (re-runs included); None before every variant has run once."""
+        total = 0.0
+        for v in variants:
+            got = self.spent.get((cell_id, v))
+            if not got:
+                return None
+            total += sorted(got)[len(got) // 2]
+        return total
+
+    def cell_spent(self, cell_id: str) -> float:
+        return sum(sum(x) for (c, _), x in self.spent.items() if c == cell_id)
+
+    def fits(self, seconds: float | None) -> bool:
+        return self.budget_s <= 0 or seconds is None or self.elapsed() + seconds <= self.budget_s
+
+
 def _lost(rec: dict) -> float:
     return max(rec.get("steal_frac") or 0.0, rec.get("other_cpu_frac") or 0.0)
 
@@ -504,21 +561,32 @@ def execute(suite: Suite, cells: list[Cell], variants: list[Variant], *, rounds:
             seed: int | None = None, noise_threshold: float | None = NOISE_THRESHOLD,
             max_reruns: int = MAX_RERUNS, target_width: float = TARGET_WIDTH,
             time_budget_s: float = 0.0, max_rounds: int = MAX_ROUNDS,
-            instructions: bool = False) -> dict:
+            converge: list[str] | None = None, instructions: bool = False,
+            now: Callable[[], float] = time.monotonic) -> dict:
     """Run everything, writing out_dir/results.json after every sample.  Returns the document.
 
-    1. The planned samples: warm-ups, then `rounds` interleaved rounds.  A counted sample that
-       lost more than `noise_threshold` of its CPUs (steal or other processes) is run again at
-       once, at most `max_reruns` times per cell; the worse of the two is kept, marked
-       `superseded_by`, and left out of the statistics.
+    1. The planned samples: warm-ups, then `rounds` interleaved rounds, round after round over all
+       cells.  A counted sample that lost more than `noise_threshold` of its CPUs (steal or other
+       processes) is run again at once, at most `max_reruns` times per cell; the worse of the two
+       is kept, marked `superseded_by`, and left out of the statistics.
     2. With `instructions`, one cachegrind sample per single-threaded cell and variant.
-    3. Adaptive rounds: while the run has taken less than `time_budget_s`, every cell whose
-       ratios to the baseline are not all within ±`target_width` gets one more interleaved round
-       (up to `max_rounds`).  Why a cell stopped short is recorded under `convergence`."""
-    t_start = time.monotonic()
+    3. Adaptive rounds: cells whose ratios to the baseline (those of the `converge` variants;
+       default: every variant) are not all within ±`target_width` get more rounds of the
+       baseline and the `converge` variants, up to `max_rounds`.
+
+    `time_budget_s` (> 0) is the whole run's: past ALWAYS_ROUNDS, a cell's planned round that
+    would end after it is left out, and what is left after the planned rounds is divided among
+    the unconverged cells (`divide`), so the run ends on time.  0: the planned rounds only.  Why
+    a cell stopped short is recorded under `convergence`."""
+    clock = Clock(time_budget_s, now)
     seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
     order = plan(cells, variants, rounds, warmup, seed)
     icells = instruction_cells(cells) if instructions else []
+    names = [v.name for v in variants]
+    goal = [n for n in (converge if converge is not None else names) if n in names and n != baseline]
+    if not goal:
+        goal = [n for n in names if n != baseline]
+    focus = [v for v in variants if v.name == baseline or v.name in goal]  # adaptive rounds run these
     doc = {
         "schema": results.SCHEMA, "schema_version": results.SCHEMA_VERSION,
         "run_id": out_dir.name, "suite": suite.name, "description": suite.description,
@@ -530,7 +598,7 @@ def execute(suite: Suite, cells: list[Cell], variants: list[Variant], *, rounds:
                      "planned_samples": len(order) + len(icells) * len(variants),
                      "noise_threshold": noise_threshold, "max_reruns_per_cell": max_reruns,
                      "target_width": target_width, "time_budget_s": time_budget_s,
-                     "max_rounds": max_rounds, "instructions": bool(instructions)},
+                     "max_rounds": max_rounds, "converge": goal, "instructions": bool(instructions)},
         "variants": {v.name: v.info for v in variants},
         "cells": [{**c.to_json(), "oversubscribed": oversubscribed(c, cpus)} for c in cells],
         "samples": [],
@@ -578,90 +646,47 @@ def execute(suite: Suite, cells: list[Cell], variants: list[Variant], *, rounds:
         return rec
 
     def measured(cell: Cell, v: Variant, rnd: int | None) -> None:
+        t0 = clock.now()
         rec = one(cell, v, rnd)
-        if not (rec.get("noisy") and rec["ok"] and reruns[cell.id] < max_reruns):
-            return
-        # Run it again at once (still next to the other variants of its round, so the pairing
-        # holds); keep the one that lost less, never hide a failure.
-        reruns[cell.id] += 1
-        doc["settings"]["planned_samples"] += 1
-        again = one(cell, v, rnd, rerun_of=rec["index"])
-        if again["ok"]:
-            keep, drop = (again, rec) if _lost(again) <= _lost(rec) else (rec, again)
-            drop["superseded_by"] = keep["index"]
-            results.write_atomic(path, doc)
-
-    def record_convergence(state: dict) -> None:
-        doc["convergence"] = {"target_width": target_width, "time_budget_s": time_budget_s,
-                              "max_rounds": max_rounds,
-                              "elapsed_s": round(time.monotonic() - t_start, 1), "cells": state}
-        results.write_atomic(path, doc)
+        if rec.get("noisy") and rec["ok"] and reruns[cell.id] < max_reruns:
+            # Run it again at once (still next to the other variants of its round, so the
+            # pairing holds); keep the one that lost less, never hide a failure.
+            reruns[cell.id] += 1
+            doc["settings"]["planned_samples"] += 1
+            again = one(cell, v, rnd, rerun_of=rec["index"])
+            if again["ok"]:
+                keep, drop = (again, rec) if _lost(again) <= _lost(rec) else (rec, again)
+                drop["superseded_by"] = keep["index"]
+                results.write_atomic(path, doc)
+        clock.record(cell.id, v.name, clock.now() - t0)
 
     with _sigterm_as_interrupt():
         try:
+            done = {c.id: 0 for c in cells}  # counted rounds run per cell
+            stopped: dict[str, str] = {}
+            checked: set[tuple[str, int]] = set()
             for cell, v, rnd in order:
+                if cell.id in stopped:
+                    continue
+                first = rnd is not None and (cell.id, rnd) not in checked
+                checked.add((cell.id, rnd))
+                if first and rnd >= ALWAYS_ROUNDS and not clock.fits(clock.cost(cell.id, names)):
+                    # Its next planned round would end past the budget: the cell stops here
+                    # (later rounds would not fit either).
+                    stopped[cell.id] = "budget"
+                    doc["settings"]["planned_samples"] -= len(variants) * (rounds - rnd)
+                    continue
                 measured(cell, v, rnd)
+                if rnd is not None:
+                    done[cell.id] = rnd + 1
             for cell in icells:
                 for v in variants:
                     one(cell, v, None, kind="instructions")
-
-            # Adaptive rounds, one more interleaved round per unconverged cell per pass.
-            rng = random.Random(seed + 1)
-            done = {c.id: rounds for c in cells}
-            cost: dict[str, float] = {}
-            for c in cells:  # a round's cost: the cell's counted samples so far, on average
-                walls = [s.get("wall_s") or 0 for s in doc["samples"] if s["cell"] == c.id
-                         and s["round"] is not None and s.get("kind", "time") == "time"]
-                cost[c.id] = (sum(walls) / max(1, rounds) + 0.05 * len(variants)) if walls else 0.0
-            stopped: dict[str, str] = {}
-            while time_budget_s > 0:
-                pending = []
-                for c in cells:
-                    if c.id in stopped:
-                        continue
-                    ratios = cell_ratios(doc, c, variants, baseline)
-                    if converged(ratios, target_width):
-                        continue
-                    if any(p is None for p in ratios.values()):
-                        stopped[c.id] = "failures"
-                    elif done[c.id] >= max_rounds:
-                        stopped[c.id] = "max_rounds"
-                    else:
-                        pending.append(c)
-                ran = False
-                for c in pending:
-                    if time.monotonic() - t_start + cost[c.id] > time_budget_s:
-                        stopped[c.id] = "budget"
-                        continue
-                    t0 = time.monotonic()
-                    vs = list(variants)
-                    rng.shuffle(vs)
-                    doc["settings"]["planned_samples"] += len(vs)
-                    for v in vs:
-                        measured(c, v, done[c.id])
-                    done[c.id] += 1
-                    cost[c.id] = time.monotonic() - t0
-                    ran = True
-                if not ran:
-                    break
-            from . import stats
-
-            state = {}
-            for c in cells:
-                ratios = cell_ratios(doc, c, variants, baseline)
-                ok = converged(ratios, target_width)
-                need = [stats.rounds_needed(p, target_width) for p in ratios.values() if p is not None]
-                need = max([n for n in need if n is not None], default=None)
-                reason = None
-                if not ok:
-                    reason = stopped.get(c.id) or ("rounds" if time_budget_s <= 0 else "budget")
-                    if reason == "budget" and need is not None and need > max_rounds:
-                        reason = "spread"
-                state[c.id] = {"rounds": done[c.id], "converged": ok, "reason": reason,
-                               "rounds_needed": None if ok else need,
-                               "half_width": {v: (p.half_width if p is not None else None)
-                                              for v, p in ratios.items()}}
-            record_convergence(state)
+            _adaptive_rounds(doc, cells, focus, goal, baseline, clock, done, stopped, measured,
+                             target_width, max_rounds, seed)
+            _record_convergence(doc, cells, variants, goal, baseline, clock, done, stopped,
+                                target_width, max_rounds)
+            results.write_atomic(path, doc)
         except KeyboardInterrupt:
             doc["interrupted"] = "SIGINT"
             results.write_atomic(path, doc)
@@ -674,3 +699,85 @@ def execute(suite: Suite, cells: list[Cell], variants: list[Variant], *, rounds:
     doc["finished"] = now_iso()
     results.write_atomic(path, doc)
     return doc
+
+
+def _goal_ratios(doc: dict, cell: Cell, variants: list[Variant], goal: list[str], baseline: str) -> dict:
+    return {v: p for v, p in cell_ratios(doc, cell, variants, baseline).items() if v in goal}
+
+
+def _rounds_needed(ratios: dict, target: float) -> int | None:
+    from . import stats
+
+    need = [stats.rounds_needed(p, target) for p in ratios.values() if p is not None]
+    return max([n for n in need if n is not None], default=None)
+
+
+def _adaptive_rounds(doc, cells, focus, goal, baseline, clock, done, stopped, measured,
+                     target_width, max_rounds, seed) -> None:
+    """More rounds of the `focus` variants for the cells not yet within the target, pass after
+    pass, while the budget lasts.  Each pass divides the time left among the unconverged cells
+    by what each would still need (rounds needed x the cost of one of its rounds); a cell runs
+    one more round when its share covers it, the cheapest to finish first."""
+    if clock.budget_s <= 0:
+        return
+    rng = random.Random(seed + 1)
+    names = [v.name for v in focus]
+    while True:
+        pending, need = [], {}
+        for c in cells:
+            if c.id in stopped:
+                continue
+            ratios = _goal_ratios(doc, c, focus, goal, baseline)
+            if converged(ratios, target_width):
+                continue
+            if any(p is None for p in ratios.values()):
+                stopped[c.id] = "failures"
+                continue
+            if done[c.id] >= max_rounds:
+                stopped[c.id] = "max_rounds"
+                continue
+            cost = clock.cost(c.id, names) or 0.0
+            more = min(max_rounds, _rounds_needed(ratios, target_width) or max_rounds) - done[c.id]
+            pending.append((c, cost))
+            need[c.id] = max(1, more) * cost
+        share = divide(clock.left(), need)
+        ran = False
+        for c, cost in sorted(pending, key=lambda x: (need[x[0].id], x[0].id)):
+            if share[c.id] < cost or not clock.fits(cost):
+                continue  # not this pass; time freed by cells that converge may come back to it
+            vs = list(focus)
+            rng.shuffle(vs)
+            doc["settings"]["planned_samples"] += len(vs)
+            for v in vs:
+                measured(c, v, done[c.id])
+            done[c.id] += 1
+            ran = True
+        if not ran:
+            return
+
+
+def _record_convergence(doc, cells, variants, goal, baseline, clock, done, stopped,
+                        target_width, max_rounds) -> None:
+    state = {}
+    for c in cells:
+        ratios = _goal_ratios(doc, c, variants, goal, baseline)
+        ok = converged(ratios, target_width)
+        need = _rounds_needed(ratios, target_width)
+        reason = None
+        if not ok:
+            if any(p is None for p in ratios.values()):
+                reason = "failures"
+            elif clock.budget_s <= 0:
+                reason = "rounds"
+            else:
+                reason = stopped.get(c.id) or "budget"
+                if reason == "budget" and need is not None and need > max_rounds:
+                    reason = "spread"
+        state[c.id] = {"rounds": done[c.id], "converged": ok, "reason": reason,
+                       "rounds_needed": None if ok else need,
+                       "spent_s": round(clock.cell_spent(c.id), 1),
+                       "half_width": {v: (p.half_width if p is not None else None)
+                                      for v, p in ratios.items()}}
+    doc["convergence"] = {"target_width": target_width, "time_budget_s": clock.budget_s,
+                          "max_rounds": max_rounds, "converge": goal,
+                          "elapsed_s": round(clock.elapsed(), 1), "cells": state}

@@ -9,6 +9,7 @@ paired rounds (paired_speedup) with an exact order-statistic interval of the med
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass
 from typing import Sequence
@@ -178,6 +179,7 @@ def round_log_ratios(values: Sequence[float], baseline: Sequence[float],
     return lr if higher_is_better else -lr
 
 
+@functools.lru_cache(maxsize=None)
 def median_order_ci(n: int, confidence: float = CONFIDENCE) -> tuple[int, int, float] | None:
     """Exact distribution-free interval of a median from order statistics: 0-based indices (lo, hi)
     into the sorted values and the interval's true coverage, 1 - 2 P(Bin(n, 1/2) <= lo).  The
@@ -271,15 +273,32 @@ def geomean_paired(cells: list[Sequence[float]], seed: int = SEED) -> tuple[floa
     return point, (float(np.quantile(reps, alpha)), float(np.quantile(reps, 1 - alpha)))
 
 
-def rounds_needed(p: PairedRatio, target: float) -> int | None:
-    """Rounds a cell would need for its interval to reach ±target, assuming the half-width
-    shrinks as 1/sqrt(rounds): a rough figure to say whether more budget would help."""
+def rounds_needed(p: PairedRatio, target: float, limit: int = 1000) -> int | None:
+    """Rounds a cell would need for its interval to reach ±target: a rough figure to divide a
+    time budget by and to say whether more rounds would help.  The larger of two counts, at least
+    one round more than it has:
+    * the spread: the per-round log ratios' MAD, scaled to a standard deviation σ (the odd
+      outlier round that sets a small count's (min, max) interval does not make a cell look
+      hopeless); the median's standard error is 1.2533 σ / √n, and a 95 % half-width of 1.96 of
+      those must come within the target;
+    * the outliers: even if every further round landed on the median, the order-statistic
+      interval only drops its extreme rounds once it has enough rounds (one outlier on each side
+      takes 9).  Counted up to `limit`."""
     hw = p.half_width
     if hw is None or target <= 0:
         return None
     if hw <= target:
         return p.n
-    return int(math.ceil(max(p.n, 6) * (hw / target) ** 2))
+    logs = np.log(_arr(p.per_round))
+    sigma = 1.4826 * float(np.median(np.abs(logs - np.median(logs))))
+    spread = int(math.ceil((1.96 * 1.2533 * sigma / target) ** 2))
+    outliers = limit
+    for n in range(p.n + 1, limit + 1):
+        q = paired_ratio(list(p.per_round) + [p.ratio] * (n - p.n))
+        if q.half_width is not None and q.half_width <= target:
+            outliers = n
+            break
+    return max(p.n + 1, spread, outliers)
 
 
 def mann_whitney(a: Sequence[float], b: Sequence[float]) -> float | None:

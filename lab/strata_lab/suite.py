@@ -282,6 +282,20 @@ class Suite:
         return None if v is None else float(v)
 
     @property
+    def target_width(self) -> float | None:
+        """TARGET_WIDTH: the ratio intervals' half-width (a share) that ends a cell's adaptive
+        rounds (None: the lab's default)."""
+        v = getattr(self.module, "TARGET_WIDTH", None)
+        return None if v is None else float(v)
+
+    @property
+    def converge(self) -> list[str] | None:
+        """CONVERGE: the variants whose ratios to the baseline adaptive rounds bring within the
+        target; only they and the baseline run the extra rounds (None: every variant)."""
+        v = getattr(self.module, "CONVERGE", None)
+        return None if v is None else [str(x) for x in v]
+
+    @property
     def warmup(self) -> int:
         return int(getattr(self.module, "WARMUP", 1))
 

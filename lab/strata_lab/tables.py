@@ -149,7 +149,10 @@ def convergence_lines(an: dict) -> list[str]:
         return []
     t = conv["target"]
     ok = sum(1 for x in conv["cells"].values() if x["converged"])
-    out = [f"ratio intervals within ±{t * 100:g} %: {ok} of {len(conv['cells'])} cells"]
+    goal = conv.get("converge") or []
+    which = ("" if set(goal) >= set(an["variants"]) - {an["baseline"]}
+             else ", ".join(f"{v}/{an['baseline']}" for v in goal) + " ")
+    out = [f"{which}ratio intervals within ±{t * 100:g} %: {ok} of {len(conv['cells'])} cells"]
     for v, (cid, hw) in conv.get("widest", {}).items():
         out.append(f"widest {v}/{an['baseline']} interval: ±{hw * 100:.1f} % ({cid})")
     for cid, why in conv.get("not_converged", {}).items():

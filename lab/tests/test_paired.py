@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 
 from strata_lab import analysis, stats
@@ -57,10 +58,18 @@ def test_paired_geomean():
     assert math.exp(0.05) <= lo <= point <= hi <= math.exp(0.4)
 
 
-def test_rounds_needed_grows_with_the_square_of_the_width():
+def test_rounds_needed_from_the_spread_of_the_rounds():
     p = stats.paired_ratio([1.0, 1.06, 1.03, 1.0, 1.06, 1.03])  # (1.06 - 1.0) / 2 / ~1.03 = ±2.9 %
-    assert stats.rounds_needed(p, 0.03) == 6
-    assert stats.rounds_needed(p, 0.03 / 2) == math.ceil(6 * (p.half_width / 0.015) ** 2)
+    assert stats.rounds_needed(p, 0.03) == 6  # within the target: what it has
+    # the median's standard error from the log ratios' MAD: quartering the target -> 16x rounds
+    logs = np.log(p.per_round)
+    sigma = 1.4826 * np.median(np.abs(logs - np.median(logs)))
+    assert stats.rounds_needed(p, 0.015) == math.ceil((1.96 * 1.2533 * sigma / 0.015) ** 2)
+    assert stats.rounds_needed(p, 0.015 / 4) == pytest.approx(16 * stats.rounds_needed(p, 0.015), rel=0.01)
+    # one outlier round sets a (min, max) interval but not the estimate: it asks for the rounds
+    # the order-statistic interval needs to drop it (9: (x_2, x_8) covers 96 %), not hundreds
+    out = stats.paired_ratio([2.0, 2.0, 2.0, 2.0, 2.6])
+    assert out.half_width > 0.1 and stats.rounds_needed(out, 0.05) == 9
 
 
 def test_analysis_pairs_round_k_with_round_k():
