@@ -23,7 +23,7 @@ COLORS = plt.get_cmap("tab10").colors
 
 def _png(fig) -> str:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=90)  # the figures lay themselves out (constrained): no second draw for a tight box
     plt.close(fig)
     return base64.b64encode(buf.getvalue()).decode()
 

@@ -1,28 +1,36 @@
-"""What `make bench` runs: E1's four bands at 1 and 2 threads, a few classic patterns and issue
-10's allocation shapes, every peer allocator against mimalloc, 5 interleaved rounds; sized to
-finish within about 10 minutes on 2 cores."""
+"""What `make bench` runs: E1's four bands at 1 and 2 threads, a few classic patterns, issue 10's
+allocation shapes and the real programs at their bench size; every peer allocator against
+mimalloc in 3 interleaved rounds, then more rounds of strata and mimalloc alone until strata's
+ratio is within ±5 % in each cell or the time budget is spent (TIME_BUDGET: the whole run, so that
+make bench with its table and report ends within 10 minutes on 2 cores)."""
 
 from strata_lab.allocators import BUILTINS
 
-from . import e1, patterns, shapes
+from . import e1, patterns, programs, shapes
 
 DESCRIPTION = ("make bench: E1 bands at 1 and 2 threads + larson, prodcon, cache-thrash, mstress + "
-               "issue 10's shapes (prodcon-batch, churn, bigbuf, randsize); all allocators vs mimalloc")
+               "issue 10's shapes + real programs (bench size); all allocators vs mimalloc, "
+               "strata's ratios to ±5 % within the time budget")
 ALLOCATORS = list(BUILTINS)  # every allocator the lab knows
 BASELINE = "mimalloc"
-ROUNDS = 5
-WARMUP = 1
+CONVERGE = ["strata"]  # the ratio make bench pins down; the peers keep the planned rounds
+TARGET_WIDTH = 0.05
+TIME_BUDGET = 520      # seconds for the whole run; startup, the table and the report fit in the rest
+ROUNDS = 3
+WARMUP = 0
 
-# 8 allocators x (5 + 1 warm-up) runs of each cell:
-# - 8 E1 cells + 4 pattern cells of SECONDS each: 576 samples of ~0.65 s with process start,
-#   about 6 minutes on 2 cores;
-# - 8 shape cells of fixed work, at SHAPES_SCALE of the shapes suite's work: measured single runs
-#   on 2 cores summed to ~41 s per round over all allocators at full work (0.05-4 s a sample;
-#   jemalloc, rpmalloc and strata are slow on churn and bigbuf), so ~2 minutes at half work plus
-#   ~1 minute of process starts.
-# About 9-10 minutes in all; the E1 cells keep their 0.5 s so their figures stay comparable.
-SECONDS = 0.5
-SHAPES_SCALE = 0.5
+# Measured on the 2-core VM (one round of every cell under all 8 allocators, samples only):
+# E1 and the patterns ~0.32 s a sample at SECONDS; the shapes 0.1-0.5 s at SHAPES_SCALE (bigbuf
+# ~1 s even at a quarter, hence its tenth); the programs 0.3-1.4 s at their bench size plus ~0.2 s
+# of driver.  About 12 s per allocator and round, ~95 s per round of all 8 on a quiet machine.
+# 5 rounds of all 8 would take the whole budget; 3 take ~300 s, and the rest buys strata and
+# mimalloc alone (~25 s a round of every cell) about 8-10 more rounds where the cells need them.
+# Warm-ups are off: rounds are paired and the interval is the median's, so a cold first round is
+# one outlier among many; the programs' inputs are generated once, outside the measured time.
+# On a busy machine noisy samples are re-run and fewer rounds fit: the table names the cells.
+SECONDS = 0.3
+SHAPES_SCALE = 0.25
+SHAPES_SCALES = {"bigbuf": 0.1}
 
 
 def cells(ctx):
@@ -30,4 +38,5 @@ def cells(ctx):
             + patterns.cells(ctx, seconds=SECONDS, patterns=("larson", "prodcon", "cache-thrash"),
                              threads=(2,))
             + patterns.cells(ctx, seconds=SECONDS, patterns=("mstress",), threads=(2,))
-            + shapes.cells(ctx, scale=SHAPES_SCALE))
+            + shapes.cells(ctx, scale=SHAPES_SCALE, scales=SHAPES_SCALES)
+            + programs.cells(ctx, scale="bench"))

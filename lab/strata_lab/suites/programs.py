@@ -58,8 +58,8 @@ def _is_script(path: str) -> bool:
 
 
 # ---- input generators -----------------------------------------------------------------------
-# Each takes (directory, scale) and writes the program's input there; scale 1 is the full size
-# (about 0.5-2 s per run on a 2-core VM), the smoke size is much smaller.
+# Each takes (directory, size) and writes the program's input there; PROGRAMS below gives each
+# program's full, bench and smoke sizes.
 
 WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho "
          "sigma tau upsilon phi chi psi omega malloc free arena slab page segment heap thread").split()
@@ -218,31 +218,36 @@ def _git_env(d: Path) -> dict:
 
 
 # ---- the programs ----------------------------------------------------------------------------
-# name -> executables needed, (full, smoke) generator sizes, generator, command (given the input
-# directory), environment, stdin file (or None).
+# name -> executables needed, generator sizes (full, bench, smoke), generator, command (given the
+# input directory), environment, stdin file (or None).  `bench` is make bench's size: about
+# 0.2-0.6 s a run under glibc on a 2-core VM, so that every program fits in its time budget
+# (g++'s is one template family: parsing the standard headers alone takes most of a second).
 
 PROGRAMS = {
-    "python": {"needs": [], "sizes": (40, 1), "gen": gen_python,
+    "python": {"needs": [], "sizes": (40, 15, 1), "gen": gen_python,
                "argv": lambda d: [_python(), "-S", str(d / "work.py")],
                "env": {"PYTHONMALLOC": "malloc", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}},
-    "sqlite": {"needs": ["sqlite3"], "sizes": (200000, 5000), "gen": gen_sqlite,
+    "sqlite": {"needs": ["sqlite3"], "sizes": (200000, 60000, 5000), "gen": gen_sqlite,
                "argv": lambda d: ["sqlite3", "-batch", ":memory:"], "stdin": "work.sql"},
-    "perl": {"needs": ["perl"], "sizes": (30000, 3000), "gen": gen_perl,
+    "perl": {"needs": ["perl"], "sizes": (30000, 8000, 3000), "gen": gen_perl,
              "argv": lambda d: ["perl", str(d / "work.pl"), str(d / "input.txt")],
              "env": {"PERL_HASH_SEED": "0", "PERL_PERTURB_KEYS": "0"}},
-    "gxx": {"needs": ["g++"], "sizes": (8, 2), "gen": gen_gxx,
+    "gxx": {"needs": ["g++"], "sizes": (8, 1, 2), "gen": gen_gxx,
             "argv": lambda d: ["g++", "-std=c++17", "-O1", "-frandom-seed=strata", "-S", "-o", "-",
                                str(d / "tu.cpp")]},
-    "jq": {"needs": ["jq"], "sizes": (30000, 3000), "gen": gen_jq,
+    "jq": {"needs": ["jq"], "sizes": (30000, 8000, 3000), "gen": gen_jq,
            "argv": lambda d: ["jq", "-c", "-f", str(d / "filter.jq"), str(d / "input.json")]},
-    "git": {"needs": ["git"], "sizes": (2000, 60), "gen": gen_git,
+    "git": {"needs": ["git"], "sizes": (2000, 500, 60), "gen": gen_git,
             "argv": lambda d: ["git", "--git-dir", str(d / "repo.git"), "-c", "core.pager=cat",
                                "log", "-p", "--stat", "--no-color", "main"]},
 }
-REDIS_REQUESTS = (20000, 500)
+REDIS_REQUESTS = (20000, 5000, 500)
 
+SCALES = ("full", "bench")  # and the smoke size under --smoke
 PARAMS = [Param("programs", list(PROGRAMS) + ["redis"], "programs to run, comma-separated",
-                parse=list_of(one_of(*PROGRAMS, "redis")))]
+                parse=list_of(one_of(*PROGRAMS, "redis"))),
+          Param("scale", "full", "input sizes: full (~0.5-2 s a run) or bench (make bench's, ~0.2-0.6 s)",
+                parse=one_of(*SCALES))]
 
 
 def missing(name: str) -> list[str]:
@@ -259,22 +264,28 @@ def smoke_skip():
     return None
 
 
-def cells(ctx):
+def _size(sizes: tuple, ctx, scale: str):
+    return sizes[2] if ctx.smoke else sizes[SCALES.index(scale)]
+
+
+def cells(ctx, scale: str | None = None, programs=None):
+    """`scale`, `programs`: the suite's parameters when not given (the default suite gives them)."""
+    scale = scale or ctx.params.get("scale", "full")
     out = []
-    for name in ctx.params["programs"]:
+    for name in programs or ctx.params.get("programs", list(PROGRAMS) + ["redis"]):
         if missing(name):
             print(f"strata-lab: programs: skipping {name}: {', '.join(missing(name))} not installed "
                   "(make setup installs it)", file=sys.stderr)
             continue
         if name == "redis":
-            n = REDIS_REQUESTS[1 if ctx.smoke else 0]
+            n = _size(REDIS_REQUESTS, ctx, scale)
             argv = [sys.executable, "-m", "strata_lab.drivers.redis_bench", "--requests", n]
             out.append(Cell(workload="redis", threads=1, name="redis",
                             argv=argv + (["--smoke"] if ctx.smoke else []), metric="rps", unit="req/s",
                             params={"requests_per_test": n}, latency_metrics=("p99_ms_set", "p99_ms_get"),
                             peak_rss_metric="server_peak_rss_kb", preload="driver", timeout_s=180.0))
             continue
-        size = PROGRAMS[name]["sizes"][1 if ctx.smoke else 0]
+        size = _size(PROGRAMS[name]["sizes"], ctx, scale)
         argv = [sys.executable, "-m", "strata_lab.suites.programs", "--program", name, "--size", size]
         out.append(Cell(workload=name, threads=1, name=name, argv=argv, metric="wall_s", unit="s",
                         higher_is_better=False, params={"size": size}, peak_rss_metric="peak_rss_kb",
@@ -377,7 +388,7 @@ def main(args: list[str] | None = None) -> int:
     ap.add_argument("--smoke", action="store_true", help="the smoke size")
     a = ap.parse_args(args)
     spec = PROGRAMS[a.program]
-    size = a.size or spec["sizes"][1 if a.smoke else 0]
+    size = a.size or spec["sizes"][2 if a.smoke else 0]
     gone = missing(a.program)
     if gone:
         print(f"programs: {', '.join(gone)} not installed", file=sys.stderr)
