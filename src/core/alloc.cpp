@@ -73,7 +73,8 @@ void free_remote(page* pg, block* b) noexcept {
   if (h != &empty_heap) {
     h->free_count[cls].add();
     h->remote_frees.add();
-    remote_free_batched(h, pg, b);
+    if (foreign_eligible(pg->block_size)) foreign_push(h, pg, b);
+    else remote_free_batched(h, pg, b);
   } else {
     g_retired.free_count[cls].fetch_add(1, std::memory_order_relaxed);
     g_retired.remote_frees.fetch_add(1, std::memory_order_relaxed);
@@ -129,21 +130,25 @@ STRATA_NOINLINE void free_slow(void* p) noexcept {
     report_bad_free(p, "double free of");
     return;
   }
+  free_block(l.pg, b);
+}
+
+STRATA_NOINLINE void free_block(page* pg, block* b) noexcept {
   heap* h = tl_heap;
-  heap* owner = l.seg->owner.load(std::memory_order_relaxed);
+  segment* seg = segment_of(b);
+  heap* owner = seg->owner.load(std::memory_order_relaxed);
   // A block of an exited thread's segment: the freeing thread takes the segment over, so what
   // the exited thread left is reused or given back by a live heap (not kept until some thread
   // happens to need a new segment).
-  if (owner == nullptr && h != &empty_heap && segment_reclaim(h, l.seg)) owner = h;
+  if (owner == nullptr && h != &empty_heap && segment_reclaim(h, seg)) owner = h;
   if (owner == h) {
-    page* pg = l.pg;
     b->next = pg->local_free;
     b->canary = canary_of(b);
     pg->local_free = b;
     h->free_count[pg->size_class].add();
     if (--pg->used == 0 || (flags_of(pg) & page_flag::in_full)) page_local_event(h, pg);
   } else {
-    free_remote(l.pg, b);
+    free_remote(pg, b);
   }
 }
 
@@ -194,10 +199,11 @@ STRATA_EXPORT void* strata_calloc(size_t count, size_t size) {
     return nullptr;
   }
   if (bytes > huge_min) {
-    bool zeroed = false;
+    size_t dirty = 0;
     global_init();
-    void* p = huge_alloc(bytes, 0, &zeroed);
-    if (p != nullptr && !zeroed) memset(p, 0, bytes);
+    void* p = huge_alloc(bytes, 0, &dirty);
+    // Only a reused mapping's old pages: zeroing the fresh rest would fault it in for nothing.
+    if (p != nullptr && dirty != 0) memset(p, 0, dirty < bytes ? dirty : bytes);
     return p;
   }
   void* p = malloc_inline(bytes);

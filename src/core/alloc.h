@@ -9,9 +9,10 @@
 //                                 └─ huge_alloc for size > 4 MiB                  (segment.cpp)
 //   free(p) ─ free_inline ─┬─ page map → page; owner thread: push on local_free (fast)
 //                          │    └─ page emptied: page_local_event              (heap.cpp)
-//                          └─ free_slow: another thread's page (one CAS on
-//                               thread_free), full page, huge, aligned, invalid,
-//                               double free
+//                          ├─ free_block: another thread's page (kept for reuse,
+//                          │    heap::foreign, or batched onto its thread_free), a full
+//                          │    page, an abandoned segment's page
+//                          └─ free_slow: huge, aligned, invalid, double free
 #pragma once
 #include <cstddef>
 
@@ -22,6 +23,9 @@ namespace strata::detail {
 
 void* malloc_huge(size_t size, size_t alignment) noexcept;
 void free_slow(void* p) noexcept;
+// A live block b of pg that free's fast path did not take: another heap's page, a page on its
+// owner's full list, or a page of an abandoned segment.
+void free_block(page* pg, block* b) noexcept;
 void* alloc_aligned(size_t alignment, size_t size) noexcept;
 
 // Pops the first free block of pg, or returns nullptr.
@@ -59,12 +63,12 @@ inline void* malloc_inline(size_t size) noexcept {
 inline void free_inline(void* p) noexcept {
   page* pg = page_lookup(p);
   if (STRATA_UNLIKELY(pg == nullptr)) return free_slow(p);
-  if (STRATA_LIKELY(pg->owner_tid.load(std::memory_order_relaxed) == thread_id())) {
-    auto* b = static_cast<block*>(p);
-    size_t offset = static_cast<size_t>(static_cast<uint8_t*>(p) - pg->start);
-    uintptr_t canary = canary_of(b);
-    // One test for the rare cases: not a block start, not carved, not in use, already free.
-    if (STRATA_LIKELY(is_carved_block_start(pg, offset) && b->canary != canary)) {
+  auto* b = static_cast<block*>(p);
+  size_t offset = static_cast<size_t>(static_cast<uint8_t*>(p) - pg->start);
+  uintptr_t canary = canary_of(b);
+  // One test for the rare cases: not a block start, not carved, not in use, already free.
+  if (STRATA_LIKELY(is_carved_block_start(pg, offset) && b->canary != canary)) {
+    if (STRATA_LIKELY(pg->owner_tid.load(std::memory_order_relaxed) == thread_id())) {
       b->next = pg->local_free;
       b->canary = canary;
       pg->local_free = b;
@@ -72,6 +76,7 @@ inline void free_inline(void* p) noexcept {
       if (STRATA_UNLIKELY(--pg->used == 0)) page_local_event(tl_heap, pg);
       return;
     }
+    return free_block(pg, b);
   }
   free_slow(p);
 }

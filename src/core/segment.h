@@ -29,9 +29,9 @@ void segment_cache_trim(size_t keep) noexcept;
 // Maps the page map (types.h) once, at initialisation.
 void page_map_init() noexcept;
 
-// A huge block of at least `size` bytes; *zeroed (if given) tells whether it is fresh from the
-// OS (all zero) or a reused mapping.
-void* huge_alloc(size_t size, size_t alignment, bool* zeroed = nullptr) noexcept;
+// A huge block of at least `size` bytes; *dirty (if given) is how many of its first bytes may
+// hold old data (a reused mapping): the rest is fresh from the OS and reads as zero.
+void* huge_alloc(size_t size, size_t alignment, size_t* dirty = nullptr) noexcept;
 // Resizes a huge block's mapping (growth with headroom, pages moved, never copied); its new
 // address, or nullptr with errno = ENOMEM (the block untouched).
 void* huge_realloc(segment* seg, size_t size) noexcept;

@@ -122,6 +122,14 @@ void purge(void* p, size_t size) noexcept {
   errno = saved;
 }
 
+bool advise_huge_pages(void* p, size_t size) noexcept {
+  stats.madvise_calls.fetch_add(1, std::memory_order_relaxed);
+  int saved = errno;
+  bool ok = madvise(p, size, MADV_HUGEPAGE) == 0;
+  errno = saved;
+  return ok;
+}
+
 int64_t now_ms() noexcept {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);

@@ -292,4 +292,21 @@ TEST(Issue17Calloc, ReusedBlocksAreZeroedAgain) {
   }
 }
 
+// Issue 10: calloc of a cached huge mapping zeroes only what may hold old data; a mapping
+// grown (mremap) or reused whole for a smaller request must still read as zero everywhere.
+TEST(Issue10Calloc, ReusedHugeMappingsGrownOrKeptWholeReadAsZero) {
+  for (auto [first, second] : {std::pair{6 * MiB, 20 * MiB}, std::pair{20 * MiB, 6 * MiB},
+                               std::pair{24 * MiB, 7 * MiB}, std::pair{5 * MiB, 5 * MiB}}) {
+    auto* p = static_cast<unsigned char*>(strata_malloc(first));
+    ASSERT_NE(p, nullptr);
+    memset(p, 0xee, first);
+    strata_free(p);
+    auto* q = static_cast<unsigned char*>(strata_calloc(1, second));
+    ASSERT_NE(q, nullptr);
+    for (size_t k = 0; k < second; k += 4093) ASSERT_EQ(q[k], 0) << first << " -> " << second << " at " << k;
+    ASSERT_EQ(q[second - 1], 0);
+    strata_free(q);
+  }
+}
+
 }  // namespace
