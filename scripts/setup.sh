@@ -9,7 +9,12 @@ cd "$(dirname "$0")/.."
 debs=(build-essential cmake ninja-build libgtest-dev pkg-config
       libmimalloc2.0 libjemalloc2 libgoogle-perftools4 libtcmalloc-minimal4
       redis-server redis-tools wrk nginx-light
-      python3 sqlite3 perl jq git valgrind chromium)
+      python3 sqlite3 perl jq git valgrind chromium
+      openjdk-17-jre-headless dpkg-dev)   # Java: Spark executors test; dpkg-dev: make deb
+# Rust's cargo (bindings/rust, the peers' crates): Debian's unless rustup's is there.
+if ! command -v cargo >/dev/null && [[ ! -x $HOME/.cargo/bin/cargo ]]; then
+  debs+=(cargo)
+fi
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -39,7 +44,7 @@ if [[ ! -f $stamp || lab/pyproject.toml -nt $stamp ]]; then
   python3 -m venv "$venv"
   "$venv/bin/python" -m pip install -q --upgrade pip >/dev/null
   if [[ -f lab/pyproject.toml ]]; then
-    "$venv/bin/python" -m pip install -q -e "lab[test]"
+    "$venv/bin/python" -m pip install -q -e "lab[test,spark]"
   fi
   "$venv/bin/python" -m pip install -q cmeel-mimalloc pytest
   touch "$stamp"
