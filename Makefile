@@ -5,7 +5,10 @@ CMAKE_ARGS ?=
 VENV       := .venv
 LAB        := $(VENV)/bin/strata-lab
 
-.PHONY: all setup build test test-native test-sanitize test-lab bench clean
+CARGO      := $(shell command -v cargo || echo $(HOME)/.cargo/bin/cargo)
+RUST       := --manifest-path bindings/rust/Cargo.toml --target-dir $(abspath $(BUILD))/rust
+
+.PHONY: all setup build test test-native test-sanitize test-lab test-rust rust-bench deb bench clean
 
 all: build
 
@@ -16,9 +19,10 @@ build: setup
 	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
-# Every test: the native suites (GoogleTest under ctest), the sanitizer builds and the lab's pytest.
+# Every test: the native suites (GoogleTest under ctest; the packaging tests among them), the
+# sanitizer builds, the Rust crates and the lab's pytest.
 test: build
-	@$(MAKE) --no-print-directory test-native test-sanitize test-lab
+	@$(MAKE) --no-print-directory test-native test-sanitize test-rust test-lab
 
 test-native:
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
@@ -33,6 +37,18 @@ test-sanitize:
 	@cmake --build $(BUILD)-tsan -j $(JOBS)
 	ctest --test-dir $(BUILD)-tsan --output-on-failure -j $(JOBS) -L tsan
 
+# strata-alloc as the global allocator of collection- and thread-heavy tests (bindings/rust).
+test-rust:
+	$(CARGO) test -q $(RUST)
+
+# The lab's suite "rust": alloc-bench under strata, mimalloc and jemalloc (the crates' own builds).
+rust-bench:
+	$(CARGO) build -q --release $(RUST) -p alloc-bench --features peers
+
+# Debian packages libstrata0 and libstrata-dev in $(BUILD)/deb (packaging/deb/build-deb.sh).
+deb: setup
+	@packaging/deb/build-deb.sh $(BUILD)/deb $(BUILD)-deb
+
 test-lab:
 	@if [ -d lab/tests ]; then $(VENV)/bin/python -m pytest -q lab/tests; fi
 
@@ -42,4 +58,4 @@ bench: build
 	@$(LAB) run --suite default --report
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan
+	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan $(BUILD)-deb
