@@ -173,7 +173,7 @@ inline void heap_maybe_purge(heap* h) noexcept {
 }
 
 void heap_schedule_purge(heap* h) noexcept {
-  int64_t delay = options::get(option::purge_delay);
+  int64_t delay = purge_delay();
   if (delay < 0) return;
   int64_t due = os::now_ms() + delay;
   if (h->purge_due_ms == 0 || due < h->purge_due_ms) h->purge_due_ms = due;

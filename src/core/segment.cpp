@@ -123,16 +123,63 @@ long find_free_run(const segment* seg, size_t n) noexcept {
   return -1;
 }
 
+// ---- the purge delay, adapted to refaults ------------------------------------------------------
+// Memory purged and then used again soon after (within two delays: a slice is purged after one
+// to two delays free) was given back too early: the program pays a fault per page for nothing
+// (thread churn: 3x mimalloc's faults at a 10 ms delay).  Each such refault doubles the delay,
+// up to purge_scale_max times the option; a stretch of purge_calm_delays delays without one
+// halves it again, so a program that stops reusing its memory gets it back to the OS at the
+// option's pace.
+constexpr uint32_t purge_scale_max = 16;
+constexpr int64_t purge_calm_delays = 8;
+std::atomic<uint32_t> purge_scale{1};
+std::atomic<int64_t> last_refault_ms{0};
+
+// Slices [idx, idx+n) are being used again: were they purged only just now?
+void note_reuse(segment* seg, size_t idx, size_t n) noexcept {
+  if (bits_count(seg->purged_bits, idx, n) == 0) return;
+  bits_assign(seg->purged_bits, idx, n, false);
+  int64_t now = os::now_ms(), delay = purge_delay();
+  if (delay <= 0 || now - seg->purged_ms > 2 * delay) return;
+  // One doubling per delay: the spans of one burst of reuse are one refault.
+  int64_t last = last_refault_ms.exchange(now, std::memory_order_relaxed);
+  uint32_t scale = purge_scale.load(std::memory_order_relaxed);
+  if (now - last >= delay && scale < purge_scale_max)
+    purge_scale.compare_exchange_strong(scale, scale * 2, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+int64_t purge_delay() noexcept {
+  int64_t delay = options::get(option::purge_delay);
+  return delay > 0 ? delay * purge_scale.load(std::memory_order_relaxed) : delay;
+}
+
+namespace {
+
+// A purge pass runs: a long calm shortens the delay again.
+void note_purge_pass(int64_t now) noexcept {
+  uint32_t scale = purge_scale.load(std::memory_order_relaxed);
+  if (scale > 1 && now - last_refault_ms.load(std::memory_order_relaxed) > purge_calm_delays * purge_delay()) {
+    last_refault_ms.store(now, std::memory_order_relaxed);  // the next halving waits as long again
+    purge_scale.compare_exchange_strong(scale, scale / 2, std::memory_order_relaxed);
+  }
+}
+
 // Purges the runs of slices set in `which` (a subset of the free, dirty slices).
 void purge_runs(segment* seg, const uint64_t* which) noexcept {
   size_t i = 0;
+  bool any = false;
   while ((i = bits_next(which, i, true)) < slices_per_segment) {
     size_t end = bits_next(which, i, false);
     os::purge(slice_address(seg, i), (end - i) * slice_size);
     os::commit_add(-static_cast<int64_t>((end - i) * slice_size));
     bits_assign(seg->dirty_bits, i, end - i, false);
+    bits_assign(seg->purged_bits, i, end - i, true);
+    any = true;
     i = end;
   }
+  if (any) seg->purged_ms = os::now_ms();
 }
 
 // Purges every free, dirty slice now.
@@ -176,7 +223,7 @@ void idle_due_note(int64_t due) noexcept {
 
 // seg leaves its heap: purge its free slices now (delay 0), later (the idle pass), or never.
 void purge_schedule_unowned(segment* seg) noexcept {
-  int64_t delay = options::get(option::purge_delay);
+  int64_t delay = purge_delay();
   if (delay == 0) return purge_free_dirty(seg);
   if (delay < 0) return;
   // A segment passed from thread to thread keeps its pending deadline and candidates: were each
@@ -308,7 +355,10 @@ page* span_init(segment* seg, size_t idx, size_t cls) noexcept {
   page_map_set(seg, idx, n, pg);
   bits_assign(seg->free_bits, idx, n, false);
   size_t fresh = n - bits_count(seg->dirty_bits, idx, n);
-  if (fresh) os::commit_add(static_cast<int64_t>(fresh * slice_size));
+  if (fresh) {
+    os::commit_add(static_cast<int64_t>(fresh * slice_size));
+    note_reuse(seg, idx, n);
+  }
   if (fresh == n && pg->reserved == 1) flags_set(pg, page_flag::clean);
   bits_assign(seg->dirty_bits, idx, n, true);
   bits_assign(seg->purge_bits, idx, n, false);
@@ -352,7 +402,7 @@ static void span_release(heap* h, page* pg, bool allow_segment_release) noexcept
   pg->next = pg->prev = nullptr;
   bits_assign(seg->free_bits, idx, n, true);
   seg->used_slices -= static_cast<uint32_t>(n);
-  int64_t delay = options::get(option::purge_delay);
+  int64_t delay = purge_delay();
   if (delay == 0) {
     purge_free_dirty(seg);
   } else if (delay > 0 && seg->purge_due_ms == 0) {
@@ -370,13 +420,14 @@ void span_free(heap* h, page* pg) noexcept { span_release(h, pg, true); }
 
 int64_t segments_purge(heap* h, bool force) noexcept {
   int64_t now = os::now_ms(), next_due = 0;
+  note_purge_pass(now);
   for (segment* seg = h->segments; seg;) {
     segment* next = seg->next;
     if (seg->purge_due_ms != 0) {
       if (force)
         purge_free_dirty(seg);
       else if (seg->purge_due_ms <= now)
-        purge_aged(seg, now, options::get(option::purge_delay));
+        purge_aged(seg, now, purge_delay());
     }
     // Empty, and every slice aged out (nothing left to purge): the segment leaves the heap,
     // except the heap's last one.
@@ -465,7 +516,8 @@ void segments_purge_idle(int64_t now) noexcept {
     abandoned_lock.unlock();
     return;
   }
-  int64_t next = 0, delay = options::get(option::purge_delay);
+  note_purge_pass(now);
+  int64_t next = 0, delay = purge_delay();
   // As a heap's own pass (purge_aged): only slices free since the previous pass, and not
   // reused in between by a thread that adopted the segment, are purged.
   auto visit = [&](segment* seg) {
@@ -542,6 +594,7 @@ inline size_t huge_offset(const segment* seg) noexcept {
 
 // How long a freed huge mapping may wait for reuse; 0 when memory goes back at once.
 int64_t huge_cache_ms() noexcept {
+  // The option's delay, not purge_delay(): refaults of segment slices say nothing of these.
   int64_t delay = options::get(option::purge_delay);
   if (delay == 0) return 0;
   return delay < 0 ? INT64_MAX / 2 : 25 * delay;

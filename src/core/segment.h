@@ -26,6 +26,11 @@ bool segment_reclaim(heap* h, segment* seg) noexcept;
 // Empties the global segment cache (unmapping), e.g. for strata_collect(true).
 void segment_cache_trim(size_t keep) noexcept;
 
+// The delay before free memory goes back to the OS now (milliseconds; 0: at once, -1: never):
+// STRATA_PURGE_DELAY, lengthened while memory given back is soon faulted in again (refaults)
+// and shortened back when it is not (segment.cpp).
+int64_t purge_delay() noexcept;
+
 // Maps the page map (types.h) once, at initialisation.
 void page_map_init() noexcept;
 

@@ -97,10 +97,12 @@ struct segment {
   size_t huge_size;                // huge: usable bytes from the block start
   int64_t purge_due_ms;            // when dirty free slices are to be purged (0: none);
                                    // huge_cached: when the mapping leaves the cache
+  int64_t purged_ms;               // when slices were last purged (purged_bits)
   bool abandoned;                  // on the abandoned list (under its lock)
   uint64_t free_bits[bitmap_words];   // 1 = slice free
   uint64_t dirty_bits[bitmap_words];  // 1 = slice may hold physical memory
   uint64_t purge_bits[bitmap_words];  // free and dirty at the last purge pass: purged at the next
+  uint64_t purged_bits[bitmap_words];  // purged and not used since (a reuse is a refault)
   page pages[slices_per_segment];
 };
 static_assert(sizeof(segment) <= slice_size, "the segment header must fit in slice 0");

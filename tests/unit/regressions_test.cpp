@@ -4,7 +4,9 @@
 #include <pthread.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "core/options.h"
+#include "core/segment.h"
 #include "strata/strata.h"
 
 namespace {
@@ -307,6 +310,45 @@ TEST(Issue10Calloc, ReusedHugeMappingsGrownOrKeptWholeReadAsZero) {
     ASSERT_EQ(q[second - 1], 0);
     strata_free(q);
   }
+}
+
+// Issue 10: memory purged and used again within the purge delay (thread churn: 3x mimalloc's
+// faults) lengthens the delay; a calm stretch shortens it back.
+TEST(Issue10Purge, RefaultsLengthenTheDelayAndCalmShortensIt) {
+  scoped_option delay(strata::option::purge_delay, 10);
+  constexpr int count = 32;
+  constexpr size_t size = 256 * 1024;  // a page each: freed spans go back to the segment
+  void* blocks[count];
+  auto fill = [&] {
+    for (auto& b : blocks) {
+      b = strata_malloc(size);
+      memset(b, 1, size);
+    }
+  };
+  auto purge_now = [] {  // two passes a delay apart: what stayed free is purged
+    for (int i = 0; i < 3; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(strata::detail::purge_delay() + 2));
+      strata_collect(false);
+    }
+  };
+  int64_t before = strata::detail::purge_delay();
+  int64_t longest = before;
+  for (int round = 0; round < 3; ++round) {
+    fill();
+    for (auto& b : blocks) strata_free(b);
+    purge_now();
+    fill();  // at once: into the slices just purged
+    for (auto& b : blocks) strata_free(b);
+    longest = std::max(longest, strata::detail::purge_delay());
+  }
+  EXPECT_GT(longest, before);
+  // Calm: passes with no refault bring it back down.
+  for (int i = 0; i < 40 && strata::detail::purge_delay() > 10; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(strata::detail::purge_delay()));
+    strata_free(strata_malloc(size));
+    strata_collect(false);
+  }
+  EXPECT_EQ(strata::detail::purge_delay(), 10);
 }
 
 }  // namespace
