@@ -48,3 +48,27 @@ def test_the_allocator_reaches_the_program(built, tmp_path):
     assert r.returncode == 0, r.stderr
     got = json.loads(stats.read_text())  # written by strata inside sqlite3 at its exit
     assert got["allocator"] == "strata" and got["malloc_count"] > 1000
+
+
+def test_make_bench_runs_the_programs_at_their_bench_size_within_its_budget(built):
+    from strata_lab.allocators import BUILTINS
+    from strata_lab.suite import SuiteContext, load_suite
+    from strata_lab.suites import programs
+
+    suite = load_suite("default")
+    cells = {c.id: c for c in suite.cells(SuiteContext(smoke=False))}
+    full = {c.id: c for c in load_suite("programs").cells(SuiteContext(smoke=False))}
+    present = [n for n in list(programs.PROGRAMS) + ["redis"] if not programs.missing(n)]
+    assert present and set(present) <= set(cells)
+
+    def size(c):
+        flag = "--requests" if c.id == "redis" else "--size"
+        return int(c.argv[[str(a) for a in c.argv].index(flag) + 1])
+
+    for name in present:  # smaller than the programs suite's own, never the smoke size
+        assert size(cells[name]) < size(full[name]) and "--smoke" not in cells[name].argv
+    # every allocator against mimalloc; strata's ratio to ±5 %, the run within a budget that
+    # leaves the rest of make bench's 10 minutes to start-up, the table and the report
+    assert set(suite.allocators) == set(BUILTINS) and suite.baseline == "mimalloc"
+    assert suite.converge == ["strata"] and suite.target_width == 0.05
+    assert 0 < suite.time_budget <= 540
