@@ -155,10 +155,11 @@ STRATA_NOINLINE void free_block(page* pg, block* b) noexcept {
 void* alloc_aligned(size_t alignment, size_t size) noexcept {
   if (alignment <= min_block) return malloc_inline(size);
   if (size <= huge_min) {
-    // Blocks of a size that is a multiple of the alignment sit aligned in their 64 KiB-aligned
-    // page already.
+    // Blocks laid out a multiple of the alignment apart sit aligned in their 64 KiB-aligned page
+    // already, except a one-block page's block, which starts a colour (64-byte steps) in.
     size_t want = size < alignment ? alignment : size;
-    if (alignment <= slice_size && want <= huge_min && class_size(size_class_of(want)) % alignment == 0)
+    size_t bs = want <= huge_min ? block_stride(size_class_of(want)) : 0;
+    if (alignment <= slice_size && want <= huge_min && bs % alignment == 0 && (bs <= one_block_page_min || alignment <= 64))
       return malloc_inline(want);
     if (size + alignment - 1 <= huge_min) {
       void* p = malloc_inline(size + alignment - 1);

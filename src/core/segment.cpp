@@ -123,6 +123,15 @@ long find_free_run(const segment* seg, size_t n) noexcept {
   return -1;
 }
 
+// ---- colours -------------------------------------------------------------------------------------
+// The next colour (size_class.h): 64-byte steps below colour_span, visited in a scattered order
+// (a stride of 37 lines) so that blocks allocated one after another get distant colours.
+std::atomic<uint32_t> colour_counter{0};
+size_t next_colour() noexcept {
+  constexpr size_t lines = colour_span / 64;
+  return (colour_counter.fetch_add(1, std::memory_order_relaxed) * 37 % lines) * 64;
+}
+
 // ---- the purge delay, adapted to refaults ------------------------------------------------------
 // Memory purged and then used again soon after (within two delays: a slice is purged after one
 // to two delays free) was given back too early: the program pays a fault per page for nothing
@@ -335,14 +344,15 @@ page* span_init(segment* seg, size_t idx, size_t cls) noexcept {
   page* pg = &seg->pages[idx];
   if (!page_map_ready())
     for (size_t k = 1; k < n; ++k) pg[k].slice_offset = static_cast<uint16_t>(k);
-  size_t bs = class_size(cls);
+  size_t bs = block_stride(cls);
+  size_t colour = bs > one_block_page_min ? next_colour() : 0;
   pg->free = pg->local_free = nullptr;
   pg->used = 0;
   pg->capacity = 0;
-  pg->reserved = static_cast<uint16_t>((n * slice_size) / bs);
+  pg->reserved = static_cast<uint16_t>((n * slice_size - colour) / bs);
   pg->block_size = static_cast<uint32_t>(bs);
   pg->block_mul = block_mul_of(bs);
-  pg->start = slice_address(seg, idx);
+  pg->start = slice_address(seg, idx) + colour;
   pg->thread_free.store(nullptr, std::memory_order_relaxed);
   pg->next = pg->prev = nullptr;
   pg->slice_count = static_cast<uint16_t>(n);
@@ -680,7 +690,8 @@ segment* huge_cache_take(size_t offset, size_t bytes, size_t* resident) noexcept
     lock_guard g(huge_lock);
     expired = huge_cache_expire_locked(os::now_ms(), false);
     for (segment* seg = huge_cache; seg; seg = seg->next) {
-      if (huge_offset(seg) != offset) continue;
+      // The same header-and-alignment room (the colour may differ: huge_alloc sets it anew).
+      if ((huge_offset(seg) & ~(slice_size - 1)) != (offset & ~(slice_size - 1))) continue;
       if (pick == nullptr) {
         pick = seg;
       } else if (seg->mapped_size >= bytes) {
@@ -711,6 +722,7 @@ void* huge_alloc(size_t size, size_t alignment, size_t* dirty) noexcept {
   size_t ps = os::page_size();
   if (size == 0) size = min_block;  // the block must lie inside its mapping
   if (offset < slice_size || size > SIZE_MAX / 2 - offset) return errno = ENOMEM, nullptr;
+  if (align <= 64) offset += next_colour();  // as a one-block page's block (size_class.h)
   size_t total = round_up(offset + size, ps);
   size_t resident = 0;
   segment* seg = huge_cache_ms() > 0 ? huge_cache_take(offset, total, &resident) : nullptr;

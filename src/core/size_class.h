@@ -59,6 +59,19 @@ inline size_t size_class_of(size_t size) noexcept {
 
 // Blocks larger than this have a page each (page_slices).
 constexpr size_t one_block_page_min = 128 * 1024;
+// Such a block starts a "colour" into its span, a multiple of 64 bytes below 4 KiB that changes
+// from page to page (segment.cpp), as jemalloc's cache-oblivious large allocations do: blocks
+// that all started on a 64 KiB boundary would share their cache sets and alias each other in
+// the 4 KiB-granular store-to-load checks (arrays walked side by side).
+constexpr size_t colour_span = 4096;
+
+// The distance between blocks of class c in a page: the class size, but 64 bytes more for the
+// classes from 8 KiB to one_block_page_min that are multiples of 4 KiB, whose blocks would
+// otherwise all share one colour (the same page offset; arrays of 1000 doubles side by side).
+constexpr size_t block_stride(size_t c) noexcept {
+  size_t bs = class_size(c);
+  return bs >= 8192 && bs <= one_block_page_min && bs % colour_span == 0 ? bs + 64 : bs;
+}
 
 constexpr size_t page_slices(size_t c) noexcept {
   size_t bs = class_size(c);
@@ -66,7 +79,7 @@ constexpr size_t page_slices(size_t c) noexcept {
   if (bs <= 1024) return 1;
   if (bs <= 32 * 1024) return (32 * bs + slice - 1) / slice;
   if (bs <= 128 * 1024) return (8 * bs + slice - 1) / slice;
-  return (bs + slice - 1) / slice;
+  return (bs + colour_span + slice - 1) / slice;
 }
 
 }  // namespace strata::detail

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -349,6 +350,35 @@ TEST(Issue10Purge, RefaultsLengthenTheDelayAndCalmShortensIt) {
     strata_collect(false);
   }
   EXPECT_EQ(strata::detail::purge_delay(), 10);
+}
+
+// Issue 10 (single-threaded programs with few allocations): arrays of one size allocated one
+// after another all started at the same offset of a 4 KiB page (64 KiB-aligned pages, block
+// sizes that are multiples of 4 KiB), so walking them side by side made their accesses alias.
+TEST(Issue10Colour, ArraysOfOneSizeStartAtDifferentPageOffsets) {
+  for (size_t size : {size_t{8192}, size_t{32768}, size_t{100000}, 512 * size_t{1024}, 6 * MiB}) {
+    std::vector<void*> arrays;
+    std::set<uintptr_t> offsets;
+    for (int i = 0; i < 8; ++i) {
+      arrays.push_back(strata_malloc(size));
+      offsets.insert(reinterpret_cast<uintptr_t>(arrays.back()) % 4096);
+    }
+    EXPECT_GE(offsets.size(), 4u) << size;
+    for (void* p : arrays) strata_free(p);
+  }
+  // Aligned requests of those sizes keep their alignment.
+  uint64_t bad = stats().bad_free_count;
+  for (size_t size : {size_t{8192}, size_t{32768}, 256 * size_t{1024}, 512 * size_t{1024}, 6 * MiB}) {
+    for (size_t align : {size_t{64}, size_t{128}, size_t{4096}, size_t{65536}}) {
+      void* p = strata_aligned_alloc(align, size);
+      ASSERT_NE(p, nullptr);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % align, 0u) << size << " at " << align;
+      EXPECT_GE(strata_usable_size(p), size);
+      memset(p, 3, size);
+      strata_free(p);
+    }
+  }
+  EXPECT_EQ(stats().bad_free_count, bad);
 }
 
 }  // namespace
