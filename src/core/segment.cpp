@@ -345,7 +345,11 @@ page* span_init(segment* seg, size_t idx, size_t cls) noexcept {
   if (!page_map_ready())
     for (size_t k = 1; k < n; ++k) pg[k].slice_offset = static_cast<uint16_t>(k);
   size_t bs = block_stride(cls);
-  size_t colour = bs > one_block_page_min ? next_colour() : 0;
+  size_t colour = 0;
+  if (bs > one_block_page_min && n * slice_size - bs >= 64) {
+    colour = next_colour();
+    if (colour > n * slice_size - bs) colour = (n * slice_size - bs) & ~size_t{63};
+  }
   pg->free = pg->local_free = nullptr;
   pg->used = 0;
   pg->capacity = 0;

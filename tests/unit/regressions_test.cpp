@@ -356,7 +356,7 @@ TEST(Issue10Purge, RefaultsLengthenTheDelayAndCalmShortensIt) {
 // after another all started at the same offset of a 4 KiB page (64 KiB-aligned pages, block
 // sizes that are multiples of 4 KiB), so walking them side by side made their accesses alias.
 TEST(Issue10Colour, ArraysOfOneSizeStartAtDifferentPageOffsets) {
-  for (size_t size : {size_t{8192}, size_t{32768}, size_t{100000}, 512 * size_t{1024}, 6 * MiB}) {
+  for (size_t size : {size_t{8192}, size_t{32768}, size_t{100000}, size_t{200000}, 6 * MiB}) {
     std::vector<void*> arrays;
     std::set<uintptr_t> offsets;
     for (int i = 0; i < 8; ++i) {
