@@ -8,21 +8,26 @@
 //     1. page heap (global lock), a range no pending event guards: a slab cut into blocks, or
 //        one large block
 //     2. steal half a free stack from another heap on stream S (no event needed)
-//     3. grow the page heap from the upstream; the new chunk has never been used
-//   only once maximum_size or the upstream refuses growth:
-//     4. page heap, a range still guarded: S waits on the guards' events
-//     5. steal half a free stack from a heap on another stream: S waits on an event recorded
+//     3. take back what idle heaps hold (their stream has finished all its work: no wait),
+//        then a page-heap range that needs no wait
+//     3'. grow the page heap from the upstream; the new chunk has never been used
+//   only once maximum_size or the upstream refuses growth (under_pressure):
+//     4. idle heaps again (3)
+//     5. page heap, a range still guarded: S waits on the guards' events
+//     6. steal half a free stack from a heap on another stream: S waits on an event recorded
 //        on the victim's stream (which covers all the victim's work queued so far)
-//     6. defragment: synchronise, flush cached large blocks and empty slabs to the page heap
-//     7. out_of_memory_error
-//   Steps 4 and 5 used to come before growth.  A stream queues far ahead of its host thread,
+//     7. defragment: synchronise, flush cached large blocks and empty slabs to the page heap
+//     8. wait up to pressure_wait for other threads to free memory, retrying 4-7
+//     9. out_of_memory_error (free bytes and fragmentation in its message)
+//   Steps 5 and 6 used to come before growth.  A stream queues far ahead of its host thread,
 //   so one such wait can stall S behind many of another stream's kernels; at 16 threads they
 //   chained every stream behind the others (E2, docs/gpu.md).  Growing first reserves about
 //   what the driver's own stream-ordered pool (async_resource) does; maximum_size caps it.
 //
 // deallocate(p, S)                            fast path: no shared lock
 //   push on this thread's heap for S (stream order makes it safe for S at once); a large block
-//   beyond the heap's cache budget goes back to the page heap guarded by an event on S.
+//   beyond the heap's cache budget (heap_cache_bytes) goes back to the page heap guarded by an
+//   event on S, and past release_threshold wholly free, unguarded chunks go back upstream.
 //
 // Lock order: page heap, then heaps.  The fast path holds one heap lock and takes no other;
 // the slow path never holds a heap lock while taking the page heap's or another heap's.
@@ -39,6 +44,7 @@
 #include <array>
 #include <atomic>
 #include <bit>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -79,6 +85,12 @@ static_assert(class_size(class_of(2049)) == 2560 && class_of(max_class_size) == 
 static_assert(class_size(class_count - 1) == max_class_size);
 
 std::atomic<std::uint64_t> next_strata_resource_id{1};
+
+// Page-heap ranges a miss inspects for one it can take without waiting.  With many streams the
+// smallest fits are mostly other streams' still-guarded ranges; looking at only 32 made a miss
+// grow while the stream's own freed ranges sat further up (E2 churn at 16 threads: +3.4 GiB
+// reserved for 50 MiB live).
+constexpr int ready_scan = 256;
 
 struct heap {
   explicit heap(stream_view s) : stream(s) {}
@@ -161,7 +173,9 @@ struct strata_resource::impl {
   // Takes n bytes for stream s.  Unless may_wait, only a range whose guards have all completed;
   // otherwise s waits on the pending ones.  0 when none fits.
   std::uintptr_t take_pages(std::size_t n, stream_view s, bool may_wait) {
-    auto take = [&] { return may_wait ? pages.take_best_fit_ready(n, s) : pages.take_ready_fit(n, s); };
+    auto take = [&] {
+      return may_wait ? pages.take_best_fit_ready(n, s, ready_scan) : pages.take_ready_fit(n, s, ready_scan);
+    };
     auto r = take();
     if (!r && pages.has_splits()) {  // a miss costs growth or a wait: first merge what guards split
       pages.coalesce();
@@ -187,13 +201,15 @@ struct strata_resource::impl {
     auto guard = std::make_shared<detail::event_guard>(events, released_on);
     std::lock_guard lock(page_mutex);
     pages.insert(p, n, {std::move(guard)});
+    release_over_threshold();
   }
 
-  // Device synchronised, page heap and every heap locked by the caller: cached large blocks
-  // and the blocks of wholly free slabs go back to the page heap.
-  void flush_heaps() {
+  // Page heap and the heaps `hs` locked by the caller, every block cached in them safe for any
+  // stream (device synchronised, or their streams idle): cached large blocks and the blocks of
+  // slabs wholly free within `hs` go back to the page heap, unguarded.
+  void flush_heaps(const std::vector<heap*>& hs) {
     std::map<std::uintptr_t, std::size_t> free_in_slab;
-    for (heap* h : heap_list) {
+    for (heap* h : hs) {
       for (unsigned c = 0; c < class_count; ++c) {
         auto& bin = h->bins[c];
         if (!is_small(c)) {
@@ -209,7 +225,7 @@ struct strata_resource::impl {
     for (auto& [start, n] : free_in_slab)
       if (n == slab_bytes(slabs[start]) / class_size(slabs[start])) empty.insert(start);
     if (empty.empty()) return;
-    for (heap* h : heap_list)
+    for (heap* h : hs)
       for (unsigned c = 0; c < class_count && is_small(c); ++c)
         std::erase_if(h->bins[c], [&](std::uintptr_t p) {
           return empty.count(std::prev(slabs.upper_bound(p))->first) != 0;
@@ -224,18 +240,41 @@ struct strata_resource::impl {
     backend.device_synchronize();
     std::lock_guard hl(heaps_mutex);
     for (heap* h : heap_list) h->lock.lock();
-    flush_heaps();
+    flush_heaps(heap_list);
     for (heap* h : heap_list) h->lock.unlock();
     pages.coalesce_after_sync();
   }
 
+  // Page heap locked: heaps whose stream has completed all its work give back their cached
+  // large blocks and empty slabs, unguarded, with no synchronisation.  The idle test runs under
+  // the heap's lock, so every block in its bins was freed before the event it records.
+  void reclaim_idle() {
+    std::lock_guard hl(heaps_mutex);
+    std::vector<heap*> idle;
+    for (heap* h : heap_list) {
+      h->lock.lock();
+      if (detail::event_guard(events, h->stream).complete()) idle.push_back(h);
+      else h->lock.unlock();
+    }
+    flush_heaps(idle);
+    for (heap* h : idle) h->lock.unlock();
+  }
+
+  // Page heap locked: past release_threshold, wholly free chunks that no pending event guards
+  // go back upstream (cudaMemPool's release threshold).
+  void release_over_threshold() {
+    if (chunks.reserved() > options.release_threshold)
+      chunks.release_free(pages, options.release_threshold, true);
+  }
+
   // Where the page heap finds n bytes for stream s, cheapest first (see allocate_slow).
-  enum class source { ready, grown, guarded, defragmented };
+  enum class source { ready, grown, idle, guarded, defragmented };
 
   std::uintptr_t take_pages_from(source from, std::size_t n, stream_view s) {
     switch (from) {
       case source::ready: return take_pages(n, s, false);
       case source::grown: return take_grown(n);
+      case source::idle: reclaim_idle(); return take_pages(n, s, false);
       case source::guarded: return take_pages(n, s, true);
       case source::defragmented:
         defragment();
@@ -323,22 +362,52 @@ struct strata_resource::impl {
     return 0;
   }
 
+  // Growth was refused: `attempt` (steps 4-7) once, then, while another thread might still give
+  // memory back, again after waits of 1, 2, 4 .. 16 ms until pressure_wait has passed.  0 when
+  // the memory is not there.
+  template <class Attempt>
+  std::uintptr_t under_pressure(std::size_t need, Attempt&& attempt) {
+    if (std::uintptr_t p = attempt()) return p;
+    // No wait can help a request larger than the cap or the device.
+    if (options.pressure_wait.count() <= 0 || need > options.maximum_size ||
+        need > backend.mem_info().total_bytes)
+      return 0;
+    using clock = std::chrono::steady_clock;
+    const auto deadline = clock::now() + options.pressure_wait;
+    for (std::chrono::milliseconds pause{1}; clock::now() < deadline;
+         pause = std::min(pause * 2, std::chrono::milliseconds{16})) {
+      std::this_thread::sleep_for(std::min<clock::duration>(pause, deadline - clock::now()));
+      if (std::uintptr_t p = attempt()) return p;
+    }
+    return 0;
+  }
+
   [[gnu::noinline]] std::uintptr_t allocate_slow(heap& h, unsigned c, stream_view s) {
     if (std::uintptr_t p = refill(h, c, s, source::ready)) return p;
     if (std::uintptr_t p = steal(h, c, s, false)) return p;
-    if (std::uintptr_t p = refill(h, c, s, source::grown)) return p;
-    if (std::uintptr_t p = refill(h, c, s, source::guarded)) return p;
-    if (std::uintptr_t p = steal(h, c, s, true)) return p;
-    return refill(h, c, s, source::defragmented);
+    for (source from : {source::idle, source::grown})
+      if (std::uintptr_t p = refill(h, c, s, from)) return p;
+    return under_pressure(is_small(c) ? slab_bytes(c) : class_size(c), [&]() -> std::uintptr_t {
+      for (source from : {source::idle, source::guarded})
+        if (std::uintptr_t p = refill(h, c, s, from)) return p;
+      if (std::uintptr_t p = steal(h, c, s, true)) return p;
+      return refill(h, c, s, source::defragmented);
+    });
+  }
+
+  std::uintptr_t take_pages_from(std::initializer_list<source> from, std::size_t n, stream_view s) {
+    std::lock_guard lock(page_mutex);
+    for (source f : from)
+      if (std::uintptr_t p = take_pages_from(f, n, s)) return p;
+    return 0;
   }
 
   void* allocate_huge(std::size_t bytes, std::size_t need, stream_view s) {
-    std::uintptr_t p = 0;
-    {
-      std::lock_guard lock(page_mutex);
-      for (source from : {source::ready, source::grown, source::guarded, source::defragmented})
-        if ((p = take_pages_from(from, need, s))) break;
-    }
+    std::uintptr_t p = take_pages_from({source::ready, source::idle, source::grown}, need, s);
+    if (!p)
+      p = under_pressure(need, [&] {
+        return take_pages_from({source::idle, source::guarded, source::defragmented}, need, s);
+      });
     if (!p) out_of_memory(bytes);
     huge_allocated += static_cast<std::int64_t>(need);
     return reinterpret_cast<void*>(p);
@@ -363,10 +432,12 @@ strata_resource::~strata_resource() {
   impl_->chunks.release_all();
 }
 
-void strata_resource::release() {
+void strata_resource::release() { trim(0); }
+
+void strata_resource::trim(std::size_t keep_bytes) {
   std::lock_guard lock(impl_->page_mutex);
   impl_->defragment();
-  impl_->chunks.release_free(impl_->pages);
+  impl_->chunks.release_free(impl_->pages, keep_bytes);
 }
 
 void* strata_resource::do_allocate(std::size_t bytes, stream_view stream, std::size_t alignment) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -254,6 +255,106 @@ TEST_F(resources, strata_defragments_empty_slabs_for_a_large_request) {
   mr.deallocate(big, 8 << 20, b);
   mr.release();
   EXPECT_EQ(mr.info().reserved_bytes, 0u);
+}
+
+// Issue 12 (lean): what an idle stream's heap caches goes back to the page heap before strata
+// grows, with no wait; a busy stream's cache is left alone (taking it would order b after a).
+// Caches 4 MiB of 1 MiB blocks in a's heap, then asks for 6 MiB on b with 4 MiB left in the page
+// heap; the bytes reserved after that.
+std::size_t reserved_after_asking_b_past_as_cache(resources& t) {
+  strata_resource mr(t.upstream, sized<strata_options>(8 << 20, growth_options{}.maximum_size, 8 << 20));
+  std::vector<void*> blocks;
+  for (int i = 0; i < 4; ++i) blocks.push_back(mr.allocate(1 << 20, t.a));
+  for (void* p : blocks) mr.deallocate(p, 1 << 20, t.a);
+  void* q = mr.allocate(6 << 20, t.b);
+  EXPECT_TRUE(t.b_runs_while_a_is_held());
+  const std::size_t reserved = mr.info().reserved_bytes;
+  t.open_a();
+  mr.deallocate(q, 6 << 20, t.b);
+  EXPECT_EQ(t.dev->violation_count(), 0u);
+  return reserved;
+}
+
+TEST_F(resources, strata_takes_back_what_idle_heaps_hold_before_growing) {
+  EXPECT_EQ(reserved_after_asking_b_past_as_cache(*this), std::size_t{8} << 20);
+}
+
+TEST_F(resources, strata_grows_rather_than_take_a_busy_streams_cache) {
+  hold_a();
+  EXPECT_EQ(reserved_after_asking_b_past_as_cache(*this), std::size_t{16} << 20);
+}
+
+// When growth is refused strata waits for another thread's free instead of failing.
+TEST_F(resources, strata_waits_for_another_threads_free_when_growth_is_refused) {
+  auto o = sized<strata_options>(8 << 20, 8 << 20);
+  o.pressure_wait = std::chrono::seconds(10);
+  strata_resource mr(upstream, o);
+  void* held = mr.allocate(6 << 20, a);
+  std::thread other([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    mr.deallocate(held, 6 << 20, a);
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  void* q = mr.allocate(4 << 20, b);  // 2 MiB free until the other thread lets go
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(20));
+  other.join();
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(mr.info().reserved_bytes, std::size_t{8} << 20);
+  mr.deallocate(q, 4 << 20, b);
+  EXPECT_EQ(dev->violation_count(), 0u);
+}
+
+TEST_F(resources, strata_fails_after_the_wait_saying_how_much_was_free) {
+  auto o = sized<strata_options>(8 << 20, 8 << 20);
+  o.pressure_wait = std::chrono::milliseconds(30);
+  strata_resource mr(upstream, o);
+  void* held = mr.allocate(6 << 20, a);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    mr.allocate(4 << 20, b);
+    ADD_FAILURE() << "expected out_of_memory_error";
+  } catch (const out_of_memory_error& e) {
+    EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(30));
+    EXPECT_EQ(e.requested(), std::size_t{4} << 20);
+    EXPECT_EQ(e.free_total(), std::size_t{2} << 20);
+    EXPECT_TRUE(e.fragmentation_known());
+    EXPECT_NE(std::string(e.what()).find("2097152 bytes free"), std::string::npos) << e.what();
+  }
+  mr.deallocate(held, 6 << 20, a);
+}
+
+// Past release_threshold, chunks that become wholly free (and unguarded) go back to the device.
+TEST_F(resources, strata_returns_free_chunks_above_the_release_threshold) {
+  auto o = sized<strata_options>(0, growth_options{}.maximum_size, 4 << 20);
+  o.release_threshold = 4 << 20;
+  o.heap_cache_bytes = 0;  // every large free goes back to the page heap
+  strata_resource mr(upstream, o);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 3; ++i) blocks.push_back(mr.allocate(4 << 20, a));  // a chunk each
+  EXPECT_EQ(mr.info().reserved_bytes, std::size_t{12} << 20);
+  for (void* p : blocks) mr.deallocate(p, 4 << 20, a);
+  EXPECT_EQ(mr.info().reserved_bytes, std::size_t{4} << 20);
+  EXPECT_EQ(mr.info().peak_reserved_bytes, std::size_t{12} << 20);
+  mr.trim(0);
+  EXPECT_EQ(mr.info().reserved_bytes, 0u);
+}
+
+// Ranges one thread frees on one stream merge while still guarded (the later event covers both),
+// so that stream's next larger request reuses them instead of growing.
+TEST_F(resources, strata_merges_one_streams_guarded_ranges) {
+  auto o = sized<strata_options>(8 << 20, growth_options{}.maximum_size, 8 << 20);
+  o.heap_cache_bytes = 0;
+  strata_resource mr(upstream, o);
+  hold_a();
+  void* p = mr.allocate(4 << 20, a);
+  void* q = mr.allocate(4 << 20, a);
+  mr.deallocate(p, 4 << 20, a);
+  mr.deallocate(q, 4 << 20, a);
+  void* r = mr.allocate(8 << 20, a);
+  EXPECT_EQ(mr.info().reserved_bytes, std::size_t{8} << 20);
+  open_a();
+  mr.deallocate(r, 8 << 20, a);
+  EXPECT_EQ(dev->violation_count(), 0u);
 }
 
 TEST_F(resources, async_resource_trims_to_release_threshold) {

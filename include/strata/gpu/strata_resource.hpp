@@ -14,12 +14,21 @@
 //
 // Order of attempts on a heap miss, cheapest first and nothing that orders one stream after
 // another while the upstream still gives memory: refill from a page-heap range that needs no
-// wait; steal a batch of the class from another heap on the same stream; grow the page heap.
-// Only when maximum_size or the upstream refuses growth: refill from a guarded range (waiting on
-// its events); steal from a heap on another stream (event-guarded); defragment (synchronise,
-// flush every heap's cached blocks and empty slabs back into the page heap); and only then
-// out_of_memory_error.  Like the driver's stream-ordered pool, it reserves rather than wait:
-// set maximum_size to bound it.
+// wait; steal a batch of the class from another heap on the same stream; take back what idle
+// heaps hold; grow the page heap.
+// Only when maximum_size or the upstream refuses growth: take back what idle heaps hold (heaps
+// whose stream has finished all its work: no wait); refill from a guarded range (waiting on its
+// events); steal from a heap on another stream (event-guarded); defragment (synchronise, flush
+// every heap's cached blocks and empty slabs back into the page heap); then wait, up to
+// pressure_wait, for other threads to free memory, retrying each step; and only then
+// out_of_memory_error, whose message says how much was free and how fragmented.  Like the
+// driver's stream-ordered pool, it reserves rather than wait: set maximum_size to bound it.
+//
+// Lean: each heap caches at most heap_cache_bytes of large blocks (beyond, they go back to the
+// page heap behind an event); a miss takes back what idle heaps hold before it grows; when a
+// block goes back to the page heap and more than release_threshold bytes are reserved, chunks
+// that are wholly free with no pending event go back upstream, as a cudaMemPool's release
+// threshold does; trim(keep) synchronises and gives back down to keep.
 //
 // Upstream ownership: a reference; the upstream must outlive the resource.
 #pragma once
@@ -27,7 +36,9 @@
 #include <strata/gpu/device_memory_resource.hpp>
 #include <strata/gpu/growth_options.hpp>
 
+#include <chrono>
 #include <cstddef>
+#include <limits>
 #include <memory>
 
 namespace strata::gpu {
@@ -36,6 +47,11 @@ struct strata_options : growth_options {  // chunks feed the page heap
   std::size_t slab_size = std::size_t{2} << 20;  // power of two; the largest slab
   // Bytes of large blocks one heap may keep cached; beyond it blocks go back to the page heap.
   std::size_t heap_cache_bytes = std::size_t{32} << 20;
+  // Reserved bytes kept: past them, chunks that become wholly free (no pending event) go back
+  // upstream.  Releasing costs a cuMemFree, which synchronises the device.
+  std::size_t release_threshold = std::numeric_limits<std::size_t>::max();
+  // When growth is refused: how long to wait for other threads' frees before failing.
+  std::chrono::milliseconds pressure_wait{200};
 };
 
 class strata_resource final : public device_memory_resource {
@@ -45,6 +61,9 @@ class strata_resource final : public device_memory_resource {
 
   // Synchronises the device, flushes every heap and returns wholly free chunks upstream.
   void release();
+  // Synchronises the device, flushes every heap and returns wholly free chunks upstream until
+  // at most keep_bytes stay reserved.
+  void trim(std::size_t keep_bytes);
 
  private:
   void* do_allocate(std::size_t bytes, stream_view stream, std::size_t alignment) override;

@@ -56,11 +56,13 @@ class chunk_set {
     }
   }
 
-  // Every chunk that is one whole free range of `from` goes back upstream.
-  void release_free(free_list& from) {
-    for (auto it = chunks_.begin(); it != chunks_.end();) {
+  // Every chunk that is one whole free range of `from` goes back upstream, while more than
+  // `keep` bytes are reserved; with only_ready, only ranges no pending event guards.
+  void release_free(free_list& from, std::size_t keep = 0, bool only_ready = false) {
+    for (auto it = chunks_.begin(); it != chunks_.end() && reserved_ > keep;) {
       auto r = from.find_containing(it->first);
-      if (r && r->first == it->first && r->second == it->second) {
+      if (r && r->first == it->first && r->second == it->second &&
+          (!only_ready || from.ready_at(it->first))) {
         from.take_at(it->first);
         starts_.erase(it->first);
         reserved_ -= it->second;

@@ -6,8 +6,10 @@
 
 #include <strata/gpu/device_backend.hpp>
 
+#include <cstdint>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 namespace strata::gpu::detail {
@@ -55,10 +57,23 @@ struct event_guard {
   bool complete() const { return pool.backend().event_query(event); }
   // Stream order already covers work on the guard's own stream: no wait needed there.
   bool ready_for(stream_view s) const { return stream == s || complete(); }
+  // Whether this event completes no earlier than `o`: recorded after it on the same stream by
+  // the same host thread (program order is record order), so waiting on this one covers both.
+  bool supersedes(const event_guard& o) const {
+    return stream == o.stream && thread == o.thread && sequence > o.sequence;
+  }
 
   event_pool& pool;
   void* event;
   stream_view stream;  // where the event was recorded
+  std::thread::id thread = std::this_thread::get_id();
+  std::uint64_t sequence = next_sequence();
+
+ private:
+  static std::uint64_t next_sequence() noexcept {
+    thread_local std::uint64_t n = 0;
+    return ++n;
+  }
 };
 
 using guard_ptr = std::shared_ptr<event_guard>;

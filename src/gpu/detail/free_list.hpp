@@ -37,7 +37,9 @@ class free_list {
 
   // Merging a range still guarded by a pending event into an unguarded neighbour would make
   // every later taker of the merged range wait for that event (chaining streams together), so
-  // ranges merge only when their pending guards are the same (usually: none).
+  // ranges merge only when their pending guards are the same (usually: none), or when each has
+  // one guard and one supersedes the other (the same thread freeing on the same stream: the
+  // merged range keeps the later guard, which covers both).
   void insert(std::uintptr_t addr, std::size_t size, guard_list guards = {}) {
     if (size == 0) return;
     prune(guards);
@@ -142,6 +144,14 @@ class free_list {
     return std::make_pair(it->first, it->second.size);
   }
 
+  // Whether the range starting at addr has no pending guard (any stream may take it now).
+  bool ready_at(std::uintptr_t addr) {
+    auto it = by_addr_.find(addr);
+    if (it == by_addr_.end()) return false;
+    prune(it->second.guards);
+    return it->second.guards.empty();
+  }
+
   template <class F>
   void for_each(F&& f) const {
     for (const auto& [addr, e] : by_addr_) f(addr, e.size);
@@ -160,9 +170,15 @@ class free_list {
   static void prune(guard_list& g) {
     std::erase_if(g, [](const guard_ptr& x) { return x->complete(); });
   }
-  // `mine` is already pruned; the neighbour's guards are pruned here.
-  static bool mergeable(guard_list& theirs, const guard_list& mine) {
+  // `mine` is already pruned; the neighbour's guards are pruned here.  When the merge keeps
+  // the neighbour's guard (it supersedes mine), `mine` becomes it.
+  static bool mergeable(guard_list& theirs, guard_list& mine) {
     prune(theirs);
+    if (theirs.size() == 1 && mine.size() == 1 && theirs[0] != mine[0]) {
+      if (mine[0]->supersedes(*theirs[0])) return true;
+      if (theirs[0]->supersedes(*mine[0])) return mine = theirs, true;
+      return false;
+    }
     if (theirs.size() != mine.size()) return false;
     for (const guard_ptr& g : theirs)
       if (std::find(mine.begin(), mine.end(), g) == mine.end()) return false;
