@@ -1,0 +1,197 @@
+// libstrata_torch.so: the C entry points of include/strata/gpu/plugin.h over one resource stack
+// per device (statistics_adaptor -> strata_resource -> cuda_resource -> backend).
+//
+// Nothing here allocates on the fast path beyond strata_resource itself: the device's stack is
+// found through an atomic pointer, built once under a mutex.  Every entry point catches every
+// exception: they are called from C (PyTorch's allocator, ctypes), where one must not escape.
+#include <strata/gpu/plugin.h>
+
+#include <strata/gpu/gpu.hpp>
+
+#include <array>
+#include <atomic>
+#include <cstdlib>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+
+namespace strata::gpu {
+namespace {
+
+constexpr int max_devices = 64;
+
+thread_local std::string last_error;
+
+std::size_t env_mib(const char* name, std::size_t fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  const unsigned long long n = std::strtoull(v, &end, 10);
+  if (*end != '\0') throw std::invalid_argument(std::string(name) + ": not a number of MiB: " + v);
+  return static_cast<std::size_t>(n) << 20;
+}
+
+// One device's stack, upstream first.
+struct device_stack {
+  std::shared_ptr<device_backend> backend;
+  std::shared_ptr<sim_backend> sim;  // set on the simulated device
+  std::unique_ptr<cuda_resource> device_memory;
+  std::unique_ptr<strata_resource> strata;
+  std::unique_ptr<statistics_adaptor> stats;
+  std::atomic<std::uint64_t> failed{0};
+
+  explicit device_stack(int device) {
+    const char* b = std::getenv("STRATA_GPU_BACKEND");
+    const std::string name = b && *b ? b : "cuda";
+    if (name == "sim") {
+      sim_options so;
+      so.capacity_bytes = env_mib("STRATA_GPU_SIM_MIB", std::size_t{8} << 30);
+      sim = make_sim_backend(so);
+      backend = sim;
+    } else if (name == "cuda") {
+      backend = make_cuda_backend(device);
+    } else {
+      throw std::invalid_argument("STRATA_GPU_BACKEND must be cuda or sim, not '" + name + "'");
+    }
+    strata_options o;
+    o.initial_size = env_mib("STRATA_GPU_INITIAL_MIB", o.initial_size);
+    o.maximum_size = env_mib("STRATA_GPU_MAXIMUM_MIB", o.maximum_size);
+    o.release_threshold = env_mib("STRATA_GPU_RELEASE_THRESHOLD_MIB", o.release_threshold);
+    device_memory = std::make_unique<cuda_resource>(backend);
+    strata = std::make_unique<strata_resource>(*device_memory, o);
+    stats = std::make_unique<statistics_adaptor>(*strata);
+  }
+};
+
+std::array<std::atomic<device_stack*>, max_devices> stacks{};
+std::mutex stacks_mutex;
+
+// The device's stack, built on first use; never destroyed (see plugin.h).
+device_stack& stack_for(int device) {
+  if (device < 0 || device >= max_devices)
+    throw std::invalid_argument("device ordinal " + std::to_string(device) + " out of range");
+  if (device_stack* s = stacks[device].load(std::memory_order_acquire)) [[likely]]
+    return *s;
+  std::lock_guard lock(stacks_mutex);
+  if (device_stack* s = stacks[device].load(std::memory_order_acquire)) return *s;
+  auto* s = new device_stack(device);
+  stacks[device].store(s, std::memory_order_release);
+  return *s;
+}
+
+// Runs f, turning an exception into `failure` and this thread's last_error.
+template <class F, class R>
+R guarded(F&& f, R failure) noexcept {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    try {
+      last_error = e.what();
+    } catch (...) {
+    }
+  } catch (...) {
+    last_error.clear();
+  }
+  return failure;
+}
+
+}  // namespace
+}  // namespace strata::gpu
+
+using namespace strata::gpu;
+
+extern "C" {
+
+void* strata_torch_malloc(ssize_t size, int device, void* stream) {
+  if (size <= 0) return nullptr;
+  return guarded(
+      [&]() -> void* {
+        device_stack& s = stack_for(device);
+        try {
+          return s.stats->allocate(static_cast<std::size_t>(size), stream_view{stream});
+        } catch (const std::bad_alloc&) {
+          s.failed.fetch_add(1, std::memory_order_relaxed);
+          throw;
+        }
+      },
+      static_cast<void*>(nullptr));
+}
+
+void strata_torch_free(void* p, ssize_t size, int device, void* stream) {
+  if (p == nullptr || size <= 0) return;
+  guarded(
+      [&] {
+        stack_for(device).stats->deallocate(p, static_cast<std::size_t>(size), stream_view{stream});
+        return 0;
+      },
+      0);
+}
+
+int strata_gpu_get_stats(int device, strata_gpu_stats* out) {
+  if (out == nullptr) return -1;
+  return guarded(
+      [&] {
+        device_stack& s = stack_for(device);
+        const allocation_counts c = s.stats->counts();
+        const resource_info i = s.stats->info();
+        const double f = i.fragmentation();
+        *out = strata_gpu_stats{static_cast<std::uint64_t>(c.current_bytes),
+                                static_cast<std::uint64_t>(c.peak_bytes),
+                                i.reserved_bytes,
+                                i.peak_reserved_bytes,
+                                i.free_bytes,
+                                i.largest_free_block.value_or(0),
+                                f == f ? f : 0.0,
+                                static_cast<std::uint64_t>(c.current_count),
+                                static_cast<std::uint64_t>(c.total_count),
+                                s.failed.load(std::memory_order_relaxed)};
+        return 0;
+      },
+      -1);
+}
+
+int strata_gpu_trim(int device, size_t keep_bytes) {
+  return guarded(
+      [&] {
+        stack_for(device).strata->trim(keep_bytes);
+        return 0;
+      },
+      -1);
+}
+
+void* strata_gpu_stream_create(int device) {
+  return guarded([&] { return stack_for(device).backend->stream_create().handle(); },
+                 static_cast<void*>(nullptr));
+}
+
+int strata_gpu_stream_destroy(int device, void* stream) {
+  return guarded(
+      [&] {
+        stack_for(device).backend->stream_destroy(stream_view{stream});
+        return 0;
+      },
+      -1);
+}
+
+int strata_gpu_synchronize(int device) {
+  return guarded(
+      [&] {
+        stack_for(device).backend->device_synchronize();
+        return 0;
+      },
+      -1);
+}
+
+long strata_gpu_sim_violations(int device) {
+  return guarded(
+      [&] {
+        device_stack& s = stack_for(device);
+        return s.sim ? static_cast<long>(s.sim->violation_count()) : -1L;
+      },
+      -1L);
+}
+
+const char* strata_gpu_last_error(void) { return last_error.c_str(); }
+
+}  // extern "C"

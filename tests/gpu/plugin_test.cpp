@@ -1,0 +1,116 @@
+// libstrata_torch.so's C entry points (include/strata/gpu/plugin.h) on the simulated device, as
+// PyTorch's CUDAPluggableAllocator and python/strata_gpu call them; no torch needed.
+//
+// The environment configures a device's stack once, at its first use, so each test that needs
+// its own configuration uses a device ordinal of its own.
+#include <strata/gpu/plugin.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace {
+
+class plugin : public ::testing::Test {
+ protected:
+  void SetUp() override { setenv("STRATA_GPU_BACKEND", "sim", 1); }
+
+  static strata_gpu_stats stats(int device) {
+    strata_gpu_stats s{};
+    EXPECT_EQ(strata_gpu_get_stats(device, &s), 0) << strata_gpu_last_error();
+    return s;
+  }
+};
+
+TEST_F(plugin, malloc_and_free_are_counted_in_the_statistics) {
+  constexpr int dev = 0;
+  void* stream = strata_gpu_stream_create(dev);
+  ASSERT_NE(stream, nullptr) << strata_gpu_last_error();
+  void* p = strata_torch_malloc(1000, dev, stream);
+  ASSERT_NE(p, nullptr) << strata_gpu_last_error();
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % 256, 0u);
+  strata_gpu_stats s = stats(dev);
+  EXPECT_EQ(s.bytes_in_use, 1000u);
+  EXPECT_EQ(s.allocations, 1u);
+  EXPECT_GE(s.reserved, 1000u);
+  strata_torch_free(p, 1000, dev, stream);
+  s = stats(dev);
+  EXPECT_EQ(s.bytes_in_use, 0u);
+  EXPECT_EQ(s.peak_bytes_in_use, 1000u);
+  EXPECT_EQ(s.total_allocations, 1u);
+  EXPECT_GE(s.peak_reserved, s.reserved);
+  EXPECT_GE(s.fragmentation, 0.0);
+  EXPECT_LE(s.fragmentation, 1.0);
+  EXPECT_EQ(strata_gpu_stream_destroy(dev, stream), 0);
+  EXPECT_EQ(strata_gpu_sim_violations(dev), 0);
+}
+
+TEST_F(plugin, sizes_of_zero_or_less_and_null_frees_do_nothing) {
+  constexpr int dev = 1;
+  EXPECT_EQ(strata_torch_malloc(0, dev, nullptr), nullptr);
+  EXPECT_EQ(strata_torch_malloc(-5, dev, nullptr), nullptr);
+  strata_torch_free(nullptr, 100, dev, nullptr);
+  EXPECT_EQ(stats(dev).total_allocations, 0u);
+}
+
+TEST_F(plugin, streams_reuse_memory_only_in_stream_order) {
+  constexpr int dev = 2;
+  void* a = strata_gpu_stream_create(dev);
+  void* b = strata_gpu_stream_create(dev);
+  std::vector<void*> blocks;
+  for (int round = 0; round < 50; ++round) {
+    for (void* s : {a, b}) {
+      void* p = strata_torch_malloc(std::size_t{1} << (8 + round % 14), dev, s);
+      ASSERT_NE(p, nullptr) << strata_gpu_last_error();
+      strata_torch_free(p, std::size_t{1} << (8 + round % 14), dev, s);
+    }
+  }
+  EXPECT_EQ(strata_gpu_synchronize(dev), 0);
+  EXPECT_EQ(strata_gpu_sim_violations(dev), 0);
+  EXPECT_EQ(stats(dev).bytes_in_use, 0u);
+  strata_gpu_stream_destroy(dev, a);
+  strata_gpu_stream_destroy(dev, b);
+}
+
+TEST_F(plugin, out_of_memory_returns_null_and_says_how_much_was_free) {
+  constexpr int dev = 3;
+  setenv("STRATA_GPU_SIM_MIB", "64", 1);
+  setenv("STRATA_GPU_INITIAL_MIB", "32", 1);
+  void* p = strata_torch_malloc(std::size_t{8} << 20, dev, nullptr);
+  ASSERT_NE(p, nullptr) << strata_gpu_last_error();
+  EXPECT_EQ(strata_torch_malloc(std::size_t{1} << 30, dev, nullptr), nullptr);
+  const std::string why = strata_gpu_last_error();
+  EXPECT_NE(why.find("out of device memory"), std::string::npos) << why;
+  EXPECT_NE(why.find("bytes free"), std::string::npos) << why;
+  EXPECT_NE(why.find("fragmentation"), std::string::npos) << why;
+  EXPECT_EQ(stats(dev).failed_allocations, 1u);
+  strata_torch_free(p, std::size_t{8} << 20, dev, nullptr);
+  unsetenv("STRATA_GPU_SIM_MIB");
+  unsetenv("STRATA_GPU_INITIAL_MIB");
+}
+
+TEST_F(plugin, trim_returns_free_memory_to_the_device) {
+  constexpr int dev = 4;
+  void* p = strata_torch_malloc(std::size_t{100} << 20, dev, nullptr);  // beyond the first chunk
+  ASSERT_NE(p, nullptr) << strata_gpu_last_error();
+  strata_torch_free(p, std::size_t{100} << 20, dev, nullptr);
+  EXPECT_GT(stats(dev).reserved, 0u);
+  EXPECT_EQ(strata_gpu_trim(dev, 0), 0);
+  EXPECT_EQ(stats(dev).reserved, 0u);
+  EXPECT_GE(stats(dev).peak_reserved, std::size_t{100} << 20);
+}
+
+TEST_F(plugin, a_bad_configuration_fails_with_its_reason) {
+  setenv("STRATA_GPU_BACKEND", "quantum", 1);
+  EXPECT_EQ(strata_torch_malloc(256, 5, nullptr), nullptr);
+  EXPECT_NE(std::string(strata_gpu_last_error()).find("STRATA_GPU_BACKEND"), std::string::npos);
+  strata_gpu_stats s;
+  EXPECT_EQ(strata_gpu_get_stats(5, &s), -1);
+  EXPECT_EQ(strata_torch_malloc(256, 64, nullptr), nullptr);  // no such ordinal
+  EXPECT_NE(std::string(strata_gpu_last_error()).find("out of range"), std::string::npos);
+}
+
+}  // namespace
