@@ -5,6 +5,8 @@
                                   phase present with every metric
   check_e2.py replay BIN TRACE    record a trace with --trace, replay it against every resource
   check_e2.py no-driver BIN       --backend cuda with no driver: non-zero exit, clear message
+  check_e2.py capped BIN          --smoke --cap-factor 1.5: every resource finishes on a device of
+                                  1.5x each cell's live bound, and never holds more than it
 """
 import json
 import os
@@ -15,7 +17,7 @@ RESOURCES = ["cuda", "async", "pool", "arena", "strata"]
 THREADS = [1, 4, 8, 16]
 PHASES = ["baseline", "fragmented", "long_term"]
 METRICS = ["time_ms", "change_pct", "alloc_ns_total", "operations", "lock_wait_ns",
-           "fragmentation", "peak_reserved_bytes"]
+           "fragmentation", "peak_reserved_bytes", "live_peak_bytes"]
 
 
 def fail(msg):
@@ -103,6 +105,27 @@ def no_driver(binary):
         fail("printed results without a device: " + out[:200])
 
 
+def capped(binary):
+    rc, out, err = run([binary, "--smoke", "--backend", "sim", "--cap-factor", "1.5"])
+    doc = json.loads(out)
+    if doc["config"]["cap_factor"] != 1.5:
+        fail(f"config {doc['config']}")
+    for r in doc["results"]:
+        cell = f"{r['resource']} x {r['threads']}"
+        if r["status"] != "ok":
+            fail(f"{cell} did not finish under a 1.5x cap: {r.get('error')}")
+        bound, device = r["live_bound_bytes"], r["device_bytes"]
+        if not 1.5 * bound <= device < 1.5 * bound + (1 << 20):
+            fail(f"{cell}: device {device} for a live bound of {bound}")
+        for ph, m in r["phases"].items():
+            if not 0 < m["live_peak_bytes"] <= bound:
+                fail(f"{cell} {ph}: live peak {m['live_peak_bytes']} outside (0, {bound}]")
+            if m["peak_reserved_bytes"] > device:
+                fail(f"{cell} {ph}: reserved {m['peak_reserved_bytes']} on a {device}-byte device")
+    if rc != 0:
+        fail(f"exit status {rc}\n{err[-2000:]}")
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "smoke":
@@ -111,5 +134,7 @@ if __name__ == "__main__":
         replay(sys.argv[2], sys.argv[3])
     elif mode == "no-driver":
         no_driver(sys.argv[2])
+    elif mode == "capped":
+        capped(sys.argv[2])
     else:
         fail("unknown mode " + mode)

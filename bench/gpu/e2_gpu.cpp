@@ -8,6 +8,11 @@
 //   (churn)     untimed: long_factor x iterations of mixed allocate/free, some blocks pinned
 //   long_term   timed: W again
 //
+// --cap-factor F runs every cell on a simulated device of F x the cell's live bound: the bytes
+// its threads hold when each holds its own peak at once, measured by a dry run of the same
+// scripts (same seeds) against a resource that only counts.  No schedule can need more, so every
+// resource should finish; --device-mib N sets the device's size directly instead.
+//
 // W per thread: `iterations` times { allocate a log-uniform size, launch a spin kernel, free
 // the oldest of the last 8 blocks on the thread's stream }, then synchronise the stream.
 // Every W uses the same seeds, so the three timed phases do identical work.
@@ -50,7 +55,9 @@ struct config {
   std::size_t min_size = 256;
   std::size_t max_size = std::size_t{4} << 20;
   std::size_t pool_bytes = std::size_t{1} << 30;  // initial size of pool/arena/strata
-  std::size_t sim_capacity = std::size_t{16} << 30;
+  std::size_t sim_capacity = std::size_t{16} << 30;  // --device-mib: the simulated device's memory
+  bool capped = false;
+  double cap_factor = 0;  // > 0: device = cap_factor x each cell's live bound
   std::uint64_t seed = 20240601;
   std::string replay;
   std::string trace;
@@ -62,7 +69,8 @@ struct config {
                "usage: strata-bench-e2-gpu [--backend sim|cuda] [--resource NAME[,NAME..]|all]\n"
                "         [--threads 1,4,8,16] [--smoke] [--iterations N] [--long-factor K]\n"
                "         [--kernel-ns NS] [--max-size BYTES] [--pool-mib MIB] [--seed S]\n"
-               "         [--table] [--trace OUT.csv] [--replay TRACE.csv]\n"
+               "         [--device-mib MIB | --cap-factor F] [--table] [--trace OUT.csv]\n"
+               "         [--replay TRACE.csv]\n"
                "resources: cuda async pool arena strata\n",
                why.c_str());
   std::exit(2);
@@ -111,6 +119,14 @@ config parse(int argc, char** argv) {
     else if (a == "--max-size") c.max_size = number();
     else if (a == "--pool-mib") c.pool_bytes = std::size_t(number()) << 20, pool_set = true;
     else if (a == "--seed") c.seed = number();
+    else if (a == "--device-mib") c.sim_capacity = std::size_t(number()) << 20, c.capped = true;
+    else if (a == "--cap-factor") {
+      const std::string v = value();
+      char* end = nullptr;
+      c.cap_factor = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end || !(c.cap_factor >= 1.0)) usage("--cap-factor needs a number >= 1: " + v);
+      c.capped = true;
+    }
     else if (a == "--replay") c.replay = value();
     else if (a == "--trace") c.trace = value();
     else if (a == "-h" || a == "--help") usage("help");
@@ -129,6 +145,8 @@ config parse(int argc, char** argv) {
     if (std::find(n.begin(), n.end(), r) == n.end()) usage("unknown resource " + r);
   }
   if (c.min_size > c.max_size) usage("--max-size below the minimum size");
+  if (c.capped && c.backend != "sim") usage("--device-mib and --cap-factor cap the simulated device only");
+  if (c.capped && !pool_set) c.pool_bytes = 0;  // resources grow as needed: the cap decides
   return c;
 }
 
@@ -140,6 +158,19 @@ struct phase_result {
   std::optional<std::uint64_t> lock_wait_ns;
   double fragmentation = 0;
   std::size_t peak_reserved = 0;
+  std::size_t live_peak = 0;
+};
+
+// Bytes the workload holds (requested sizes) across all threads, and its high-water mark: the
+// least any resource could have reserved, if threads overlapped as they did in this run.
+struct live_bytes {
+  std::atomic<std::size_t> now{0}, peak{0};
+  void add(std::size_t n) {
+    const std::size_t v = now.fetch_add(n, std::memory_order_relaxed) + n;
+    std::size_t p = peak.load(std::memory_order_relaxed);
+    while (v > p && !peak.compare_exchange_weak(p, v, std::memory_order_relaxed)) {}
+  }
+  void sub(std::size_t n) { now.fetch_sub(n, std::memory_order_relaxed); }
 };
 
 struct thread_timer {
@@ -176,11 +207,19 @@ struct worker {
   device_backend& dev;
   stream_view s;
   const config& c;
+  live_bytes& live;
   thread_timer tm;
   std::vector<block> pinned;
 
-  block allocate(std::size_t n) { return {tm.allocate(mr, n, s), n}; }
-  void free(const block& b) { tm.deallocate(mr, b.p, b.n, s); }
+  block allocate(std::size_t n) {
+    block b{tm.allocate(mr, n, s), n};
+    live.add(n);
+    return b;
+  }
+  void free(const block& b) {
+    live.sub(b.n);
+    tm.deallocate(mr, b.p, b.n, s);
+  }
   void kernel() {
     if (c.kernel_ns) dev.launch_spin(s, c.kernel_ns);
   }
@@ -247,7 +286,53 @@ struct worker {
     }
     free_all_and_sync(live);
   }
+
+  // Step k of a cell's script: 0 baseline, 1 fragment, 2 fragmented, 3 churn, 4 long_term.
+  void step(int k, std::uint64_t seed) {
+    if (k == 1) fragment(seed + 1);
+    else if (k == 3) churn(seed + 3);
+    else workload(seed);
+  }
 };
+constexpr int script_steps = 5;
+
+std::uint64_t worker_seed(const config& c, int t) { return c.seed + 7919 * std::uint64_t(t); }
+
+// Hands out address ranges it never backs, so a dry run can count a script's live bytes.
+class counting_resource final : public device_memory_resource {
+ public:
+  using device_memory_resource::device_memory_resource;
+
+ private:
+  void* do_allocate(std::size_t bytes, stream_view, std::size_t) override {
+    return reinterpret_cast<void*>(next_.fetch_add((bytes + 255) / 256 * 256 + 256));
+  }
+  void do_deallocate(void*, std::size_t, stream_view, std::size_t) noexcept override {}
+  resource_info do_info() const override { return {}; }
+  std::string_view do_name() const noexcept override { return "counting"; }
+  std::atomic<std::uintptr_t> next_{std::uintptr_t{1} << 40};
+};
+
+// The cell's live bound: the sum over its threads of each thread's own peak of live bytes (every
+// thread at its peak at once), from a dry run of each thread's script with no kernels.
+std::size_t live_bound(const config& c, int nthreads) {
+  config dry = c;
+  dry.kernel_ns = 0;
+  sim_options so;
+  so.check_reuse = false;
+  auto dev = make_sim_backend(so);
+  counting_resource counter(dev);
+  const stream_view s = dev->stream_create();
+  std::size_t bound = 0;
+  for (int t = 0; t < nthreads; ++t) {
+    live_bytes live;
+    worker w{counter, *dev, s, dry, live, {}, {}};
+    for (int k = 0; k < script_steps; ++k) w.step(k, worker_seed(c, t));
+    bound += live.peak.load();
+  }
+  dev->stream_destroy(s);
+  return bound;
+}
 
 // ---- one cell: resource x thread count -------------------------------------------------------
 struct cell_result {
@@ -274,29 +359,27 @@ cell_result run_cell(const std::string& name, int nthreads, const config& c,
 
     std::vector<stream_view> streams;
     for (int t = 0; t < nthreads; ++t) streams.push_back(dev->stream_create());
+    live_bytes live;
     std::vector<worker> workers;
     workers.reserve(nthreads);
-    for (int t = 0; t < nthreads; ++t) workers.push_back(worker{mr, *dev, streams[t], c, {}, {}});
+    for (int t = 0; t < nthreads; ++t) workers.push_back(worker{mr, *dev, streams[t], c, live, {}, {}});
     std::atomic<bool> failed{false};
     std::string failure;
     std::mutex failure_m;
 
-    // step k of the script: 0 baseline, 1 fragment, 2 fragmented, 3 churn, 4 long_term
-    constexpr int steps = 5;
+    constexpr int steps = script_steps;
     std::barrier sync(nthreads + 1);
     std::vector<std::thread> pool;
     for (int t = 0; t < nthreads; ++t) {
       pool.emplace_back([&, t] {
-        const std::uint64_t wseed = c.seed + 7919 * std::uint64_t(t);
+        const std::uint64_t wseed = worker_seed(c, t);
         for (int k = 0; k < steps; ++k) {
           sync.arrive_and_wait();  // start
           if (!failed.load()) {
             try {
               worker& w = workers[t];
               w.tm.start = clk::now();
-              if (k == 1) w.fragment(wseed + 1);
-              else if (k == 3) w.churn(wseed + 3);
-              else w.workload(wseed);
+              w.step(k, wseed);
               w.tm.end = clk::now();
             } catch (const std::exception& e) {
               std::lock_guard lock(failure_m);
@@ -326,6 +409,7 @@ cell_result run_cell(const std::string& name, int nthreads, const config& c,
       if (info.lock_wait_ns && wait_before) r.lock_wait_ns = *info.lock_wait_ns - *wait_before;
       r.fragmentation = info.fragmentation();
       r.peak_reserved = info.peak_reserved_bytes;
+      r.live_peak = live.peak.load();
       out.phases[phase_names[timed++]] = r;
     }
     for (auto& th : pool) th.join();
@@ -486,9 +570,11 @@ int main(int argc, char** argv) {
               c.smoke ? "true" : "false");
   std::printf("  \"config\": {\"iterations\": %zu, \"long_factor\": %zu, \"kernel_ns\": %llu, "
               "\"min_size\": %zu, \"max_size\": %zu, \"initial_pool_bytes\": %zu, \"seed\": %llu, "
-              "\"window\": 8, \"threads\": [",
+              "\"window\": 8, \"device_bytes\": %s, \"cap_factor\": %s, \"threads\": [",
               c.iterations, c.long_factor, static_cast<unsigned long long>(c.kernel_ns), c.min_size,
-              c.max_size, c.pool_bytes, static_cast<unsigned long long>(c.seed));
+              c.max_size, c.pool_bytes, static_cast<unsigned long long>(c.seed),
+              c.capped && c.cap_factor == 0 ? std::to_string(c.sim_capacity).c_str() : "null",
+              c.cap_factor > 0 ? json_number(c.cap_factor).c_str() : "null");
   for (std::size_t i = 0; i < c.threads.size(); ++i) std::printf("%s%d", i ? ", " : "", c.threads[i]);
   std::printf("]},\n  \"phases\": [\"baseline\", \"fragmented\", \"long_term\"],\n  \"results\": [");
   std::fflush(stdout);
@@ -499,9 +585,22 @@ int main(int argc, char** argv) {
     for (int t : c.threads) {
       const bool trace_this = !c.trace.empty() && !traced;
       traced = traced || trace_this;
-      cell_result r = run_cell(name, t, c, dev, trace_this);
+      std::shared_ptr<device_backend> cell_dev = dev;
+      std::size_t bound = 0, device_bytes = c.sim_capacity;
+      if (c.cap_factor > 0) {  // a device of its own, cap_factor x this cell's live bound
+        bound = live_bound(c, t);
+        device_bytes = (static_cast<std::size_t>(c.cap_factor * double(bound)) + (1 << 20) - 1) >> 20 << 20;
+        sim_options so;
+        so.capacity_bytes = device_bytes;
+        so.check_reuse = false;
+        cell_dev = make_sim_backend(so);
+      }
+      cell_result r = run_cell(name, t, c, cell_dev, trace_this);
       std::printf("%s\n    {\"resource\": %s, \"threads\": %d, \"status\": %s", first ? "" : ",",
                   json_string(r.resource).c_str(), r.threads, r.error.empty() ? "\"ok\"" : "\"error\"");
+      if (c.capped)
+        std::printf(", \"device_bytes\": %zu, \"live_bound_bytes\": %s", device_bytes,
+                    c.cap_factor > 0 ? std::to_string(bound).c_str() : "null");
       if (!r.error.empty()) std::printf(", \"error\": %s", json_string(r.error).c_str());
       if (r.phases.size() == 3) {
         std::printf(", \"phases\": {");
@@ -510,12 +609,12 @@ int main(int argc, char** argv) {
           const auto& p = r.phases[phase_names[k]];
           std::printf("%s\n      %s: {\"time_ms\": %s, \"change_pct\": %s, \"alloc_ns_total\": %llu, "
                       "\"operations\": %llu, \"lock_wait_ns\": %s, \"fragmentation\": %s, "
-                      "\"peak_reserved_bytes\": %zu}",
+                      "\"peak_reserved_bytes\": %zu, \"live_peak_bytes\": %zu}",
                       k ? "," : "", json_string(phase_names[k]).c_str(), json_number(p.time_ms).c_str(),
                       json_number(base > 0 ? 100.0 * (p.time_ms - base) / base : 0.0).c_str(),
                       static_cast<unsigned long long>(p.alloc_ns), static_cast<unsigned long long>(p.operations),
                       p.lock_wait_ns ? std::to_string(*p.lock_wait_ns).c_str() : "null",
-                      json_number(p.fragmentation).c_str(), p.peak_reserved);
+                      json_number(p.fragmentation).c_str(), p.peak_reserved, p.live_peak);
         }
         std::printf("}");
       }

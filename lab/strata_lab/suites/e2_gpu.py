@@ -5,13 +5,17 @@ thread count (the cell).  The device is the real GPU when the CUDA driver loads,
 simulated device; `--param backend=sim|cuda` (or the environment's STRATA_E2_BACKEND, which
 docs/gpu.md gives) forces one.  Simulated timings say how the resources behave on the host side
 (locks, stream ordering), not how fast a GPU is.
+
+The capped variant (`--param cap=1.5`, simulated device only) gives each cell a device of 1.5x
+the cell's live bound (its threads' own live peaks added up, from a dry run of their scripts), so
+every resource should finish; a cell that runs out of memory is recorded as a failure.
 """
 
 import ctypes
 import json
 
 from strata_lab.results import counted_metrics
-from strata_lab.suite import Cell, Param, one_of
+from strata_lab.suite import Cell, Param, integer, one_of
 
 RESOURCES = ["strata", "pool", "arena", "async", "cuda"]
 DESCRIPTION = ("E2 GPU device resources: baseline / fragmented / long-term time, % change, time in "
@@ -32,7 +36,23 @@ PARAMS = [
     Param("backend", "auto", "device: cuda (the GPU), sim (the simulated device), or auto: cuda "
           "when libcuda.so.1 loads, else sim", parse=one_of("auto", "cuda", "sim"),
           env="STRATA_E2_BACKEND"),
+    Param("cap", None, "simulated device only: a device of CAP x each cell's live bound "
+          "(a number >= 1)", parse=lambda t: _factor(t), default_text="no cap (16 GiB)"),
+    Param("pool_mib", None, "first chunk of pool, arena and strata in MiB (--pool-mib)",
+          parse=integer(0, 1 << 20), default_text="the benchmark's: 1024, or 0 (grow as needed) under a cap"),
+    Param("iterations", None, "iterations of the workload W per phase (--iterations)",
+          parse=integer(1, 10_000_000), default_text="the benchmark's: 2000"),
 ]
+
+
+def _factor(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise ValueError("not a number") from None
+    if not v >= 1.0:
+        raise ValueError("must be at least 1")
+    return v
 
 
 def backend(choice: str = "auto") -> str:
@@ -47,12 +67,24 @@ def backend(choice: str = "auto") -> str:
 
 def cells(ctx, threads=(1, 4, 8, 16)):
     exe = ctx.bin("e2-gpu")
-    dev = backend(ctx.params["backend"])
+    p = ctx.params
+    dev = backend(p["backend"])
+    extra = []
+    if p.get("cap") is not None:
+        if dev != "sim":
+            raise ValueError("--param cap needs the simulated device (--param backend=sim)")
+        extra += ["--cap-factor", str(p["cap"])]
+    if p.get("pool_mib") is not None:
+        extra += ["--pool-mib", str(p["pool_mib"])]
+    if p.get("iterations") is not None:
+        extra += ["--iterations", str(p["iterations"])]
     out = []
     for t in ctx.thread_counts(threads, smoke=[1, 4]):
-        argv = [exe, "--backend", dev, "--threads", t] + (["--smoke"] if ctx.smoke else [])
+        argv = [exe, "--backend", dev, "--threads", t] + (["--smoke"] if ctx.smoke else []) + extra
         out.append(Cell(workload="e2-gpu", threads=t, argv=argv, metric="long_term_ms", unit="ms",
-                        higher_is_better=False, params={"backend": dev, "phases": list(PHASES)},
+                        higher_is_better=False,
+                        params={"backend": dev, "phases": list(PHASES), "cap": p.get("cap"),
+                                "pool_mib": p.get("pool_mib"), "iterations": p.get("iterations")},
                         timeout_s=300.0))
     return out
 
@@ -64,12 +96,17 @@ def parse(cell, stdout: str) -> dict:
     if r["status"] != "ok":
         raise ValueError(f"{r['resource']} x {r['threads']} threads failed: {r.get('error')}")
     m = {"threads": r["threads"]}
+    for k in ("device_bytes", "live_bound_bytes"):
+        if r.get(k) is not None:
+            m[k] = r[k]
     for ph in PHASES:
         p = r["phases"][ph]
         m[f"{ph}_ms"] = p["time_ms"]
         m[f"{ph}_change_pct"] = p["change_pct"]
         m[f"{ph}_alloc_ns"] = p["alloc_ns_total"]
         m[f"{ph}_peak_reserved_bytes"] = p["peak_reserved_bytes"]
+        if p.get("live_peak_bytes") is not None:
+            m[f"{ph}_live_peak_bytes"] = p["live_peak_bytes"]
         if p["lock_wait_ns"] is not None:
             m[f"{ph}_lock_wait_ns"] = p["lock_wait_ns"]
         if p["fragmentation"] is not None:
@@ -85,15 +122,15 @@ def summarise(results: dict) -> str:
 
     lines = ["## E2 on device resources (medians over rounds)", "",
              "| threads | resource | baseline ms | fragmented ms (Δ %) | long term ms (Δ %) | "
-             "alloc ms | lock wait ms | fragmentation | peak reserved MiB |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "alloc ms | lock wait ms | fragmentation | peak reserved MiB | live peak MiB |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for c in results["cells"]:
         if c["workload"] != "e2-gpu":
             continue
         for v in results["variants"]:
             ok = counted_metrics(results, c["id"], v)
             if not ok:
-                lines.append(f"| {c['threads']} | {v} | failed | | | | | | |")
+                lines.append(f"| {c['threads']} | {v} | failed | | | | | | | |")
                 continue
 
             def med(k):
@@ -109,5 +146,6 @@ def summarise(results: dict) -> str:
                 f"{fmt(med('long_term_ms'))} ({fmt(med('long_term_change_pct'), spec='+.1f')} %) | "
                 f"{fmt(med('long_term_alloc_ns'), 1e6)} | {fmt(med('long_term_lock_wait_ns'), 1e6)} | "
                 f"{fmt(med('long_term_fragmentation'), spec='.3f')} | "
-                f"{fmt(med('long_term_peak_reserved_bytes'), 1048576.0, '.1f')} |")
+                f"{fmt(med('long_term_peak_reserved_bytes'), 1048576.0, '.1f')} | "
+                f"{fmt(med('long_term_live_peak_bytes'), 1048576.0, '.1f')} |")
     return "\n".join(lines)
