@@ -14,6 +14,7 @@ every resource should finish; a cell that runs out of memory is recorded as a fa
 import ctypes
 import json
 
+from strata_lab.errors import LabError
 from strata_lab.results import counted_metrics
 from strata_lab.suite import Cell, Param, integer, one_of
 
@@ -72,7 +73,7 @@ def cells(ctx, threads=(1, 4, 8, 16)):
     extra = []
     if p.get("cap") is not None:
         if dev != "sim":
-            raise ValueError("--param cap needs the simulated device (--param backend=sim)")
+            raise LabError("suite e2_gpu: --param cap needs the simulated device (--param backend=sim)")
         extra += ["--cap-factor", str(p["cap"])]
     if p.get("pool_mib") is not None:
         extra += ["--pool-mib", str(p["pool_mib"])]
