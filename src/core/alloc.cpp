@@ -73,8 +73,7 @@ void free_remote(page* pg, block* b) noexcept {
   if (h != &empty_heap) {
     h->free_count[cls].add();
     h->remote_frees.add();
-    if (foreign_eligible(pg->block_size)) foreign_push(h, pg, b);
-    else remote_free_batched(h, pg, b);
+    remote_free_batched(h, pg, b);
   } else {
     g_retired.free_count[cls].fetch_add(1, std::memory_order_relaxed);
     g_retired.remote_frees.fetch_add(1, std::memory_order_relaxed);

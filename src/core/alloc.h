@@ -9,9 +9,8 @@
 //                                 └─ huge_alloc for size > 4 MiB                  (segment.cpp)
 //   free(p) ─ free_inline ─┬─ page map → page; owner thread: push on local_free (fast)
 //                          │    └─ page emptied: page_local_event              (heap.cpp)
-//                          ├─ free_block: another thread's page (kept for reuse,
-//                          │    heap::foreign, or batched onto its thread_free), a full
-//                          │    page, an abandoned segment's page
+//                          ├─ free_block: another thread's page (batched onto its
+//                          │    thread_free), a full page, an abandoned segment's page
 //                          └─ free_slow: huge, aligned, invalid, double free
 #pragma once
 #include <cstddef>

@@ -180,14 +180,6 @@ void heap_schedule_purge(heap* h) noexcept {
 }
 
 void* heap_alloc_slow(heap* h, size_t cls) noexcept {
-  // Blocks of other heaps that this thread freed come first: they are in its cache.
-  if (cls < foreign_class_count) {
-    page* fp = &h->foreign[cls];
-    if (fp->free != nullptr && h->direct[cls] != fp) {
-      set_direct(h, cls, fp);
-      return page_pop(h, fp);
-    }
-  }
   // Frees this thread made into other threads' pages reach them before it takes new memory.
   if (h->remote_pending != 0) remote_flush(h);
   // The common case: the direct page's own frees become its free list.
@@ -255,7 +247,7 @@ void* heap_alloc_slow(heap* h, size_t cls) noexcept {
 
 // Thread exit: everything the heap holds goes back or is abandoned to whoever reclaims it.
 void heap_abandon(heap* h) noexcept {
-  foreign_flush(h);
+  remote_flush(h);
   for (size_t c = 0; c < size_class_count; ++c) {
     set_direct(h, c, &empty_page);
     for (page_list* l : {&h->queue[c], &h->full[c]}) {
@@ -333,43 +325,6 @@ void remote_flush(heap* h) noexcept {
   for (auto& r : h->remote)
     if (r.pg != nullptr) remote_flush_slot(r);
   h->remote_pending = 0;
-}
-
-void foreign_push(heap* h, page* pg, block* b) noexcept {
-  page* fp = &h->foreign[pg->size_class];
-  b->next = fp->free;
-  fp->free = b;
-  fp->used--;
-  h->foreign_pushed += pg->block_size;
-  if (STRATA_UNLIKELY(h->foreign_pushed > foreign_bytes_max)) foreign_check(h);
-}
-
-namespace {
-// Bytes of foreign blocks h holds (malloc's fast path pops them without telling the heap).
-size_t foreign_held(const heap* h) noexcept {
-  size_t bytes = 0;
-  for (const page& fp : h->foreign) bytes += size_t{0u - fp.used} * fp.block_size;
-  return bytes;
-}
-}  // namespace
-
-void foreign_check(heap* h) noexcept {
-  h->foreign_pushed = foreign_held(h);
-  if (h->foreign_pushed > foreign_bytes_max) foreign_flush(h);
-}
-
-void foreign_flush(heap* h) noexcept {
-  for (page& fp : h->foreign) {
-    for (block* b = fp.free; b;) {
-      block* next = b->next;
-      remote_free_batched(h, page_lookup(b), b);
-      b = next;
-    }
-    fp.free = nullptr;
-    fp.used = 0;
-  }
-  h->foreign_pushed = 0;
-  remote_flush(h);
 }
 
 uint32_t page_collect(heap* h, page* pg) noexcept {
@@ -468,10 +423,6 @@ heap* heap_acquire(uintptr_t tid) noexcept {
     os::commit_add(static_cast<int64_t>(bytes));
     for (auto& d : fresh->direct) d = &empty_page;
     for (auto& d : fresh->direct_small) d = &empty_page;
-    for (size_t c = 0; c < foreign_class_count; ++c) {
-      fresh->foreign[c].size_class = static_cast<uint8_t>(c);
-      fresh->foreign[c].block_size = static_cast<uint32_t>(class_size(c));
-    }
     fresh->tid = 0;
     fresh->next_in_registry = registry;
     registry = fresh;
@@ -523,7 +474,7 @@ void* malloc_slow(size_t cls) noexcept {
 }
 
 void heap_collect(heap* h, bool force) noexcept {
-  foreign_flush(h);
+  remote_flush(h);
   if (force) {
     while (segment_reclaim_one(h)) {
     }

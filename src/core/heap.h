@@ -18,13 +18,6 @@ void page_push_remote(page* pg, block* head, block* tail) noexcept;
 void remote_free_batched(heap* h, page* pg, block* b) noexcept;
 // Pushes every pending remote free of h.
 void remote_flush(heap* h) noexcept;
-// A free of b, a block of another heap's page pg (foreign_eligible), kept in h for reuse
-// (heap::foreign).
-void foreign_push(heap* h, page* pg, block* b) noexcept;
-// Counts the foreign bytes h holds and gives them back when they are too many.
-void foreign_check(heap* h) noexcept;
-// Gives every foreign block h holds back to its page (then remote_flush).
-void foreign_flush(heap* h) noexcept;
 // Inserts a page (in use, not linked) into h's queue or full list as its state says.
 void page_adopt(heap* h, page* pg) noexcept;
 // The calling thread's heap, creating it if needed (nullptr when out of memory).

@@ -156,8 +156,8 @@ constexpr uintptr_t owner_tid_full = 1;
 
 inline uint8_t flags_of(const page* pg) noexcept { return pg->flags.load(std::memory_order_relaxed); }
 // Flags are written by the owner only; in_full is mirrored into owner_tid's bit 0.
-// Atomic read-modify-writes (slow paths only): a thread serving an aligned request from a block
-// it took over (heap::foreign) sets has_aligned on a page it does not own.
+// Atomic read-modify-writes (slow paths only), so a flag written by the owner can never undo
+// another's.
 inline void flags_set(page* pg, uint8_t f) noexcept {
   pg->flags.fetch_or(f, std::memory_order_relaxed);
   if (f & page_flag::in_full)
@@ -248,17 +248,8 @@ constexpr size_t remote_batch_slots = 16;
 constexpr size_t remote_batch_bytes = 256 * 1024;  // pending bytes that force a flush
 constexpr size_t remote_batch_block_max = 16 * 1024;  // larger blocks are pushed at once
 
-// Blocks of other heaps' pages that this heap freed and allocates again itself (heap::foreign):
-// classes up to remote_batch_block_max whose block size is a multiple of a cache line, so a
-// reused block shares no line with its neighbours (no passive false sharing with the owner).
-constexpr size_t foreign_class_count = size_class_of_computed(remote_batch_block_max) + 1;
-constexpr size_t foreign_bytes_max = 1024 * 1024;  // held past this: given back to the owners
-constexpr bool foreign_eligible(size_t block_size) noexcept {
-  return block_size <= remote_batch_block_max && block_size % 64 == 0;
-}
-
 struct heap {
-  constexpr heap() noexcept : direct{}, direct_small{}, foreign{} {
+  constexpr heap() noexcept : direct{}, direct_small{} {
     for (auto& d : direct) d = &empty_page;
     for (auto& d : direct_small) d = &empty_page;
   }
@@ -270,14 +261,6 @@ struct heap {
   page* spare[size_class_count] = {};       // an empty page kept for reuse (page_local_event)
   remote_batch remote[remote_batch_slots] = {};  // frees into other heaps' pages, not yet pushed
   size_t remote_pending = 0;                // bytes in `remote`
-  // Per class, a pseudo page whose free list holds blocks of other heaps' pages that this heap
-  // freed: malloc takes them first (as `direct`), so a thread that frees what another made
-  // reuses those blocks while they are in its cache, and no atomic operation is made for them.
-  // The blocks stay counted as used by their own pages.  `used` counts pops minus pushes (so
-  // 0 - used blocks are held); foreign_pushed counts bytes pushed since the held bytes were last
-  // counted exactly (foreign_check).
-  page foreign[foreign_class_count];
-  size_t foreign_pushed = 0;
   uint64_t slow_walks = 0;                  // heap_alloc_slow's page walks (purge check pacing)
   size_t spare_bytes = 0;                   // span bytes of the spare pages
   segment* segments = nullptr;              // owned segments (normal kind)

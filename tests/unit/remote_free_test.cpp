@@ -1,6 +1,8 @@
-// Frees of other threads' blocks (issue 10, producer/consumer in batches): a thread keeps the
-// blocks of other heaps it frees and allocates them again itself (heap::foreign), gives them
-// back when it holds too many or exits, and still reports a double free of one it holds.
+// Frees of other threads' blocks (issue 10, producer/consumer in batches): they go back to the
+// page they came from, batched per page in the freeing heap (heap::remote), and reach the owner
+// when the freeing thread allocates again, holds too many or exits; a double free of a pending
+// block is still reported.  (Letting the freeing thread reuse them itself was tried and measured
+// slower: docs/design.md.)
 #include <gtest/gtest.h>
 
 #include <condition_variable>
@@ -81,46 +83,33 @@ size_t count_in(const std::vector<void*>& v, const std::set<void*>& s) {
 }
 
 // Every role runs in a thread of its own, so that no test sees blocks another left in a heap.
-TEST(Issue10Remote, BlocksFreedForAnotherThreadAreReusedByTheFreeingThread) {
+TEST(Issue10Remote, BlocksFreedByAnotherThreadGoBackToTheirOwner) {
   worker producer, consumer;
-  std::vector<void*> made, mine;
+  std::vector<void*> made, mine, again;
   producer.run([&] { made = allocate(1000, 64); });
   consumer.run([&] {
-    make_heap();
     for (void* p : made) strata_free(p);  // remote frees: the producer is alive
-    mine = allocate(1000, 64);
+    mine = allocate(1000, 64);            // the consumer's own blocks; its frees reach the owner
   });
-  // Every block comes from the ones just freed: they are in the consumer's cache.
-  EXPECT_EQ(count_in(mine, std::set<void*>(made.begin(), made.end())), mine.size());
+  std::set<void*> made_set(made.begin(), made.end());
+  EXPECT_EQ(count_in(mine, made_set), 0u);
+  producer.run([&] { again = allocate(1000, 64); });
+  EXPECT_GE(count_in(again, made_set), 950u);  // but for blocks carved and never used
   producer.run([&] {
-    for (void* p : mine) strata_free(p);  // the producer's own blocks again: local frees
+    for (void* p : again) strata_free(p);
   });
-}
-
-TEST(Issue10Remote, SmallBlocksSharingCacheLinesGoBackToTheirOwner) {
-  // 48-byte blocks share cache lines with their neighbours: reusing them in another thread
-  // would make it write lines the owner is using (passive false sharing).
-  worker producer, consumer;
-  std::vector<void*> made, mine;
-  producer.run([&] { made = allocate(1000, 48); });
-  consumer.run([&] {
-    make_heap();
-    for (void* p : made) strata_free(p);
-    mine = allocate(1000, 48);
-  });
-  EXPECT_EQ(count_in(mine, std::set<void*>(made.begin(), made.end())), 0u);
   consumer.run([&] {
     for (void* p : mine) strata_free(p);
   });
 }
 
-TEST(Issue10Remote, HeldBlocksGoBackWhenTheFreeingThreadExits) {
+TEST(Issue10Remote, PendingBlocksReachTheOwnerWhenTheFreeingThreadExits) {
   worker owner;
   std::vector<void*> made, again;
   owner.run([&] { made = allocate(1000, 128); });
   std::thread([&] {
     make_heap();
-    for (void* p : made) strata_free(p);  // held by this thread's heap until it exits
+    for (void* p : made) strata_free(p);  // pending in this thread's heap until it exits
   }).join();
   owner.run([&] {
     strata_collect(false);  // the owner picks up what came back
@@ -133,8 +122,8 @@ TEST(Issue10Remote, HeldBlocksGoBackWhenTheFreeingThreadExits) {
   });
 }
 
-TEST(Issue10Remote, HeldBytesAreBounded) {
-  constexpr size_t count = 1024, size = 4096;  // 4 MiB, more than a heap holds
+TEST(Issue10Remote, PendingBytesAreBounded) {
+  constexpr size_t count = 1024, size = 4096;  // 4 MiB, more than a heap keeps pending
   worker owner, consumer;
   std::vector<void*> made, again;
   owner.run([&] { made = allocate(count, size); });
@@ -148,15 +137,15 @@ TEST(Issue10Remote, HeldBytesAreBounded) {
     committed = stats().committed_bytes;
     again = allocate(count, size);
   });
-  // What the consumer gave back served most of them: at most the 1 MiB it may hold (and
-  // some slack for other threads' heaps) is new memory.
+  // What the consumer gave back served most of them: at most what it may keep pending (256 KiB)
+  // and some slack for other threads' heaps is new memory.
   EXPECT_LE(stats().committed_bytes, committed + 2 * (size_t{1} << 20));
   owner.run([&] {
     for (void* p : again) strata_free(p);
   });
 }
 
-TEST(Issue10Remote, ADoubleFreeOfAHeldBlockIsReported) {
+TEST(Issue10Remote, ADoubleFreeOfAPendingBlockIsReported) {
   worker producer, consumer;
   void* p = nullptr;
   producer.run([&] { p = strata_malloc(256); });
@@ -169,25 +158,24 @@ TEST(Issue10Remote, ADoubleFreeOfAHeldBlockIsReported) {
     mine = allocate(100, 256);
   });
   EXPECT_EQ(stats().bad_free_count, bad + 1);
-  // p was handed out once only.
-  EXPECT_EQ(count_in(mine, {p}), 1u);
   EXPECT_EQ(std::set<void*>(mine.begin(), mine.end()).size(), mine.size());
+  std::vector<void*> theirs;
+  producer.run([&] { theirs = allocate(100, 256); });
+  EXPECT_LE(count_in(theirs, {p}), 1u);  // p was handed out once at most
   consumer.run([&] {
     for (void* q : mine) strata_free(q);
   });
+  producer.run([&] {
+    for (void* q : theirs) strata_free(q);
+  });
 }
 
-TEST(Issue10Remote, AlignedRequestsServedFromHeldBlocksStayFreeable) {
+TEST(Issue10Remote, AlignedBlocksFreedByAnotherThreadAreAccepted) {
   worker producer, consumer;
-  std::vector<void*> made;
-  producer.run([&] { made = allocate(256, 192); });
+  std::vector<void*> aligned;
   uint64_t bad = stats().bad_free_count;
-  consumer.run([&] {
-    make_heap();
-    for (void* p : made) strata_free(p);
-    // 100 bytes at 64: served from a held 192-byte block with an interior pointer, in a page
-    // the consumer does not own (it marks the page, which its owner also writes).
-    std::vector<void*> aligned;
+  producer.run([&] {
+    // 100 bytes at 64: an interior pointer into a 192-byte block.
     for (int i = 0; i < 200; ++i) {
       void* p = strata_aligned_alloc(64, 100);
       ASSERT_NE(p, nullptr);
@@ -195,6 +183,9 @@ TEST(Issue10Remote, AlignedRequestsServedFromHeldBlocksStayFreeable) {
       memset(p, 1, 100);
       aligned.push_back(p);
     }
+  });
+  consumer.run([&] {
+    make_heap();
     for (void* p : aligned) strata_free(p);
   });
   EXPECT_EQ(stats().bad_free_count, bad);
