@@ -17,7 +17,7 @@ namespace strata {
   X(verbose, VERBOSE, flag, 0, 0, 1, "print diagnostics about the allocator's decisions")          \
   X(purge_delay, PURGE_DELAY, integer, 10, -1, 3600000,                                            \
     "milliseconds before free memory goes back to the OS (0: at once, -1: never)")                 \
-  X(huge_pages, HUGE_PAGES, flag, 1, 0, 1,                                                        \
+  X(huge_pages, HUGE_PAGES, flag, 0, 0, 1,                                                        \
     "back huge blocks (over 4 MiB) with transparent huge pages where the kernel allows (madvise)")  \
   X(segment_cache, SEGMENT_CACHE, integer, 4, 0, 1024, "empty segments kept mapped for reuse")     \
   X(abort_on_error, ABORT_ON_ERROR, flag, 0, 0, 1,                                                 \

@@ -734,8 +734,10 @@ void* huge_alloc(size_t size, size_t alignment, size_t* dirty) noexcept {
     seg = static_cast<segment*>(os::map_aligned(total, align > segment_size ? align : segment_size));
     if (seg == nullptr) return errno = ENOMEM, nullptr;
     os::numa_place(seg, total);
-    // A big buffer is usually written whole, so 2 MiB pages cost little memory and save 511 of
-    // every 512 faults.  The whole mapping (header too): mremap needs it to stay one VMA.
+    // Opt-in: a big buffer is usually written whole, so 2 MiB pages cost little memory and save
+    // 511 of every 512 faults, but where the kernel compacts memory on such a fault (THP defrag
+    // "madvise") a fault can stall: bigbuf took 0.27-1.11 s with them, 0.51-0.54 s without.
+    // The whole mapping (header too): mremap needs it to stay one VMA.
     if (options::get(option::huge_pages)) os::advise_huge_pages(seg, total);
     os::commit_add(static_cast<int64_t>(total));
     live_segments.fetch_add(1, std::memory_order_relaxed);
