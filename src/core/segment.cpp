@@ -471,6 +471,7 @@ void segments_abandon(heap* h) noexcept {
     if (abandoned_list) abandoned_list->prev = seg;
     abandoned_list = seg;
     seg->abandoned = true;
+    seg->freed_abandoned.store(0, std::memory_order_relaxed);
     abandoned_count.fetch_add(1, std::memory_order_relaxed);
   }
   h->purge_due_ms = 0;
@@ -547,6 +548,23 @@ void segments_purge_idle(int64_t now) noexcept {
   // Cached huge mappings are unowned memory too; after the store above, so that a deadline
   // noted meanwhile by huge_free is found in the cache and noted again.
   if (int64_t huge_next = huge_cache_trim(false)) idle_due_note(huge_next);
+}
+
+bool segment_freed_into(segment* seg, size_t bytes) noexcept {
+  uint64_t freed = seg->freed_abandoned.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  return freed >= uint64_t{seg->used_slices} * slice_size / 4;
+}
+
+void segment_sweep(heap* h, segment* seg) noexcept {
+  remote_flush(h);  // h's own pending frees into seg reach its pages first
+  lock_guard g(abandoned_lock);
+  if (!seg->abandoned) return;  // reclaimed meanwhile: its new owner collects
+  seg->freed_abandoned.store(0, std::memory_order_relaxed);
+  for_each_page(seg, [h](page* pg) {
+    page_collect(h, pg);
+    if (pg->used == 0) span_release(h, pg, false);
+  });
+  purge_schedule_unowned(seg);
 }
 
 bool segment_reclaim(heap* h, segment* seg) noexcept {

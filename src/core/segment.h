@@ -21,6 +21,12 @@ void segments_purge_idle(int64_t now) noexcept;
 void segments_abandon(heap* h) noexcept;
 // Takes one abandoned segment into h; false when there is none.
 bool segment_reclaim_one(heap* h) noexcept;
+// A free of `bytes` into seg, whose owner exited: true once the frees since it was abandoned (or
+// last swept) reach a quarter of the memory its pages hold.
+bool segment_freed_into(segment* seg, size_t bytes) noexcept;
+// Collects the frees into the abandoned segment seg and gives the spans of its emptied pages
+// back to it (purged after the delay, like any unowned segment's), leaving it abandoned.
+void segment_sweep(heap* h, segment* seg) noexcept;
 // Takes the abandoned segment seg into h; false when it is not (or no longer) abandoned.
 bool segment_reclaim(heap* h, segment* seg) noexcept;
 // Empties the global segment cache (unmapping), e.g. for strata_collect(true).

@@ -381,4 +381,27 @@ TEST(Issue10Colour, ArraysOfOneSizeStartAtDifferentPageOffsets) {
   EXPECT_EQ(stats().bad_free_count, bad);
 }
 
+// Issue 10 (thread churn, mstress): a free into an exited thread's segment took the whole segment
+// into the freeing heap, so threads that free what earlier ones left passed segments back and
+// forth (2.4x mimalloc's peak RSS, 4x its faults).  The frees are now collected where the
+// segment lies (a sweep), and the segment waits for a thread that needs one.
+TEST(Issue10Churn, FreesIntoAnExitedThreadsSegmentLeaveItAbandoned) {
+  scoped_option at_once(strata::option::purge_delay, 0);
+  constexpr size_t count = 4096, size = 1024;
+  std::vector<void*> blocks(count);
+  std::thread([&] {
+    for (auto& b : blocks) {
+      b = strata_malloc(size);
+      memset(b, 2, size);
+    }
+  }).join();
+  strata_free(strata_malloc(16));  // this thread has a heap (and room in it) already
+  uint64_t reclaimed = stats().reclaimed_segments;
+  uint64_t committed = stats().committed_bytes;
+  for (void* b : blocks) strata_free(b);
+  EXPECT_EQ(stats().reclaimed_segments, reclaimed);
+  // And the memory went back all the same (swept, then purged at once).
+  EXPECT_LT(stats().committed_bytes + 3 * MiB, committed);
+}
+
 }  // namespace
