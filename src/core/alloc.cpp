@@ -135,7 +135,8 @@ STRATA_NOINLINE void free_slow(void* p) noexcept {
 STRATA_NOINLINE void free_block(page* pg, block* b) noexcept {
   heap* h = tl_heap;
   segment* seg = segment_of(b);
-  heap* owner = seg->owner.load(std::memory_order_relaxed);
+  // Acquire: pairs with the release that abandoned the segment, after its last owner's writes.
+  heap* owner = seg->owner.load(std::memory_order_acquire);
   // A block of an exited thread's segment: it waits on its page's remote list, and each time a
   // quarter of what the segment holds has been freed into it, the freeing thread sweeps it (its
   // emptied pages' spans go back to it, then to the OS after the delay), so what the exited

@@ -462,6 +462,8 @@ void segments_abandon(heap* h) noexcept {
       continue;
     }
     heap_unlink_segment(h, seg);
+    seg->freed_abandoned.store(0, std::memory_order_relaxed);
+    seg->sweep_at.store(uint64_t{seg->used_slices} * slice_size / 4, std::memory_order_relaxed);
     seg->owner.store(nullptr, std::memory_order_release);
     for_each_page(seg, [](page* pg) { pg->owner_tid.store(0, std::memory_order_release); });
     lock_guard g(abandoned_lock);
@@ -471,7 +473,6 @@ void segments_abandon(heap* h) noexcept {
     if (abandoned_list) abandoned_list->prev = seg;
     abandoned_list = seg;
     seg->abandoned = true;
-    seg->freed_abandoned.store(0, std::memory_order_relaxed);
     abandoned_count.fetch_add(1, std::memory_order_relaxed);
   }
   h->purge_due_ms = 0;
@@ -551,8 +552,10 @@ void segments_purge_idle(int64_t now) noexcept {
 }
 
 bool segment_freed_into(segment* seg, size_t bytes) noexcept {
+  // sweep_at, not used_slices: a sweep changes that under the list's lock, which a free does
+  // not take.
   uint64_t freed = seg->freed_abandoned.fetch_add(bytes, std::memory_order_relaxed) + bytes;
-  return freed >= uint64_t{seg->used_slices} * slice_size / 4;
+  return freed >= seg->sweep_at.load(std::memory_order_relaxed);
 }
 
 void segment_sweep(heap* h, segment* seg) noexcept {
@@ -564,6 +567,7 @@ void segment_sweep(heap* h, segment* seg) noexcept {
     page_collect(h, pg);
     if (pg->used == 0) span_release(h, pg, false);
   });
+  seg->sweep_at.store(uint64_t{seg->used_slices} * slice_size / 4, std::memory_order_relaxed);
   purge_schedule_unowned(seg);
 }
 

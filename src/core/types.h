@@ -99,7 +99,8 @@ struct segment {
                                    // huge_cached: when the mapping leaves the cache
   int64_t purged_ms;               // when slices were last purged (purged_bits)
   bool abandoned;                  // on the abandoned list (under its lock)
-  std::atomic<uint64_t> freed_abandoned;  // bytes freed into it since it was abandoned
+  std::atomic<uint64_t> freed_abandoned;  // bytes freed into it since it was abandoned or swept
+  std::atomic<uint64_t> sweep_at;         // freed_abandoned that calls for a sweep
   uint64_t free_bits[bitmap_words];   // 1 = slice free
   uint64_t dirty_bits[bitmap_words];  // 1 = slice may hold physical memory
   uint64_t purge_bits[bitmap_words];  // free and dirty at the last purge pass: purged at the next
