@@ -6,6 +6,7 @@
 #   P/lib/cmake/strata/                 find_package(strata): strata::strata (shared, replaces
 #                                       malloc), strata::static, strata::api, strata::pool, strata::gpu
 #   P/lib/pkgconfig/strata.pc           pkg-config --cflags --libs strata (the shared library)
+#   P/lib/libstrata_torch.so, P/lib/strata/python/strata_gpu   the PyTorch/CuPy plug-in
 # (lib is CMAKE_INSTALL_LIBDIR: lib/<multiarch> when configured with CMAKE_INSTALL_PREFIX=/usr on
 # Debian.)  The sanitizer builds have no override libraries and install the rest.
 include(CMakePackageConfigHelpers)
@@ -46,6 +47,13 @@ install(TARGETS ${strata_install_targets} EXPORT strataTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/strata DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
         COMPONENT dev)
+# The PyTorch/CuPy plug-in (docs/gpu.md): the library torch loads, and the Python module over it,
+# which finds the library two levels up (<libdir>/strata/python/strata_gpu).
+if(TARGET strata_torch)
+  install(TARGETS strata_torch LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime)
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/strata_gpu DESTINATION ${CMAKE_INSTALL_LIBDIR}/strata/python
+          COMPONENT runtime PATTERN __pycache__ EXCLUDE)
+endif()
 install(EXPORT strataTargets NAMESPACE strata:: DESTINATION ${strata_cmake_dir} COMPONENT dev)
 
 configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/strataConfig.cmake.in

@@ -42,7 +42,12 @@ def library_path() -> str:
     env = os.environ.get("STRATA_TORCH_LIBRARY")
     if env:
         return env
-    return str(pathlib.Path(__file__).resolve().parents[2] / "build" / "lib" / "libstrata_torch.so")
+    here = pathlib.Path(__file__).resolve()
+    # Installed (cmake --install): <prefix>/<libdir>/strata/python/strata_gpu/, the library in <libdir>.
+    installed = here.parents[3] / "libstrata_torch.so"
+    if here.parents[2].name == "strata" and installed.exists():
+        return str(installed)
+    return str(here.parents[2] / "build" / "lib" / "libstrata_torch.so")
 
 
 def library() -> ctypes.CDLL:

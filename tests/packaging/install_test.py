@@ -28,8 +28,14 @@ def main():
         for rel in ["include/strata/strata.h", "include/strata/pool.h", "include/strata/gpu/gpu.hpp",
                     "lib/libstrata.a", "lib/libstrata_api.a", "lib/libstrata_pool.a", "lib/libstrata_gpu.a",
                     "lib/cmake/strata/strataConfig.cmake", "lib/cmake/strata/strataConfigVersion.cmake",
-                    "lib/pkgconfig/strata.pc"]:
+                    "lib/pkgconfig/strata.pc", "lib/libstrata_torch.so",
+                    "lib/strata/python/strata_gpu/__init__.py"]:
             f.check(f"installed {rel}", (prefix / rel).exists())
+        found = subprocess.run(
+            [sys.executable, "-c", "import strata_gpu; print(strata_gpu.library_path())"],
+            env={**os.environ, "PYTHONPATH": str(lib / "strata/python")}, capture_output=True, text=True)
+        f.check("the installed strata_gpu module finds the installed libstrata_torch.so",
+                found.stdout.strip() == str((lib / "libstrata_torch.so").resolve()), found.stdout + found.stderr)
         f.check("strata.pc names the install prefix",
                 f"prefix={prefix}\n" in (lib / "pkgconfig/strata.pc").read_text())
 
