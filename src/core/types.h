@@ -16,7 +16,8 @@
 //              the segments it owns.  Only the owning thread touches a heap's pages' free
 //              lists; other threads push frees onto a page's atomic thread_free list.
 //   abandoned — a segment whose owner thread exited while blocks in it were live; any thread
-//              may reclaim it (and with it the frees other threads made in the meantime).
+//              needing a span may reclaim it (and with it the frees other threads made in the
+//              meantime); a thread freeing into it sweeps it now and then (segment_sweep).
 #pragma once
 #include <atomic>
 #include <cstddef>
