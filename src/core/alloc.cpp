@@ -145,8 +145,9 @@ STRATA_NOINLINE void free_block(page* pg, block* b) noexcept {
   // threads that free what earlier generations left (mstress) pass segments back and forth,
   // at 2.4x mimalloc's peak RSS and 4x its faults.
   if (owner == nullptr && h != &empty_heap) {
+    size_t bytes = pg->block_size;  // read first: once b is pushed, a sweep may release pg
     free_remote(pg, b);
-    if (segment_freed_into(seg, pg->block_size)) segment_sweep(h, seg);
+    if (segment_freed_into(seg, bytes)) segment_sweep(h, seg);
     return;
   }
   if (owner == h) {
