@@ -132,6 +132,13 @@ size_t next_colour() noexcept {
   return (colour_counter.fetch_add(1, std::memory_order_relaxed) * 37 % lines) * 64;
 }
 
+// ---- sweeps of abandoned segments (segment_sweep) ----------------------------------------------
+// The next sweep comes once a quarter of what the segment's pages hold has been freed into it.
+// Set by the thread that abandons or sweeps it (the latter under the abandoned list's lock).
+void sweep_at_set(segment* seg) noexcept {
+  seg->sweep_at.store(uint64_t{seg->used_slices} * slice_size / 4, std::memory_order_relaxed);
+}
+
 // ---- the purge delay, adapted to refaults ------------------------------------------------------
 // Memory purged and then used again soon after (within two delays: a slice is purged after one
 // to two delays free) was given back too early: the program pays a fault per page for nothing
@@ -463,7 +470,7 @@ void segments_abandon(heap* h) noexcept {
     }
     heap_unlink_segment(h, seg);
     seg->freed_abandoned.store(0, std::memory_order_relaxed);
-    seg->sweep_at.store(uint64_t{seg->used_slices} * slice_size / 4, std::memory_order_relaxed);
+    sweep_at_set(seg);
     seg->owner.store(nullptr, std::memory_order_release);
     for_each_page(seg, [](page* pg) { pg->owner_tid.store(0, std::memory_order_release); });
     lock_guard g(abandoned_lock);
@@ -567,7 +574,7 @@ void segment_sweep(heap* h, segment* seg) noexcept {
     page_collect(h, pg);
     if (pg->used == 0) span_release(h, pg, false);
   });
-  seg->sweep_at.store(uint64_t{seg->used_slices} * slice_size / 4, std::memory_order_relaxed);
+  sweep_at_set(seg);
   purge_schedule_unowned(seg);
 }
 

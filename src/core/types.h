@@ -159,15 +159,13 @@ constexpr uintptr_t owner_tid_full = 1;
 
 inline uint8_t flags_of(const page* pg) noexcept { return pg->flags.load(std::memory_order_relaxed); }
 // Flags are written by the owner only; in_full is mirrored into owner_tid's bit 0.
-// Atomic read-modify-writes (slow paths only), so a flag written by the owner can never undo
-// another's.
 inline void flags_set(page* pg, uint8_t f) noexcept {
-  pg->flags.fetch_or(f, std::memory_order_relaxed);
+  pg->flags.store(flags_of(pg) | f, std::memory_order_relaxed);
   if (f & page_flag::in_full)
     pg->owner_tid.store(pg->owner_tid.load(std::memory_order_relaxed) | owner_tid_full, std::memory_order_relaxed);
 }
 inline void flags_clear(page* pg, uint8_t f) noexcept {
-  pg->flags.fetch_and(static_cast<uint8_t>(~f), std::memory_order_relaxed);
+  pg->flags.store(static_cast<uint8_t>(flags_of(pg) & ~f), std::memory_order_relaxed);
   if (f & page_flag::in_full)
     pg->owner_tid.store(pg->owner_tid.load(std::memory_order_relaxed) & ~owner_tid_full, std::memory_order_relaxed);
 }

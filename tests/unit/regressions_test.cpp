@@ -50,6 +50,19 @@ class scoped_option {
 
 constexpr size_t MiB = size_t{1} << 20;
 
+// `count` blocks of `size` bytes, written, from a thread that has exited when this returns (its
+// segments are abandoned with the blocks live).
+std::vector<void*> allocate_in_a_thread_that_exits(size_t count, size_t size) {
+  std::vector<void*> blocks(count);
+  std::thread([&] {
+    for (auto& b : blocks) {
+      b = strata_malloc(size);
+      memset(b, 1, size);
+    }
+  }).join();
+  return blocks;
+}
+
 // 1. Growing one buffer by 64 KiB per realloc to 64 MiB mapped, copied and unmapped the whole
 // block at every step above 16 MiB (768 mappings, quadratic copying: 30 s).  Growth is now an
 // mremap with headroom: a handful of mappings, and the contents survive every move.
@@ -213,14 +226,7 @@ TEST(Issue17Alignment, HugeAlignmentWithSizeZeroIsFreeable) {
 TEST(Issue17ExitedThread, MemoryFreedByAnotherThreadGoesBack) {
   scoped_option at_once(strata::option::purge_delay, 0);
   strata_collect(true);
-  constexpr size_t count = 16384, size = 4096;  // 64 MiB
-  std::vector<void*> blocks(count);
-  std::thread([&] {
-    for (auto& b : blocks) {
-      b = strata_malloc(size);
-      memset(b, 1, size);
-    }
-  }).join();
+  std::vector<void*> blocks = allocate_in_a_thread_that_exits(16384, 4096);  // 64 MiB
   uint64_t committed_full = stats().committed_bytes;
   for (void* b : blocks) strata_free(b);
   (void)strata_malloc(16);  // one more call of this thread's: nothing else is needed
@@ -387,14 +393,7 @@ TEST(Issue10Colour, ArraysOfOneSizeStartAtDifferentPageOffsets) {
 // segment lies (a sweep), and the segment waits for a thread that needs one.
 TEST(Issue10Churn, FreesIntoAnExitedThreadsSegmentLeaveItAbandoned) {
   scoped_option at_once(strata::option::purge_delay, 0);
-  constexpr size_t count = 4096, size = 1024;
-  std::vector<void*> blocks(count);
-  std::thread([&] {
-    for (auto& b : blocks) {
-      b = strata_malloc(size);
-      memset(b, 2, size);
-    }
-  }).join();
+  std::vector<void*> blocks = allocate_in_a_thread_that_exits(4096, 1024);
   strata_free(strata_malloc(16));  // this thread has a heap (and room in it) already
   uint64_t reclaimed = stats().reclaimed_segments;
   uint64_t committed = stats().committed_bytes;
