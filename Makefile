@@ -8,20 +8,24 @@ LAB        := $(VENV)/bin/strata-lab
 CARGO      := $(shell command -v cargo || echo $(HOME)/.cargo/bin/cargo)
 RUST       := --manifest-path bindings/rust/Cargo.toml --target-dir $(abspath $(BUILD))/rust
 
-.PHONY: all setup build test test-native test-sanitize test-lab test-rust rust-bench deb bench clean
+.PHONY: all setup setup-build build test test-native test-sanitize test-lab test-rust rust-bench deb bench clean
 
 all: build
 
 setup:
 	@scripts/setup.sh
 
-build: setup
+# Only the compilers and build tools: the peers, servers and the lab are for test and bench.
+setup-build:
+	@scripts/setup.sh --build
+
+build: setup-build
 	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
 # Every test: the native suites (GoogleTest under ctest; the packaging tests among them), the
 # sanitizer builds, the Rust crates and the lab's pytest.
-test: build
+test: setup build
 	@$(MAKE) --no-print-directory test-native test-sanitize test-rust test-lab
 
 test-native:
@@ -53,7 +57,7 @@ test-lab:
 	@if [ -d lab/tests ]; then $(VENV)/bin/python -m pytest -q lab/tests; fi
 
 # The main job: strata against the peer allocators, ending in a table and a report.
-bench: build
+bench: setup build
 	@if [ ! -x $(LAB) ]; then echo "make bench: $(LAB) is missing: run make setup" >&2; exit 1; fi
 	@$(LAB) run --suite default --report
 

@@ -3,17 +3,23 @@
 # the peer allocators (the system's packages) and the programs the experiments drive, then the
 # lab's Python virtual environment (with mimalloc 3.x from the cmeel-mimalloc wheel).
 # Run as root it installs what is missing; otherwise it names what is missing and fails.
+# With --build, only what compiling strata needs (make build): no peers, servers or lab.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-debs=(build-essential cmake ninja-build libgtest-dev pkg-config
+build_debs=(build-essential cmake ninja-build libgtest-dev pkg-config)
+if [[ ${1:-} == --build ]]; then
+  debs=("${build_debs[@]}")
+else
+  debs=("${build_debs[@]}"
       libmimalloc2.0 libjemalloc2 libgoogle-perftools4 libtcmalloc-minimal4
       redis-server redis-tools wrk nginx-light
       python3 sqlite3 perl jq git valgrind chromium
       openjdk-17-jre-headless dpkg-dev)   # Java: Spark executors test; dpkg-dev: make deb
-# Rust's cargo (bindings/rust, the peers' crates): Debian's unless rustup's is there.
-if ! command -v cargo >/dev/null && [[ ! -x $HOME/.cargo/bin/cargo ]]; then
-  debs+=(cargo)
+  # Rust's cargo (bindings/rust, the peers' crates): Debian's unless rustup's is there.
+  if ! command -v cargo >/dev/null && [[ ! -x $HOME/.cargo/bin/cargo ]]; then
+    debs+=(cargo)
+  fi
 fi
 missing=()
 for p in "${debs[@]}"; do
@@ -36,6 +42,7 @@ if ((${#missing[@]})); then
     exit 1
   fi
 fi
+[[ ${1:-} == --build ]] && exit 0
 
 venv=.venv
 stamp=$venv/.strata-setup
