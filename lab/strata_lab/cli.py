@@ -42,7 +42,7 @@ def _int_list(text: str, what: str) -> list[int]:
 
 def cmd_run(a: argparse.Namespace) -> int:
     suite = load_suite(a.suite)
-    cpus = runner.parse_cpus(a.cpus) if a.cpus is not None else sorted(os.sched_getaffinity(0))
+    cpus = machine.parse_cpus(a.cpus) if a.cpus is not None else sorted(os.sched_getaffinity(0))
     if a.rounds is not None and a.rounds < 1:
         raise LabError("--rounds must be at least 1")
     if a.warmup is not None and a.warmup < 0:
@@ -137,7 +137,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     over = [c.id for c in cells if runner.oversubscribed(c, cpus)]
     err.print(f"strata-lab: suite {suite.name}: {len(cells)} cells × {len(variants)} variants "
               f"({', '.join(names)}; baseline {baseline}), {rounds} rounds + {warmup} warm-up, "
-              f"CPUs {runner._ranges(cpus)}")
+              f"CPUs {machine.cpu_ranges(cpus)}")
     if budget > 0:
         who = "" if converge is None else f" ({', '.join(converge)} against {baseline}, only they run them)"
         err.print(f"strata-lab: adaptive rounds: more rounds (up to {max_rounds}) for cells whose ratio "

@@ -1,4 +1,6 @@
-"""What this machine is: recorded with every result so numbers are never read without context."""
+"""What this machine is, recorded with every result so numbers are never read without context;
+and what the lab asks the kernel while it runs: the CPUs it may use (CPU lists, pinning) and what
+/proc says about them (busy and stolen time, a process's RSS)."""
 
 from __future__ import annotations
 
@@ -7,9 +9,14 @@ import os
 import platform
 import re
 import subprocess
+from contextlib import contextmanager
 from pathlib import Path
 
 from . import paths
+from .errors import LabError
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 
 
 def _read(path: str) -> str | None:
@@ -87,3 +94,102 @@ def describe() -> dict:
         "python": platform.python_version(),
         "loadavg": _read("/proc/loadavg"),
     }
+
+
+# ---- CPU sets and /proc, while the lab runs ----------------------------------------------------
+
+def parse_cpus(text: str) -> list[int]:
+    """'0,2-3' -> [0, 2, 3], checked against the CPUs this process may use."""
+    allowed = sorted(os.sched_getaffinity(0))
+    out: set[int] = set()
+    try:
+        for part in text.split(","):
+            part = part.strip()
+            if not part:
+                raise ValueError
+            if "-" in part:
+                lo, hi = (int(x) for x in part.split("-", 1))
+                if lo > hi or lo < 0:
+                    raise ValueError
+                out.update(range(lo, hi + 1))
+            else:
+                v = int(part)
+                if v < 0:
+                    raise ValueError
+                out.add(v)
+    except ValueError:
+        raise LabError(f"bad CPU list {text!r}: use e.g. 0 or 0,1 or 0-3 "
+                       f"(CPUs available here: {cpu_ranges(allowed)})") from None
+    bad = sorted(out - set(allowed))
+    if bad:
+        raise LabError(f"bad CPU list {text!r}: CPU {', '.join(map(str, bad))} not available "
+                       f"(CPUs available here: {cpu_ranges(allowed)})")
+    return sorted(out)
+
+
+def cpu_ranges(cpus: list[int]) -> str:
+    parts, i = [], 0
+    while i < len(cpus):
+        j = i
+        while j + 1 < len(cpus) and cpus[j + 1] == cpus[j] + 1:
+            j += 1
+        parts.append(str(cpus[i]) if i == j else f"{cpus[i]}-{cpus[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+@contextmanager
+def pinned(cpus: list[int] | None):
+    """Children inherit the spawning thread's CPU mask: set it around the spawn only."""
+    if not cpus:
+        yield
+        return
+    old = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, old)
+
+
+def rss_kb(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            kb = int(f.read().split()[1]) * PAGE_KB
+    except (OSError, ValueError, IndexError):
+        return None
+    return kb or None  # 0: an exiting process whose memory is already gone
+
+
+def cpu_jiffies(cpus: list[int] | None = None) -> tuple[int, int] | None:
+    """(busy, steal) jiffies since boot summed over `cpus` (the aggregate line when None), from
+    /proc/stat.  Busy counts every non-idle state, steal included (time the hypervisor gave our
+    virtual CPU's turn to someone else)."""
+    try:
+        with open("/proc/stat") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    want = {"cpu"} if not cpus else {f"cpu{c}" for c in cpus}
+    busy = steal = 0
+    seen = 0
+    for line in lines:
+        parts = line.split()
+        if not parts or parts[0] not in want:
+            continue
+        try:
+            user, nice, system, idle, iowait, irq, softirq, st = (int(x) for x in parts[1:9])
+        except ValueError:
+            return None
+        busy += user + nice + system + irq + softirq + st
+        steal += st
+        seen += 1
+    return (busy, steal) if seen == len(want) else None
+
+
+def self_cpu_s() -> float:
+    """CPU seconds the lab itself has used (its RSS polling runs while the sample does)."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime

@@ -21,13 +21,11 @@ from typing import Callable
 
 from . import __version__, machine, results
 from .allocators import Allocator
-from .errors import LabError
 from .suite import Cell, Suite
 
 RSS_INTERVAL_S = 0.010
 TIMELINE_MAX_POINTS = 400
 STDERR_TAIL = 2000
-PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 
 
 def now_iso() -> str:
@@ -55,69 +53,6 @@ class Variant:
                    info={"kind": "suite", **{k: v for k, v in spec.items()}})
 
 
-def parse_cpus(text: str) -> list[int]:
-    """'0,2-3' -> [0, 2, 3], checked against the CPUs this process may use."""
-    allowed = sorted(os.sched_getaffinity(0))
-    out: set[int] = set()
-    try:
-        for part in text.split(","):
-            part = part.strip()
-            if not part:
-                raise ValueError
-            if "-" in part:
-                lo, hi = (int(x) for x in part.split("-", 1))
-                if lo > hi or lo < 0:
-                    raise ValueError
-                out.update(range(lo, hi + 1))
-            else:
-                v = int(part)
-                if v < 0:
-                    raise ValueError
-                out.add(v)
-    except ValueError:
-        raise LabError(f"bad CPU list {text!r}: use e.g. 0 or 0,1 or 0-3 "
-                       f"(CPUs available here: {_ranges(allowed)})") from None
-    bad = sorted(out - set(allowed))
-    if bad:
-        raise LabError(f"bad CPU list {text!r}: CPU {', '.join(map(str, bad))} not available "
-                       f"(CPUs available here: {_ranges(allowed)})")
-    return sorted(out)
-
-
-def _ranges(cpus: list[int]) -> str:
-    parts, i = [], 0
-    while i < len(cpus):
-        j = i
-        while j + 1 < len(cpus) and cpus[j + 1] == cpus[j] + 1:
-            j += 1
-        parts.append(str(cpus[i]) if i == j else f"{cpus[i]}-{cpus[j]}")
-        i = j + 1
-    return ",".join(parts)
-
-
-@contextmanager
-def _affinity(cpus: list[int] | None):
-    """Children inherit the spawning thread's CPU mask: set it around the spawn only."""
-    if not cpus:
-        yield
-        return
-    old = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, cpus)
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, old)
-
-
-def _rss_kb(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/statm") as f:
-            kb = int(f.read().split()[1]) * PAGE_KB
-    except (OSError, ValueError, IndexError):
-        return None
-    return kb or None  # 0: an exiting process whose memory is already gone
-
-
 def _downsample(t: list, v: list, n: int = TIMELINE_MAX_POINTS) -> tuple[list, list]:
     """Keep at most n points, each the max of its bucket so peaks stay visible."""
     if len(t) <= n:
@@ -128,43 +63,6 @@ def _downsample(t: list, v: list, n: int = TIMELINE_MAX_POINTS) -> tuple[list, l
         ts.append(t[i])
         vs.append(max(v[i:i + step]))
     return ts, vs
-
-
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def _cpu_jiffies(cpus: list[int] | None = None) -> tuple[int, int] | None:
-    """(busy, steal) jiffies since boot summed over `cpus` (the aggregate line when None), from
-    /proc/stat.  Busy counts every non-idle state, steal included (time the hypervisor gave our
-    virtual CPU's turn to someone else)."""
-    try:
-        with open("/proc/stat") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return None
-    want = {"cpu"} if not cpus else {f"cpu{c}" for c in cpus}
-    busy = steal = 0
-    seen = 0
-    for line in lines:
-        parts = line.split()
-        if not parts or parts[0] not in want:
-            continue
-        try:
-            user, nice, system, idle, iowait, irq, softirq, st = (int(x) for x in parts[1:9])
-        except ValueError:
-            return None
-        busy += user + nice + system + irq + softirq + st
-        steal += st
-        seen += 1
-    return (busy, steal) if seen == len(want) else None
-
-
-def _self_cpu_s() -> float:
-    """CPU seconds the lab itself has used (its RSS polling runs while the sample does)."""
-    import resource
-
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    return ru.ru_utime + ru.ru_stime
 
 
 def _tail(path: Path, n: int = STDERR_TAIL) -> str:
@@ -250,10 +148,10 @@ def run_sample(cell: Cell, variant: Variant, cpus: list[int] | None, extra_env: 
             env.update(preload_env)
         with open(out_p, "wb") as fo, open(err_p, "wb") as fe:
             noise_cpus = cpus if cpus and len(cpus) < (os.cpu_count() or 1) else None
-            jiffies0, self0 = _cpu_jiffies(noise_cpus), _self_cpu_s()
+            jiffies0, self0 = machine.cpu_jiffies(noise_cpus), machine.self_cpu_s()
             t0 = time.perf_counter()
             try:
-                with _affinity(cpus):
+                with machine.pinned(cpus):
                     proc = subprocess.Popen(full, stdin=subprocess.DEVNULL, stdout=fo, stderr=fe,
                                             env=env, start_new_session=True)
             except OSError as e:
@@ -272,7 +170,7 @@ def run_sample(cell: Cell, variant: Variant, cpus: list[int] | None, extra_env: 
                     if target is None:
                         text = _read_launcher(prefix, ".pid")
                         target = int(text) if text and text.strip().isdigit() else None
-                    r = _rss_kb(target) if target else None
+                    r = machine.rss_kb(target) if target else None
                     if r is not None:
                         t_ms.append(round(el * 1000, 1))
                         rss.append(r)
@@ -292,7 +190,7 @@ def run_sample(cell: Cell, variant: Variant, cpus: list[int] | None, extra_env: 
                 proc.returncode = -9
                 raise
             wall = time.perf_counter() - t0
-            jiffies1, self1 = _cpu_jiffies(noise_cpus), _self_cpu_s()
+            jiffies1, self1 = machine.cpu_jiffies(noise_cpus), machine.self_cpu_s()
             _kill_group(proc.pid)  # stragglers the workload left in its group
             proc.returncode = os.waitstatus_to_exitcode(status)
         usage = {"maxrss": ru.ru_maxrss, "utime": ru.ru_utime, "stime": ru.ru_stime,
@@ -323,8 +221,8 @@ def run_sample(cell: Cell, variant: Variant, cpus: list[int] | None, extra_env: 
     # neighbour shows here before it shows as a wide spread.
     if jiffies0 is not None and jiffies1 is not None and wall > 0:
         ncpu = len(noise_cpus) if noise_cpus else (os.cpu_count() or 1)
-        busy = (jiffies1[0] - jiffies0[0]) / CLK_TCK
-        steal = (jiffies1[1] - jiffies0[1]) / CLK_TCK
+        busy = (jiffies1[0] - jiffies0[0]) / machine.CLK_TCK
+        steal = (jiffies1[1] - jiffies0[1]) / machine.CLK_TCK
         other = max(0.0, busy - usage["utime"] - usage["stime"] - (self1 - self0))
         rec["noise_cpus"] = ncpu
         rec["steal_s"] = round(steal, 3)

@@ -18,6 +18,7 @@ from types import ModuleType
 from typing import Callable, Mapping, Sequence
 
 from . import paths
+from .machine import parse_cpus
 from .errors import LabError
 
 
@@ -144,8 +145,6 @@ def one_of(*choices: str) -> Callable[[str], str]:
 
 def cpu_list(text: str) -> str:
     """A CPU list such as 0 or 0-1 or 0,2, checked against the CPUs available here; kept as text."""
-    from .runner import parse_cpus  # the runner imports this module
-
     try:
         parse_cpus(text)
     except LabError as e:

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from strata_lab import analysis, results, runner
+from strata_lab import analysis, machine, results, runner
 from strata_lab.suite import Cell, parse_last_json
 
 # The value depends on the variant (V) and, for the "spread" cell, on the round: fixed numbers.
@@ -53,7 +53,7 @@ def test_noisy_samples_are_run_again_and_the_worse_one_is_left_out(tmp_path, mon
         ticks["n"] += 1
         return ticks["n"] * 1000, ticks["n"] * 1000
 
-    monkeypatch.setattr(runner, "_cpu_jiffies", fake_jiffies)
+    monkeypatch.setattr(machine, "cpu_jiffies", fake_jiffies)
     doc = execute(tmp_path, [STEADY], rounds=3, max_reruns=2, time_budget_s=0, noise_threshold=0.1)
     samples = doc["samples"]
     assert len(samples) == 3 * 2 + 2 == doc["settings"]["planned_samples"]

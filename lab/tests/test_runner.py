@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from strata_lab import allocators, runner
+from strata_lab import allocators, machine, runner
 from strata_lab.errors import LabError
 from strata_lab.suite import Cell, parse_last_json
 
@@ -87,13 +87,13 @@ def test_workload_timeline_and_own_peak_rss_override():
 
 @pytest.mark.parametrize("text, expected", [("0", [0]), ("0-0", [0]), (" 0 ", [0])])
 def test_parse_cpus(text, expected):
-    assert runner.parse_cpus(text) == expected
+    assert machine.parse_cpus(text) == expected
 
 
 @pytest.mark.parametrize("text", ["", "a", "1-0", "-1", "0,,1", "9999", "0-9999", "0;1"])
 def test_bad_cpu_lists(text):
     with pytest.raises(LabError, match="bad CPU list"):
-        runner.parse_cpus(text)
+        machine.parse_cpus(text)
 
 
 def test_plan_interleaves_variants_within_rounds():

@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from strata_lab import paths
+from strata_lab import machine, paths
 from strata_lab.suite import Cell
 
 DESCRIPTION = "E3: latency-critical vs best-effort tenants (2 LC + 4 BE processes), native vs scheduler policy"
@@ -362,18 +362,6 @@ def cells(ctx):
 
 # ---- the driver: one round ----------------------------------------------------------------
 
-def busy_jiffies(cpus: list[int]) -> int:
-    """Busy time (user, nice, system, irq, softirq, steal) of these CPUs from /proc/stat."""
-    total = 0
-    with open("/proc/stat") as f:
-        for line in f:
-            name = line.split(maxsplit=1)[0]
-            if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
-                v = [int(x) for x in line.split()[1:]]
-                total += v[0] + v[1] + v[2] + v[5] + v[6] + v[7]
-    return total
-
-
 def _children_cpu_s() -> float:
     import resource
 
@@ -419,7 +407,7 @@ def drive(argv: list[str] | None = None) -> int:
                    *common]
             tenants.append((role, csv_path, [str(x) for x in cmd]))
 
-    busy0, cpu0, t0 = busy_jiffies(cpus), _children_cpu_s(), time.monotonic()
+    busy0, cpu0, t0 = machine.cpu_jiffies(cpus)[0], _children_cpu_s(), time.monotonic()
     procs = [(role, p, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
              for role, p, cmd in tenants]
     deadline = time.monotonic() + a.timeout_s
@@ -439,7 +427,7 @@ def drive(argv: list[str] | None = None) -> int:
             continue
         summaries.append(json.loads(out.strip().splitlines()[-1]))
     wall = time.monotonic() - t0
-    busy_s = (busy_jiffies(cpus) - busy0) / os.sysconf("SC_CLK_TCK")
+    busy_s = (machine.cpu_jiffies(cpus)[0] - busy0) / machine.CLK_TCK
     own_s = _children_cpu_s() - cpu0
     if errors:
         print("e3 round failed: " + "; ".join(errors), file=sys.stderr)

@@ -37,11 +37,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from strata_lab import paths
+from strata_lab import machine, paths
 from strata_lab.results import counted_metrics
-from strata_lab.runner import parse_cpus
 from strata_lab.suite import Cell, Param, cpu_list, integer, list_of, one_of
-from strata_lab.suites.e3 import busy_jiffies
 
 DESCRIPTION = "E5: servers (strata httpd, nginx, redis) under a CPU-pinning matrix, wrk/redis-benchmark on loopback"
 ALLOCATORS = ["glibc", "mimalloc", "jemalloc", "tcmalloc", "strata"]
@@ -52,7 +50,7 @@ SERVERS = ("httpd", "nginx", "redis")
 DEFAULT_SECONDS = 3.0
 WARMUP_S = 1.0
 CONNECTIONS = 100
-CLK_TCK = os.sysconf("SC_CLK_TCK")
+CLK_TCK = machine.CLK_TCK
 LUA_REPORT = Path(__file__).resolve().parents[3] / "bench" / "e3e5" / "wrk_report.lua"
 
 PARAMS = [
@@ -344,7 +342,7 @@ def drive(argv: list[str] | None = None) -> int:
     ap.add_argument("--httpd")
     ap.add_argument("--smoke", action="store_true")
     a = ap.parse_args(argv)
-    server_cpus, client_cpus = parse_cpus(a.server_cpus), parse_cpus(a.client_cpus)
+    server_cpus, client_cpus = machine.parse_cpus(a.server_cpus), machine.parse_cpus(a.client_cpus)
     preload = os.environ.get("STRATA_LAB_PRELOAD", "")
     with tempfile.TemporaryDirectory(prefix="strata-e5-") as tmp:
         workdir = Path(tmp)
@@ -385,11 +383,11 @@ def measure(a, proc: subprocess.Popen, port: int, server_cpus: list[int], client
         argv = client_argv(a.server, port, a.client_threads, a.connections, a.seconds)
     pids = process_tree(proc.pid)
     all_cpus = sorted(os.sched_getaffinity(0))
-    busy0 = busy_jiffies(all_cpus)
+    busy0 = machine.cpu_jiffies(all_cpus)[0]
     before, t0 = thread_counters(pids), time.monotonic()
     out, _, ru = run_client(argv, client_cpus, timeout)
     after, window = thread_counters(pids), time.monotonic() - t0
-    busy_s = (busy_jiffies(all_cpus) - busy0) / CLK_TCK
+    busy_s = (machine.cpu_jiffies(all_cpus)[0] - busy0) / CLK_TCK
     if proc.poll() is not None:
         raise RuntimeError(f"server died during the run (status {proc.returncode})")
     res = parse_wrk(out) if a.server != "redis" else parse_redis_csv(out)
@@ -463,7 +461,7 @@ def cells(ctx):
         for sc in (m["server_cpus"][:1] if ctx.smoke else m["server_cpus"]):
             for cc in (m["client_cpus"][:1] if ctx.smoke else m["client_cpus"]):
                 for t in (m["client_threads"][:1] if ctx.smoke else m["client_threads"]):
-                    s_cpus, c_cpus = parse_cpus(sc), parse_cpus(cc)
+                    s_cpus, c_cpus = machine.parse_cpus(sc), machine.parse_cpus(cc)
                     argv = [sys.executable, "-m", "strata_lab.suites.e5", "--server", server,
                             "--server-cpus", sc, "--client-cpus", cc, "--client-threads", t,
                             "--connections", 8 if ctx.smoke else m["connections"], "--seconds", secs,
