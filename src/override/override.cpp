@@ -1,5 +1,7 @@
 // Symbol exports only: the C and C++ allocation entry points a program can reach, each
-// forwarding to strata's implementation (the fast paths are inlined from core/alloc.h).
+// forwarding to strata's implementation (the fast paths are inlined from core/alloc.h), or,
+// when STRATA_TRACE is set, to the recorder (trace/trace.h), which allocates through strata and
+// records the event: one test of a flag that is written only at load, exit and fork.
 // No libstdc++ at run time: std::get_new_handler and std::__throw_bad_alloc are weak
 // references, present whenever the program itself uses libstdc++.
 #include <cerrno>
@@ -8,26 +10,74 @@
 
 #include "core/alloc.h"
 #include "strata/strata.h"
+#include "trace/trace.h"
 
 using namespace strata::detail;
+namespace trace = strata::trace;
+
+// With STRATA_TRACE unset, `trace::active` stays false and these are the fast paths plus one
+// predicted branch.
+#define STRATA_TRACED(call) \
+  if (STRATA_UNLIKELY(trace::active)) return trace::call
+
+namespace {
+inline void* malloc_any(size_t size) noexcept {
+  STRATA_TRACED(malloc(size));
+  return malloc_inline(size);
+}
+inline void* aligned_any(size_t alignment, size_t size) noexcept {
+  STRATA_TRACED(memalign(alignment, size));
+  return alloc_aligned(alignment, size);
+}
+inline void free_any(void* p) noexcept {
+  STRATA_TRACED(free(p));
+  free_inline(p);
+}
+inline void free_sized_any(void* p, size_t size) noexcept {
+  STRATA_TRACED(free_sized(p, size));
+  free_inline(p);
+}
+}  // namespace
 
 extern "C" {
-STRATA_EXPORT void* malloc(size_t size) { return malloc_inline(size); }
-STRATA_EXPORT void free(void* p) { free_inline(p); }
-STRATA_EXPORT void* calloc(size_t n, size_t size) { return strata_calloc(n, size); }
-STRATA_EXPORT void* realloc(void* p, size_t size) { return strata_realloc(p, size); }
-STRATA_EXPORT void* reallocarray(void* p, size_t n, size_t size) { return strata_reallocarray(p, n, size); }
+STRATA_EXPORT void* malloc(size_t size) { return malloc_any(size); }
+STRATA_EXPORT void free(void* p) { free_any(p); }
+STRATA_EXPORT void* calloc(size_t n, size_t size) {
+  STRATA_TRACED(calloc(n, size));
+  return strata_calloc(n, size);
+}
+STRATA_EXPORT void* realloc(void* p, size_t size) {
+  STRATA_TRACED(realloc(p, size));
+  return strata_realloc(p, size);
+}
+STRATA_EXPORT void* reallocarray(void* p, size_t n, size_t size) {
+  STRATA_TRACED(reallocarray(p, n, size));
+  return strata_reallocarray(p, n, size);
+}
 STRATA_EXPORT int posix_memalign(void** out, size_t alignment, size_t size) {
+  STRATA_TRACED(posix_memalign(out, alignment, size));
   return strata_posix_memalign(out, alignment, size);
 }
-STRATA_EXPORT void* aligned_alloc(size_t alignment, size_t size) { return strata_aligned_alloc(alignment, size); }
-STRATA_EXPORT void* memalign(size_t alignment, size_t size) { return strata_memalign(alignment, size); }
-STRATA_EXPORT void* valloc(size_t size) { return strata_valloc(size); }
-STRATA_EXPORT void* pvalloc(size_t size) { return strata_pvalloc(size); }
+STRATA_EXPORT void* aligned_alloc(size_t alignment, size_t size) {
+  STRATA_TRACED(aligned_alloc(alignment, size));
+  return strata_aligned_alloc(alignment, size);
+}
+STRATA_EXPORT void* memalign(size_t alignment, size_t size) {
+  STRATA_TRACED(memalign(alignment, size));
+  return strata_memalign(alignment, size);
+}
+STRATA_EXPORT void* valloc(size_t size) {
+  STRATA_TRACED(valloc(size));
+  return strata_valloc(size);
+}
+STRATA_EXPORT void* pvalloc(size_t size) {
+  STRATA_TRACED(pvalloc(size));
+  return strata_pvalloc(size);
+}
 STRATA_EXPORT size_t malloc_usable_size(void* p) { return strata_usable_size(p); }
-STRATA_EXPORT void free_sized(void* p, size_t) { free_inline(p); }
-STRATA_EXPORT void free_aligned_sized(void* p, size_t, size_t) { free_inline(p); }
-STRATA_EXPORT void cfree(void* p) { free_inline(p); }
+STRATA_EXPORT void free_sized(void* p, size_t size) { free_sized_any(p, size); }
+STRATA_EXPORT void free_aligned_sized(void* p, size_t, size_t size) { free_sized_any(p, size); }
+STRATA_EXPORT void cfree(void* p) { free_any(p); }
 STRATA_EXPORT int malloc_trim(size_t) {
   strata_collect(true);
   return 1;
@@ -51,27 +101,27 @@ __attribute__((noinline)) void* new_failed(size_t size, size_t alignment, bool n
       __builtin_trap();
     }
     handler();
-    void* p = alignment ? alloc_aligned(alignment, size) : malloc_inline(size);
+    void* p = alignment ? aligned_any(alignment, size) : malloc_any(size);
     if (p) return p;
   }
 }
 
 inline void* new_impl(size_t size) {
-  void* p = malloc_inline(size);
+  void* p = malloc_any(size);
   return STRATA_LIKELY(p != nullptr) ? p : new_failed(size, 0, false);
 }
 inline void* new_nothrow(size_t size) noexcept {
-  void* p = malloc_inline(size);
+  void* p = malloc_any(size);
   return STRATA_LIKELY(p != nullptr) ? p : new_failed(size, 0, true);
 }
 inline void* new_aligned(size_t size, std::align_val_t al) {
   auto a = static_cast<size_t>(al);
-  void* p = alloc_aligned(a, size);
+  void* p = aligned_any(a, size);
   return STRATA_LIKELY(p != nullptr) ? p : new_failed(size, a, false);
 }
 inline void* new_aligned_nothrow(size_t size, std::align_val_t al) noexcept {
   auto a = static_cast<size_t>(al);
-  void* p = alloc_aligned(a, size);
+  void* p = aligned_any(a, size);
   return STRATA_LIKELY(p != nullptr) ? p : new_failed(size, a, true);
 }
 }  // namespace
@@ -89,15 +139,15 @@ STRATA_CXX void* operator new(size_t size, std::align_val_t al, const std::nothr
 STRATA_CXX void* operator new[](size_t size, std::align_val_t al, const std::nothrow_t&) noexcept {
   return new_aligned_nothrow(size, al);
 }
-STRATA_CXX void operator delete(void* p) noexcept { free_inline(p); }
-STRATA_CXX void operator delete[](void* p) noexcept { free_inline(p); }
-STRATA_CXX void operator delete(void* p, const std::nothrow_t&) noexcept { free_inline(p); }
-STRATA_CXX void operator delete[](void* p, const std::nothrow_t&) noexcept { free_inline(p); }
-STRATA_CXX void operator delete(void* p, size_t) noexcept { free_inline(p); }
-STRATA_CXX void operator delete[](void* p, size_t) noexcept { free_inline(p); }
-STRATA_CXX void operator delete(void* p, std::align_val_t) noexcept { free_inline(p); }
-STRATA_CXX void operator delete[](void* p, std::align_val_t) noexcept { free_inline(p); }
-STRATA_CXX void operator delete(void* p, size_t, std::align_val_t) noexcept { free_inline(p); }
-STRATA_CXX void operator delete[](void* p, size_t, std::align_val_t) noexcept { free_inline(p); }
-STRATA_CXX void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { free_inline(p); }
-STRATA_CXX void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { free_inline(p); }
+STRATA_CXX void operator delete(void* p) noexcept { free_any(p); }
+STRATA_CXX void operator delete[](void* p) noexcept { free_any(p); }
+STRATA_CXX void operator delete(void* p, const std::nothrow_t&) noexcept { free_any(p); }
+STRATA_CXX void operator delete[](void* p, const std::nothrow_t&) noexcept { free_any(p); }
+STRATA_CXX void operator delete(void* p, size_t size) noexcept { free_sized_any(p, size); }
+STRATA_CXX void operator delete[](void* p, size_t size) noexcept { free_sized_any(p, size); }
+STRATA_CXX void operator delete(void* p, std::align_val_t) noexcept { free_any(p); }
+STRATA_CXX void operator delete[](void* p, std::align_val_t) noexcept { free_any(p); }
+STRATA_CXX void operator delete(void* p, size_t size, std::align_val_t) noexcept { free_sized_any(p, size); }
+STRATA_CXX void operator delete[](void* p, size_t size, std::align_val_t) noexcept { free_sized_any(p, size); }
+STRATA_CXX void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { free_any(p); }
+STRATA_CXX void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { free_any(p); }

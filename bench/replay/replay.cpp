@@ -1,0 +1,585 @@
+// Replays an allocation trace (STRATA_TRACE, docs/trace-format.md) under whatever malloc the
+// process has (LD_PRELOAD), one replay thread per recorded thread.  Prints one JSON object.
+//
+//   strata-bench-replay TRACE            replay; time, ops/s and the replay's peak RSS
+//   strata-bench-replay --check TRACE    read and check the trace only: its counts, no replay
+//   strata-bench-replay --smoke          write a small trace of known content, replay it, check
+//
+// Before the replay the trace is turned into per-thread operations on numbered blocks: events
+// are merged across threads in cycle-counter order, and each address is followed from its
+// allocation to its free, so a block freed by another thread than the one that allocated it
+// carries a wait: the freeing replay thread waits until the allocating one has replayed the
+// allocation.  Every block is written once per 4 KiB (and its last byte) when allocated.
+//
+// The replay's own tables (the operations, one pointer per block) are mapped outside malloc and
+// fully resident; peak_rss_kib is the process's peak during the replay (VmHWM, reset before it
+// starts) less those tables, i.e. the allocator's memory plus this program's small baseline.
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cinttypes>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "proc_status.hpp"
+#include "trace/format.h"
+
+namespace {
+
+using namespace strata::trace;
+
+[[noreturn]] void fail(const std::string& what) {
+  fprintf(stderr, "strata-bench-replay: %s\n", what.c_str());
+  exit(2);
+}
+
+// Memory outside the allocator under test: the trace and the replay's tables.
+template <typename T>
+struct mapped {
+  T* p = nullptr;
+  size_t n = 0;  // elements
+  void map(size_t count) {
+    n = count;
+    if (count == 0) return;
+    void* m = mmap(nullptr, bytes(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) fail("out of memory for the replay's tables");
+    p = static_cast<T*>(m);
+  }
+  void unmap() {
+    if (p) munmap(p, bytes());
+    p = nullptr;
+    n = 0;
+  }
+  size_t bytes() const { return (n * sizeof(T) + 4095) & ~size_t{4095}; }
+  T& operator[](size_t i) { return p[i]; }
+};
+
+// ---- reading ---------------------------------------------------------------------------------
+
+struct chunk_ref {
+  const chunk_header* h;
+  const uint64_t* words;
+};
+
+struct trace_file {
+  mapped<char> data;
+  size_t size = 0, valid_bytes = 0;
+  file_header header{};
+  std::vector<std::vector<chunk_ref>> threads;  // by the recorder's thread number
+  bool complete = false;                        // the end chunk was seen
+  std::string truncated;                        // why the trace stops early, if it does
+  uint64_t events = 0, chunks = 0;
+};
+
+void read_trace(const char* path, trace_file& t) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(std::string(path) + ": " + strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0) fail(std::string(path) + ": " + strerror(errno));
+  t.size = static_cast<size_t>(st.st_size);
+  t.data.map(t.size + 1);
+  for (size_t got = 0; got < t.size;) {
+    ssize_t n = read(fd, t.data.p + got, t.size - got);
+    if (n <= 0) fail(std::string(path) + ": read failed");
+    got += static_cast<size_t>(n);
+  }
+  close(fd);
+  auto where = [&](size_t off) { return std::string(path) + ": byte " + std::to_string(off) + ": "; };
+  if (t.size < sizeof(file_header) || memcmp(t.data.p, file_magic, sizeof file_magic) != 0)
+    fail(std::string(path) + ": not a strata trace (no STRTRACE header)");
+  memcpy(&t.header, t.data.p, sizeof t.header);
+  if (t.header.version != format_version)
+    fail(std::string(path) + ": trace format version " + std::to_string(t.header.version) +
+         ", this replayer reads version " + std::to_string(format_version));
+  if (t.header.header_bytes != sizeof(file_header) || t.header.chunk_header_bytes != sizeof(chunk_header) ||
+      t.header.event_bytes != 16)
+    fail(where(8) + "unexpected header, chunk header or event sizes");
+  size_t off = sizeof(file_header);
+  while (off < t.size) {
+    if (t.size - off < sizeof(chunk_header)) {
+      t.truncated = "a chunk header cut short at byte " + std::to_string(off);
+      break;
+    }
+    auto* h = reinterpret_cast<const chunk_header*>(t.data.p + off);
+    if (h->magic != chunk_magic) fail(where(off) + "corrupt trace: no chunk starts here");
+    size_t payload = size_t{h->events} * 16;
+    if (t.size - off - sizeof(chunk_header) < payload) {
+      t.truncated = "a chunk cut short at byte " + std::to_string(off);
+      break;
+    }
+    auto* w = reinterpret_cast<const uint64_t*>(t.data.p + off + sizeof(chunk_header));
+    if (checksum(w, uint64_t{h->events} * 2) != h->checksum)
+      fail(where(off) + "corrupt trace: chunk checksum mismatch");
+    for (uint32_t i = 0; i < h->events; i++) {
+      unsigned o = static_cast<unsigned>(w[2 * i] >> 48) & 0xff;
+      if (o < op_malloc || o > op_time)
+        fail(where(off + sizeof(chunk_header) + 16 * i) + "corrupt trace: unknown event " + std::to_string(o));
+    }
+    off += sizeof(chunk_header) + payload;
+    t.chunks++;
+    if (h->flags & chunk_end) {
+      t.complete = true;
+      if (off != t.size) fail(where(off) + "corrupt trace: data after the end chunk");
+      break;
+    }
+    if (h->thread > (1u << 20)) fail(where(off) + "corrupt trace: thread number out of range");
+    if (h->thread >= t.threads.size()) t.threads.resize(h->thread + 1);
+    t.threads[h->thread].push_back({h, w});
+    t.events += h->events;
+  }
+  t.valid_bytes = off;
+  if (!t.complete && t.truncated.empty())
+    t.truncated = "no end chunk: the program did not exit normally (killed, crashed or _exit)";
+}
+
+// ---- turning events into replay operations --------------------------------------------------
+
+constexpr uint32_t none = 0xffffffffu;
+
+enum kind : uint8_t { k_nop, k_malloc, k_calloc, k_aligned, k_realloc, k_free, k_free_sized };
+
+struct replay_op {
+  uint64_t size : 40, kind : 4, align_log : 6, wait : 1;
+  uint32_t obj;  // the block allocated (malloc & co, realloc's new block) or freed
+  uint32_t old;  // realloc's old block
+};
+static_assert(sizeof(replay_op) == 16);
+
+// Per recorded thread: a cursor over its events (during the merge), then its operations.
+struct thread_state {
+  size_t chunk = 0, event = 0;
+  uint64_t cycles = 0;  // the cycle counter of the event at the cursor
+  uint64_t pending_old = none, pending_old_addr = 0;
+  mapped<replay_op> ops;
+  size_t n_ops = 0;
+};
+
+// Open addressing from an address to the live block there.
+struct live_map {
+  mapped<uint64_t> keys;  // address + 1 (0: empty)
+  mapped<uint32_t> vals;
+  size_t count = 0;
+  static size_t slot(uint64_t a, size_t mask) { return (a * 0x9e3779b97f4a7c15ull >> 20) & mask; }
+  void init(size_t cap) {
+    keys.map(cap);
+    vals.map(cap);
+  }
+  void put(uint64_t a, uint32_t v) {
+    if ((count + 1) * 2 > keys.n) grow();
+    size_t mask = keys.n - 1;
+    for (size_t i = slot(a, mask);; i = (i + 1) & mask)
+      if (keys[i] == 0 || keys[i] == a + 1) {
+        if (keys[i] == 0) count++;
+        keys[i] = a + 1;
+        vals[i] = v;
+        return;
+      }
+  }
+  uint32_t take(uint64_t a) {  // removes and returns the block at a, or none
+    size_t mask = keys.n - 1;
+    size_t i = slot(a, mask);
+    for (; keys[i] != 0; i = (i + 1) & mask)
+      if (keys[i] == a + 1) break;
+    if (keys[i] == 0) return none;
+    uint32_t v = vals[i];
+    keys[i] = 0;
+    count--;
+    // Backward-shift deletion keeps every probe chain unbroken.
+    for (size_t j = (i + 1) & mask; keys[j] != 0; j = (j + 1) & mask) {
+      size_t home = slot(keys[j] - 1, mask);
+      if (((j - home) & mask) >= ((j - i) & mask)) {
+        keys[i] = keys[j];
+        vals[i] = vals[j];
+        keys[j] = 0;
+        i = j;
+      }
+    }
+    return v;
+  }
+  void grow() {
+    mapped<uint64_t> k = keys;
+    mapped<uint32_t> v = vals;
+    keys = {};
+    vals = {};
+    init(k.n * 2);
+    count = 0;
+    for (size_t i = 0; i < k.n; i++)
+      if (k[i]) put(k[i] - 1, v[i]);
+    k.unmap();
+    v.unmap();
+  }
+};
+
+struct plan {
+  std::vector<thread_state> threads;
+  uint32_t objects = 0;
+  uint64_t counts[9] = {};
+  uint64_t unmatched_frees = 0, cross_thread_frees = 0, reused_live = 0, failed = 0;
+};
+
+bool cursor_valid(trace_file& t, size_t th, thread_state& s) {
+  auto& cs = t.threads[th];
+  while (s.chunk < cs.size() && s.event >= cs[s.chunk].h->events) {
+    s.chunk++;
+    s.event = 0;
+    if (s.chunk < cs.size()) s.cycles = cs[s.chunk].h->base_cycles;  // each chunk restarts from its base
+  }
+  return s.chunk < cs.size();
+}
+
+// Moves the cursor onto the next event that is not op_time, adding deltas; false at the end.
+bool advance_to_event(trace_file& t, size_t th, thread_state& s) {
+  for (;;) {
+    if (!cursor_valid(t, th, s)) return false;
+    const uint64_t* w = t.threads[th][s.chunk].words + 2 * s.event;
+    unsigned o = (w[0] >> 48) & 0xff;
+    if (o == op_time) {
+      s.cycles += w[1];
+      s.event++;
+      continue;
+    }
+    return true;
+  }
+}
+
+void build_plan(trace_file& t, plan& pl) {
+  size_t nt = t.threads.size();
+  pl.threads.resize(nt);
+  live_map live;
+  live.init(1 << 16);
+  mapped<uint32_t> owner;  // the thread that allocated each block
+  owner.map(t.events + 1);
+  // A min-heap of threads by the cycle count of their next event.
+  std::vector<uint32_t> heap;
+  auto key = [&](uint32_t th) {
+    thread_state& s = pl.threads[th];
+    const uint64_t* w = t.threads[th][s.chunk].words + 2 * s.event;
+    return s.cycles + (w[1] >> 40);
+  };
+  auto less = [&](uint32_t a, uint32_t b) { return key(a) > key(b); };  // for std::*_heap: a min-heap
+  for (size_t th = 0; th < nt; th++) {
+    thread_state& s = pl.threads[th];
+    uint64_t n = 0;
+    for (auto& c : t.threads[th]) n += c.h->events;
+    s.ops.map(n);
+    if (!t.threads[th].empty()) {
+      s.cycles = t.threads[th][0].h->base_cycles;
+      if (advance_to_event(t, th, s)) heap.push_back(static_cast<uint32_t>(th));
+    }
+  }
+  std::make_heap(heap.begin(), heap.end(), less);
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), less);
+    uint32_t th = heap.back();
+    heap.pop_back();
+    thread_state& s = pl.threads[th];
+    const uint64_t* w = t.threads[th][s.chunk].words + 2 * s.event;
+    s.cycles += w[1] >> 40;
+    unsigned o = (w[0] >> 48) & 0xff;
+    uint64_t addr = w[0] & address_mask, size = w[1] & size_mask;
+    unsigned alog = static_cast<unsigned>(w[0] >> 56);
+    pl.counts[o]++;
+    replay_op r{size, k_nop, alog, 0, none, none};
+    auto allocate = [&]() -> uint32_t {
+      if (addr == 0) {
+        pl.failed++;
+        return none;
+      }
+      uint32_t id = pl.objects++;
+      owner[id] = th;
+      uint32_t prev = live.take(addr);
+      if (prev != none) pl.reused_live++;  // its free was not recorded (before the trace began)
+      live.put(addr, id);
+      return id;
+    };
+    auto release = [&](uint64_t a) -> uint32_t {
+      uint32_t id = live.take(a);
+      if (id == none) {
+        pl.unmatched_frees++;
+        return none;
+      }
+      if (owner[id] != th) {
+        pl.cross_thread_frees++;
+        r.wait = 1;
+      }
+      return id;
+    };
+    switch (o) {
+      case op_malloc:
+      case op_calloc:
+      case op_aligned:
+        r.obj = allocate();
+        if (r.obj != none) r.kind = o == op_malloc ? k_malloc : o == op_calloc ? k_calloc : k_aligned;
+        break;
+      case op_free:
+      case op_free_sized:
+        r.obj = release(addr);
+        if (r.obj != none) r.kind = o == op_free ? k_free : k_free_sized;
+        break;
+      case op_realloc_from:
+        s.pending_old = release(addr);
+        s.pending_old_addr = addr;
+        s.event++;
+        if (advance_to_event(t, th, s)) {
+          heap.push_back(th);
+          std::push_heap(heap.begin(), heap.end(), less);
+        }
+        continue;  // the operation is made at op_realloc
+      case op_realloc:
+        r.old = static_cast<uint32_t>(s.pending_old);
+        r.wait = r.old != none && owner[r.old] != th;
+        if (addr == 0 && size > 0 && s.pending_old != none) {
+          live.put(s.pending_old_addr, r.old);  // failed: the old block lives on
+          pl.failed++;
+          r.old = none;
+          r.wait = 0;
+        } else {
+          r.obj = addr ? allocate() : none;
+          r.kind = k_realloc;
+        }
+        s.pending_old = none;
+        break;
+    }
+    if (r.kind != k_nop) s.ops[s.n_ops++] = r;
+    s.event++;
+    if (advance_to_event(t, th, s)) {
+      heap.push_back(th);
+      std::push_heap(heap.begin(), heap.end(), less);
+    }
+  }
+  live.keys.unmap();
+  live.vals.unmap();
+  owner.unmap();
+}
+
+// ---- the replay ------------------------------------------------------------------------------
+
+void* const failed_block = reinterpret_cast<void*>(1);  // an allocation the allocator refused
+
+void touch(void* p, size_t size) {
+  if (p == nullptr || size == 0) return;
+  auto* c = static_cast<volatile char*>(p);
+  for (size_t i = 0; i < size; i += 4096) c[i] = static_cast<char>(i);
+  c[size - 1] = 1;
+}
+
+void replay_thread(thread_state& s, std::atomic<void*>* slots, std::atomic<int>& go) {
+  while (go.load(std::memory_order_acquire) == 0) sched_yield();
+  auto get = [&](uint32_t id, bool wait) -> void* {
+    void* p = slots[id].load(wait ? std::memory_order_acquire : std::memory_order_relaxed);
+    while (p == nullptr) {  // allocated by another thread that has not got there yet
+      sched_yield();
+      p = slots[id].load(std::memory_order_acquire);
+    }
+    return p == failed_block ? nullptr : p;
+  };
+  auto put = [&](uint32_t id, void* p, size_t size) {
+    if (id == none) return;
+    touch(p, size);
+    slots[id].store(p ? p : failed_block, std::memory_order_release);
+  };
+  for (size_t i = 0; i < s.n_ops; i++) {
+    const replay_op& r = s.ops[i];
+    switch (r.kind) {
+      case k_malloc:
+        put(r.obj, malloc(r.size), r.size);
+        break;
+      case k_calloc:
+        put(r.obj, calloc(1, r.size), r.size);
+        break;
+      case k_aligned: {
+        void* p = nullptr;
+        size_t al = size_t{1} << r.align_log;
+        if (al < sizeof(void*)) al = sizeof(void*);
+        if (posix_memalign(&p, al, r.size) != 0) p = nullptr;
+        put(r.obj, p, r.size);
+        break;
+      }
+      case k_realloc: {
+        void* old = r.old == none ? nullptr : get(r.old, r.wait);
+        if (r.obj == none) {
+          free(old);  // realloc to size 0 freed it
+        } else {
+          put(r.obj, realloc(old, r.size), r.size);
+        }
+        break;
+      }
+      case k_free:
+      case k_free_sized:
+        free(get(r.obj, r.wait));
+        break;
+    }
+  }
+}
+
+struct replay_result {
+  double seconds = 0;
+  uint64_t ops = 0;
+  long peak_kib = -1, tables_kib = 0, process_peak_kib = -1;
+};
+
+replay_result replay(plan& pl) {
+  replay_result res;
+  mapped<std::atomic<void*>> slots;
+  slots.map(pl.objects + 1);
+  memset(static_cast<void*>(slots.p), 0, slots.bytes());  // resident from the start
+  size_t tables = slots.bytes();
+  for (auto& s : pl.threads) {
+    tables += s.ops.bytes();
+    res.ops += s.n_ops;
+  }
+  res.tables_kib = static_cast<long>(tables / 1024);
+  std::atomic<int> go{0};
+  std::vector<std::thread> workers;
+  workers.reserve(pl.threads.size());
+  // The peak is measured from here: the reader's memory is gone, the tables are resident.
+  if (FILE* f = fopen("/proc/self/clear_refs", "w")) {
+    fputs("5", f);
+    fclose(f);
+  }
+  for (auto& s : pl.threads) workers.emplace_back(replay_thread, std::ref(s), slots.p, std::ref(go));
+  auto t0 = std::chrono::steady_clock::now();
+  go.store(1, std::memory_order_release);
+  for (auto& w : workers) w.join();
+  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  res.process_peak_kib = strata::bench::status_kb("VmHWM:");
+  if (res.process_peak_kib >= 0) res.peak_kib = res.process_peak_kib - res.tables_kib;
+  return res;
+}
+
+void print_counts(const trace_file& t, const plan& pl) {
+  printf("\"threads\": %zu, \"events\": %" PRIu64 ", \"chunks\": %" PRIu64 ", \"complete\": %s, "
+         "\"valid_bytes\": %zu, \"file_bytes\": %zu, \"truncated\": \"%s\", \"pid\": %u, \"parent_pid\": %u, "
+         "\"blocks\": %u, \"unmatched_frees\": %" PRIu64 ", \"cross_thread_frees\": %" PRIu64
+         ", \"failed\": %" PRIu64 ", \"reused_live\": %" PRIu64 ", \"counts\": {",
+         t.threads.size(), t.events, t.chunks, t.complete ? "true" : "false", t.valid_bytes, t.size,
+         t.truncated.c_str(), t.header.pid, t.header.parent_pid, pl.objects, pl.unmatched_frees,
+         pl.cross_thread_frees, pl.failed, pl.reused_live);
+  const char* names[] = {"", "malloc", "calloc", "realloc_from", "realloc", "aligned", "free", "free_sized", "time"};
+  for (int i = 1; i <= 8; i++) printf("%s\"%s\": %" PRIu64, i > 1 ? ", " : "", names[i], pl.counts[i]);
+  printf("}");
+}
+
+// ---- --smoke: a trace of known content -------------------------------------------------------
+
+struct writer {
+  FILE* f;
+  std::vector<uint64_t> words;
+  uint64_t cycles = 1000, base = 1000;
+  uint32_t thread;
+  void event(strata::trace::op o, uint64_t addr, uint64_t size, unsigned alog = 0) {
+    cycles += 100;
+    words.push_back(addr | uint64_t{o} << 48 | uint64_t{alog} << 56);
+    words.push_back(size | uint64_t{100} << 40);
+  }
+  void flush(uint32_t flags = 0) {
+    chunk_header h{chunk_magic, thread, static_cast<uint32_t>(words.size() / 2), flags, base, cycles, 0, 1,
+                   checksum(words.data(), words.size())};
+    fwrite(&h, sizeof h, 1, f);
+    fwrite(words.data(), 8, words.size(), f);
+    words.clear();
+    base = cycles;
+  }
+};
+
+int smoke() {
+  char path[] = "/tmp/strata-replay-smoke-XXXXXX";
+  int fd = mkstemp(path);
+  if (fd < 0) fail("--smoke: cannot create a temporary file");
+  FILE* f = fdopen(fd, "wb");
+  file_header fh{};
+  memcpy(fh.magic, file_magic, sizeof fh.magic);
+  fh.version = format_version;
+  fh.header_bytes = sizeof(file_header);
+  fh.chunk_header_bytes = sizeof(chunk_header);
+  fh.event_bytes = 16;
+  fwrite(&fh, sizeof fh, 1, f);
+  // Thread 0 allocates 1000 blocks (every fifth aligned, every seventh reallocated), thread 1
+  // frees the odd ones after thread 0 made them, thread 0 frees the even ones.
+  writer a{f, {}, 1000, 1000, 0}, b{f, {}, 1000, 1000, 1};
+  const int n = 1000;
+  uint64_t base = 0x100000;
+  for (int i = 0; i < n; i++) {
+    uint64_t addr = base + 64 * uint64_t(i);
+    if (i % 5 == 0) a.event(op_aligned, addr, 48, 6);
+    else a.event(op_malloc, addr, 16 + i % 48);
+  }
+  for (int i = 0; i < n; i += 7) {
+    uint64_t addr = base + 64 * uint64_t(i);
+    a.event(op_realloc_from, addr, 0);
+    a.event(op_realloc, addr, 40);
+  }
+  b.cycles = b.base = a.cycles;
+  for (int i = 1; i < n; i += 2) b.event(op_free, base + 64 * uint64_t(i), 0);
+  for (int i = 0; i < n; i += 2) a.event(op_free_sized, base + 64 * uint64_t(i), 48);
+  a.event(op_free, 0xdead0, 0);  // never allocated in the trace
+  a.flush();
+  b.flush();
+  writer end{f, {}, 0, 0, 0};
+  end.flush(chunk_end);
+  fclose(f);
+  trace_file t;
+  read_trace(path, t);
+  unlink(path);
+  plan pl;
+  build_plan(t, pl);
+  replay_result r = replay(pl);
+  uint64_t reallocs = (n + 6) / 7;
+  bool ok = pl.objects == n + reallocs && pl.cross_thread_frees == n / 2 && pl.unmatched_frees == 1 &&
+            r.ops == uint64_t(n) + reallocs + n && t.complete;
+  printf("{\"smoke\": true, \"ok\": %s, \"ops\": %" PRIu64 ", \"seconds\": %.6f, ", ok ? "true" : "false", r.ops,
+         r.seconds);
+  print_counts(t, pl);
+  printf("}\n");
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool check = false;
+  const char* path = nullptr;
+  for (int i = 1; i < argc; i++) {
+    std::string a = argv[i];
+    if (a == "--smoke") return smoke();
+    if (a == "--check") check = true;
+    else if (a == "--help" || a == "-h") {
+      puts("usage: strata-bench-replay [--check] TRACE | --smoke");
+      return 0;
+    } else if (a[0] == '-') fail("unknown option " + a + " (usage: strata-bench-replay [--check] TRACE | --smoke)");
+    else path = argv[i];
+  }
+  if (path == nullptr) fail("usage: strata-bench-replay [--check] TRACE | --smoke");
+  trace_file t;
+  read_trace(path, t);
+  if (!t.truncated.empty()) fprintf(stderr, "strata-bench-replay: %s: %s; replaying its %zu valid bytes\n", path,
+                                    t.truncated.c_str(), t.valid_bytes);
+  plan pl;
+  build_plan(t, pl);
+  t.data.unmap();
+  if (check) {
+    printf("{");
+    print_counts(t, pl);
+    printf("}\n");
+    return 0;
+  }
+  replay_result r = replay(pl);
+  printf("{\"ops\": %" PRIu64 ", \"seconds\": %.6f, \"ops_per_sec\": %.1f, \"peak_rss_kib\": %ld, "
+         "\"process_peak_rss_kib\": %ld, \"tables_kib\": %ld, ",
+         r.ops, r.seconds, r.seconds > 0 ? double(r.ops) / r.seconds : 0.0, r.peak_kib, r.process_peak_kib,
+         r.tables_kib);
+  print_counts(t, pl);
+  printf("}\n");
+  return 0;
+}

@@ -1,0 +1,67 @@
+#include "os/file.h"
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+namespace strata::os {
+
+int file_create(const char* path) noexcept {
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return -1;
+  int high = fcntl(fd, F_DUPFD_CLOEXEC, 900);
+  if (high >= 0) {
+    close(fd);
+    fd = high;
+  }
+  return fd;
+}
+
+bool file_write2(int fd, const void* a, size_t na, const void* b, size_t nb) noexcept {
+  iovec v[2] = {{const_cast<void*>(a), na}, {const_cast<void*>(b), nb}};
+  int first = 0;
+  while (first < 2) {
+    ssize_t n = writev(fd, v + first, 2 - first);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    // A short write (a full disk, a signal): go on from where it stopped.
+    auto done = static_cast<size_t>(n);
+    while (first < 2 && done >= v[first].iov_len) done -= v[first++].iov_len;
+    if (first < 2) {
+      v[first].iov_base = static_cast<char*>(v[first].iov_base) + done;
+      v[first].iov_len -= done;
+    }
+  }
+  return true;
+}
+
+void file_close(int fd) noexcept { close(fd); }
+
+void print_error(const char* text) noexcept {
+  ssize_t r = write(2, text, strlen(text));
+  (void)r;
+}
+
+void* map_plain(size_t size) noexcept {
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+void unmap_plain(void* p, size_t size) noexcept { munmap(p, size); }
+void discard_plain(void* p, size_t size) noexcept { madvise(p, size, MADV_DONTNEED); }
+
+uint32_t process_id() noexcept { return static_cast<uint32_t>(getpid()); }
+uint32_t thread_os_id() noexcept { return static_cast<uint32_t>(syscall(SYS_gettid)); }
+uint64_t now_ns() noexcept {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+}  // namespace strata::os

@@ -1,0 +1,34 @@
+// Files, processes and clocks for the allocation recorder (src/trace/): what it needs from the
+// kernel without going through malloc.  Every call here is a raw system call or a vDSO read, so
+// it is safe inside malloc itself.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace strata::os {
+
+// Creates (or truncates) `path` for appending, close-on-exec, on a descriptor number >= 900 so
+// that programs which close or dup2 over the low descriptors leave it alone.  -1 on failure
+// (errno set).
+int file_create(const char* path) noexcept;
+// Writes a then b (a's `na` bytes, then b's `nb`) in one write, so that with O_APPEND two
+// threads' writes never interleave; retries short writes and EINTR.  false on an error (errno
+// set).
+bool file_write2(int fd, const void* a, size_t na, const void* b, size_t nb) noexcept;
+void file_close(int fd) noexcept;
+// Writes a message to stderr (no formatting, no allocation).
+void print_error(const char* text) noexcept;
+
+// Anonymous read-write memory that no allocator statistic counts (the recorder's buffers).
+// nullptr on failure.
+void* map_plain(size_t size) noexcept;
+void unmap_plain(void* p, size_t size) noexcept;
+// Gives [p, p+size) back to the kernel; the range reads as zero afterwards.
+void discard_plain(void* p, size_t size) noexcept;
+
+uint32_t process_id() noexcept;
+uint32_t thread_os_id() noexcept;
+// Nanoseconds of CLOCK_MONOTONIC (vDSO).
+uint64_t now_ns() noexcept;
+
+}  // namespace strata::os

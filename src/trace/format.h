@@ -1,0 +1,86 @@
+// The trace file format, version 1 (docs/trace-format.md is the full description): shared by
+// the recorder (trace.cpp), the replayer (bench/replay) and, in Python, strata_lab/trace.py.
+//
+//   file   = file_header chunk*           little-endian throughout
+//   chunk  = chunk_header event[events]   one thread's events, written in one write()
+//   event  = two 64-bit words:
+//     w0 = address (bits 0-47) | op (bits 48-55) | log2 alignment (bits 56-63, aligned ops)
+//     w1 = size (bits 0-39)    | cycles since the thread's previous event (bits 40-63)
+//   op_time carries a longer gap: w1 is the whole gap in cycles, w0 only the op.
+// A chunk with chunk_end set (and no events) closes a trace whose program exited normally.
+#pragma once
+#include <cstdint>
+
+namespace strata::trace {
+
+inline constexpr char file_magic[8] = {'S', 'T', 'R', 'T', 'R', 'A', 'C', 'E'};
+inline constexpr uint32_t format_version = 1;
+inline constexpr uint32_t chunk_magic = 0x4b4e4843;  // "CHNK"
+
+enum op : uint8_t {
+  op_malloc = 1,        // malloc, operator new: address, size
+  op_calloc = 2,        // calloc: address, count * size
+  op_realloc_from = 3,  // realloc's old block (recorded before the call); op_realloc follows
+  op_realloc = 4,       // realloc's new block and size (0 address: failed, or size 0 freed it)
+  op_aligned = 5,       // posix_memalign, aligned_alloc, memalign, valloc, pvalloc, aligned new
+  op_free = 6,          // free, cfree, operator delete (recorded before the call)
+  op_free_sized = 7,    // free_sized, free_aligned_sized, sized delete: address, size
+  op_time = 8,          // a gap of 2^24 cycles or more before the next event
+};
+
+inline constexpr int address_bits = 48, size_bits = 40, delta_bits = 24;
+inline constexpr uint64_t address_mask = (uint64_t{1} << address_bits) - 1;
+inline constexpr uint64_t size_mask = (uint64_t{1} << size_bits) - 1;
+inline constexpr uint64_t delta_limit = uint64_t{1} << delta_bits;
+
+struct file_header {
+  char magic[8];
+  uint32_t version;
+  uint32_t header_bytes;        // sizeof(file_header)
+  uint32_t chunk_header_bytes;  // sizeof(chunk_header)
+  uint32_t event_bytes;         // 16
+  uint32_t pid;
+  uint32_t parent_pid;          // the process this one forked from while recording, else 0
+  uint64_t start_cycles;        // the cycle counter and CLOCK_MONOTONIC at the start
+  uint64_t start_ns;
+  uint64_t reserved[2];
+};
+static_assert(sizeof(file_header) == 64);
+
+enum chunk_flags : uint32_t {
+  chunk_thread_exit = 1,  // written by the thread's exit (more may follow from late destructors)
+  chunk_end = 2,          // the program exited normally: nothing follows
+};
+
+struct chunk_header {
+  uint32_t magic;          // chunk_magic
+  uint32_t thread;         // the recorder's thread number, 0 for the first thread seen
+  uint32_t events;         // events that follow (16 bytes each)
+  uint32_t flags;          // chunk_flags
+  uint64_t base_cycles;    // the thread's cycle counter before its first event in this chunk
+  uint64_t flush_cycles;   // the cycle counter and CLOCK_MONOTONIC when the chunk was written:
+  uint64_t flush_ns;       //   with the file header's, they convert cycles to time
+  uint32_t os_tid;         // the kernel's thread id
+  uint32_t checksum;       // the events' 64-bit words summed (mod 2^64), high half xor low half
+};
+static_assert(sizeof(chunk_header) == 48);
+
+inline uint32_t checksum(const uint64_t* words, uint64_t count) noexcept {
+  uint64_t s = 0;
+  for (uint64_t i = 0; i < count; i++) s += words[i];
+  return static_cast<uint32_t>(s ^ (s >> 32));
+}
+
+inline uint64_t cycles_now() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  return __builtin_ia32_rdtsc();
+#elif defined(__aarch64__)
+  uint64_t v;
+  asm volatile("mrs %0, cntvct_el0" : "=r"(v));
+  return v;
+#else
+  return __builtin_readcyclecounter();
+#endif
+}
+
+}  // namespace strata::trace

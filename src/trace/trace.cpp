@@ -1,0 +1,329 @@
+// The recorder (trace.h).  Call tree of one recorded malloc:
+//   malloc (override.cpp, trace::active set) ─ trace::malloc ─ strata_malloc
+//                                                          └─ record ─ (buffer full) flush ─ writev
+#include "trace/trace.h"
+
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <pthread.h>
+
+#include "os/file.h"
+#include "strata/strata.h"
+#include "trace/format.h"
+
+#define STRATA_TRACE_LIKELY(x) __builtin_expect(!!(x), 1)
+#define STRATA_TRACE_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+namespace strata::trace {
+
+bool active = false;
+
+namespace {
+
+// One thread's events, in a mapping of buffer_bytes: this header, then the event words.
+struct buffer {
+  buffer* next;          // the registry of every thread's buffer
+  uint64_t* cursor;      // the next free word
+  uint64_t* end;
+  uint64_t last_cycles;  // the cycle counter at the thread's previous event
+  uint64_t base_cycles;  // ... before the first event of the current chunk
+  uint32_t thread, os_tid;
+
+  uint64_t* words() noexcept { return reinterpret_cast<uint64_t*>(this + 1); }
+};
+constexpr size_t buffer_bytes = size_t{1} << 20;
+constexpr size_t path_max = 4096;
+
+__thread buffer* tl_buffer __attribute__((tls_model("initial-exec"))) = nullptr;
+
+int fd = -1;
+uint32_t traced_pid = 0;  // the process the open trace belongs to
+char path_template[path_max];
+pthread_key_t key;
+std::atomic_flag registry_lock = ATOMIC_FLAG_INIT;
+buffer* registry = nullptr;
+std::atomic<uint32_t> next_thread{0};
+
+void lock() noexcept {
+  while (registry_lock.test_and_set(std::memory_order_acquire)) {
+  }
+}
+void unlock() noexcept { registry_lock.clear(std::memory_order_release); }
+
+void stop(const char* why) noexcept {
+  active = false;
+  os::print_error("strata: STRATA_TRACE: ");
+  os::print_error(why);
+  os::print_error(": recording stopped (the trace ends at its last written chunk)\n");
+}
+
+// Writes the events of b up to `upto` as one chunk.
+void write_chunk(buffer* b, uint64_t* upto, uint32_t flags) noexcept {
+  uint64_t n = static_cast<uint64_t>(upto - b->words());
+  chunk_header h{chunk_magic, b->thread, static_cast<uint32_t>(n / 2), flags, b->base_cycles,
+                 cycles_now(), os::now_ns(), b->os_tid, checksum(b->words(), n)};
+  if (fd >= 0 && !os::file_write2(fd, &h, sizeof h, b->words(), n * 8)) stop(strerror(errno));
+}
+
+// The owner's flush: the chunk goes out and the buffer starts again.
+void flush(buffer* b, uint32_t flags) noexcept {
+  write_chunk(b, b->cursor, flags);
+  b->cursor = b->words();
+  b->base_cycles = b->last_cycles;
+}
+
+bool write_file_header(uint32_t parent) noexcept {
+  char path[path_max + 16];
+  size_t o = 0;
+  for (const char* s = path_template; *s && o < path_max; s++) {
+    if (s[0] == '%' && s[1] == 'p') {
+      char digits[12];
+      int n = 0;
+      for (uint32_t pid = os::process_id(); pid || n == 0; pid /= 10) digits[n++] = char('0' + pid % 10);
+      while (n) path[o++] = digits[--n];
+      s++;
+    } else {
+      path[o++] = *s;
+    }
+  }
+  path[o] = 0;
+  fd = os::file_create(path);
+  if (fd < 0) {
+    stop(strerror(errno));
+    return false;
+  }
+  file_header h{};
+  memcpy(h.magic, file_magic, sizeof h.magic);
+  h.version = format_version;
+  h.header_bytes = sizeof(file_header);
+  h.chunk_header_bytes = sizeof(chunk_header);
+  h.event_bytes = 16;
+  h.pid = traced_pid = os::process_id();
+  h.parent_pid = parent;
+  h.start_cycles = cycles_now();
+  h.start_ns = os::now_ns();
+  if (!os::file_write2(fd, &h, sizeof h, nullptr, 0)) {
+    stop(strerror(errno));
+    return false;
+  }
+  return true;
+}
+
+void reset(buffer* b) noexcept {
+  b->cursor = b->words();
+  b->last_cycles = b->base_cycles = cycles_now();
+}
+
+__attribute__((noinline)) buffer* new_buffer() noexcept {
+  auto* b = static_cast<buffer*>(os::map_plain(buffer_bytes));
+  if (b == nullptr) {
+    stop("no memory for a thread's buffer");
+    return nullptr;
+  }
+  b->end = reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(b) + buffer_bytes);
+  b->thread = next_thread.fetch_add(1, std::memory_order_relaxed);
+  b->os_tid = os::thread_os_id();
+  reset(b);
+  lock();
+  b->next = registry;
+  registry = b;
+  unlock();
+  tl_buffer = b;  // before pthread_setspecific, which may allocate
+  pthread_setspecific(key, b);
+  return b;
+}
+
+// The calling thread's buffer, created or emptied, or nullptr (recording stopped).
+__attribute__((noinline)) buffer* make_room(buffer* b) noexcept {
+  if (!active) return nullptr;
+  if (b == nullptr) return new_buffer();
+  flush(b, 0);
+  return active ? b : nullptr;
+}
+
+inline void put(buffer* b, uint64_t w0, uint64_t w1) noexcept {
+  b->cursor[0] = w0;
+  b->cursor[1] = w1;
+  b->cursor += 2;
+}
+
+// Records one event; `room` words are made free first (4: the event and an op_time before it;
+// 8 for realloc's pair, which must not be split across chunks).
+template <int room = 4>
+inline void record(op o, const void* p, uint64_t size, unsigned align_log = 0) noexcept {
+  buffer* b = tl_buffer;
+  if (STRATA_TRACE_UNLIKELY(b == nullptr || b->cursor + room > b->end)) {
+    b = make_room(b);
+    if (b == nullptr) return;
+  }
+  uint64_t now = cycles_now();
+  uint64_t delta = now - b->last_cycles;
+  b->last_cycles = now;
+  if (STRATA_TRACE_UNLIKELY(delta >= delta_limit)) {
+    put(b, uint64_t{op_time} << 48, delta);
+    delta = 0;
+  }
+  put(b, (reinterpret_cast<uintptr_t>(p) & address_mask) | uint64_t{o} << 48 | uint64_t{align_log} << 56,
+      (size > size_mask ? size_mask : size) | delta << 40);
+}
+
+unsigned log2_of(size_t alignment) noexcept {
+  return alignment ? static_cast<unsigned>(__builtin_ctzll(alignment)) : 0;
+}
+
+// pthread key destructor: the exiting thread's events go out.  Destructors that run after this
+// one may still allocate: the key is set again, so the next round writes what they recorded.
+void on_thread_exit(void* arg) noexcept {
+  auto* b = static_cast<buffer*>(arg);
+  if (b->cursor == b->words()) return;
+  flush(b, chunk_thread_exit);
+  size_t page = 4096;
+  os::discard_plain(reinterpret_cast<char*>(b) + page, buffer_bytes - page);
+  pthread_setspecific(key, b);
+}
+
+void at_exit() noexcept {
+  if (!active || fd < 0) return;
+  active = false;
+  // Other threads may still be running: their chunks are written from a snapshot of their
+  // cursors, and their buffers are left as they are.
+  lock();
+  for (buffer* b = registry; b; b = b->next) {
+    if (b == tl_buffer) {
+      flush(b, 0);
+    } else {
+      uint64_t* upto = __atomic_load_n(&b->cursor, __ATOMIC_ACQUIRE);
+      if (upto != b->words()) write_chunk(b, upto, 0);
+    }
+  }
+  unlock();
+  chunk_header end{chunk_magic, 0, 0, chunk_end, 0, cycles_now(), os::now_ns(), os::thread_os_id(), 0};
+  os::file_write2(fd, &end, sizeof end, nullptr, 0);
+  os::file_close(fd);
+  fd = -1;
+}
+
+void before_fork() noexcept { lock(); }
+void after_fork_parent() noexcept { unlock(); }
+// The child: a new trace (%p) holding only the forking thread, whose buffer's events are the
+// parent's to write; or, without %p, no recording (the parent's file is the parent's).
+void after_fork_child() noexcept {
+  buffer* mine = tl_buffer;
+  buffer* others = registry;
+  registry = nullptr;
+  unlock();
+  if (!active) return;
+  os::file_close(fd);
+  fd = -1;
+  if (strstr(path_template, "%p") == nullptr) {
+    active = false;
+    return;
+  }
+  for (buffer* b = others; b;) {
+    buffer* next = b->next;
+    if (b != mine) os::unmap_plain(b, buffer_bytes);
+    b = next;
+  }
+  next_thread.store(0, std::memory_order_relaxed);
+  if (!write_file_header(traced_pid)) return;
+  if (mine != nullptr) {
+    mine->thread = next_thread.fetch_add(1, std::memory_order_relaxed);
+    mine->os_tid = os::thread_os_id();
+    mine->next = nullptr;
+    registry = mine;
+    reset(mine);
+  }
+}
+
+__attribute__((constructor(102))) void init_at_load() noexcept {
+  const char* path = getenv("STRATA_TRACE");
+  if (path == nullptr || *path == 0) return;
+  if (strlen(path) >= path_max) {
+    stop("the path is too long");
+    return;
+  }
+  strcpy(path_template, path);
+  if (pthread_key_create(&key, on_thread_exit) != 0) {
+    stop("no thread key");
+    return;
+  }
+  if (!write_file_header(0)) return;
+  pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+  atexit(at_exit);
+  active = true;
+}
+
+}  // namespace
+
+void* malloc(size_t size) noexcept {
+  void* p = strata_malloc(size);
+  record(op_malloc, p, size);
+  return p;
+}
+
+void* calloc(size_t count, size_t size) noexcept {
+  void* p = strata_calloc(count, size);
+  size_t bytes;
+  if (__builtin_mul_overflow(count, size, &bytes)) bytes = size_mask;
+  record(op_calloc, p, bytes);
+  return p;
+}
+
+void* realloc(void* p, size_t size) noexcept {
+  if (p == nullptr) return malloc(size);
+  record<8>(op_realloc_from, p, 0);
+  void* q = strata_realloc(p, size);
+  record(op_realloc, q, size);
+  return q;
+}
+
+void* reallocarray(void* p, size_t count, size_t size) noexcept {
+  size_t bytes;
+  if (__builtin_mul_overflow(count, size, &bytes)) return strata_reallocarray(p, count, size);  // ENOMEM
+  return realloc(p, bytes);
+}
+
+int posix_memalign(void** out, size_t alignment, size_t size) noexcept {
+  int r = strata_posix_memalign(out, alignment, size);
+  if (r == 0) record(op_aligned, *out, size, log2_of(alignment));
+  return r;
+}
+
+void* aligned_alloc(size_t alignment, size_t size) noexcept {
+  void* p = strata_aligned_alloc(alignment, size);
+  record(op_aligned, p, size, log2_of(alignment));
+  return p;
+}
+
+void* memalign(size_t alignment, size_t size) noexcept {
+  void* p = strata_memalign(alignment, size);
+  record(op_aligned, p, size, log2_of(alignment));
+  return p;
+}
+
+void* valloc(size_t size) noexcept {
+  void* p = strata_valloc(size);
+  record(op_aligned, p, size, log2_of(4096));
+  return p;
+}
+
+void* pvalloc(size_t size) noexcept {
+  void* p = strata_pvalloc(size);
+  record(op_aligned, p, size, log2_of(4096));
+  return p;
+}
+
+void free(void* p) noexcept {
+  if (p != nullptr) record(op_free, p, 0);
+  strata_free(p);
+}
+
+void free_sized(void* p, size_t size) noexcept {
+  if (p != nullptr) record(op_free_sized, p, size);
+  strata_free(p);
+}
+
+}  // namespace strata::trace
