@@ -7,6 +7,8 @@
   check_e2.py no-driver BIN       --backend cuda with no driver: non-zero exit, clear message
   check_e2.py capped BIN          --smoke --cap-factor 1.5: every resource finishes on a device of
                                   1.5x each cell's live bound, and never holds more than it
+  check_e2.py turns BIN           --smoke --fragment-in-turns: the fragment step's live peak stays
+                                  near the serial bound, far under the concurrent one
 """
 import json
 import os
@@ -126,6 +128,32 @@ def capped(binary):
         fail(f"exit status {rc}\n{err[-2000:]}")
 
 
+def turns(binary):
+    rc, out, err = run([binary, "--smoke", "--backend", "sim", "--resource", "strata,pool",
+                        "--fragment-in-turns"])
+    if rc != 0:
+        fail(f"exit status {rc}\n{err[-2000:]}")
+    doc = json.loads(out)
+    if doc["config"]["fragment_in_turns"] is not True:
+        fail(f"config {doc['config']}")
+    for r in doc["results"]:
+        cell = f"{r['resource']} x {r['threads']}"
+        concurrent, serial = r["live_bound_bytes"], r["serial_live_bound_bytes"]
+        if not 0 < serial <= concurrent:
+            fail(f"{cell}: serial bound {serial}, concurrent {concurrent}")
+        steps = dict(r["phases"], **r["setup"])
+        if sorted(steps) != sorted(PHASES + ["fragment", "churn"]):
+            fail(f"{cell}: steps {sorted(steps)}")
+        for name, m in steps.items():
+            if not 0 < m["step_live_peak_bytes"] <= concurrent:
+                fail(f"{cell} {name}: live peak {m['step_live_peak_bytes']} outside (0, {concurrent}]")
+        # Taken in turns, only the pinned blocks of the threads before add to one thread's peak
+        # (the order of the turns may differ from the serial bound's, hence the margin).
+        if steps["fragment"]["step_live_peak_bytes"] > 1.5 * serial:
+            fail(f"{cell}: fragment step held {steps['fragment']['step_live_peak_bytes']} "
+                 f"in turns, serial bound {serial}")
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "smoke":
@@ -136,5 +164,7 @@ if __name__ == "__main__":
         no_driver(sys.argv[2])
     elif mode == "capped":
         capped(sys.argv[2])
+    elif mode == "turns":
+        turns(sys.argv[2])
     else:
         fail("unknown mode " + mode)

@@ -8,10 +8,22 @@
 //   (churn)     untimed: long_factor x iterations of mixed allocate/free, some blocks pinned
 //   long_term   timed: W again
 //
-// --cap-factor F runs every cell on a simulated device of F x the cell's live bound: the bytes
-// its threads hold when each holds its own peak at once, measured by a dry run of the same
-// scripts (same seeds) against a resource that only counts.  No schedule can need more, so every
-// resource should finish; --device-mib N sets the device's size directly instead.
+// Two bounds on what the workload itself can hold at once, from dry runs of the same scripts
+// (same seeds, no kernels) against a resource that only counts, are reported with every cell:
+//   concurrent  every thread at its own peak at once (the sum of the threads' peaks): no
+//               schedule can hold more;
+//   serial      the threads' steps run one thread after another (pinned blocks stay): what a
+//               resource that makes the threads take turns lets the workload hold.
+// Where between the two a run's live peak falls depends on how the resource schedules the
+// threads (its locks and cross-stream waits), not on the workload alone.
+//
+// --fragment-in-turns makes the workload itself take the fragment step (where the live peak is)
+// one thread at a time, so every resource sees about the serial bound: reserved bytes compare at
+// equal live bytes.  The timed phases still run together.
+//
+// --cap-factor F runs every cell on a simulated device of F x the cell's concurrent bound (with
+// --cap-basis serial, F x its serial bound).  Above the concurrent bound no schedule can need
+// more, so every resource should finish; --device-mib N sets the device's size directly instead.
 //
 // W per thread: `iterations` times { allocate a log-uniform size, launch a spin kernel, free
 // the oldest of the last 8 blocks on the thread's stream }, then synchronise the stream.
@@ -57,7 +69,9 @@ struct config {
   std::size_t pool_bytes = std::size_t{1} << 30;  // initial size of pool/arena/strata
   std::size_t sim_capacity = std::size_t{16} << 30;  // --device-mib: the simulated device's memory
   bool capped = false;
-  double cap_factor = 0;  // > 0: device = cap_factor x each cell's live bound
+  double cap_factor = 0;  // > 0: device = cap_factor x each cell's live bound (cap_basis)
+  bool cap_serial = false;  // the bound is the serial one (one thread after another)
+  bool fragment_in_turns = false;  // the threads take the fragment step one at a time
   std::uint64_t seed = 20240601;
   std::string replay;
   std::string trace;
@@ -69,7 +83,8 @@ struct config {
                "usage: strata-bench-e2-gpu [--backend sim|cuda] [--resource NAME[,NAME..]|all]\n"
                "         [--threads 1,4,8,16] [--smoke] [--iterations N] [--long-factor K]\n"
                "         [--kernel-ns NS] [--max-size BYTES] [--pool-mib MIB] [--seed S]\n"
-               "         [--device-mib MIB | --cap-factor F] [--table] [--trace OUT.csv]\n"
+               "         [--device-mib MIB | --cap-factor F [--cap-basis concurrent|serial]]\n"
+               "         [--fragment-in-turns] [--table] [--trace OUT.csv]\n"
                "         [--replay TRACE.csv]\n"
                "resources: cuda async pool arena strata\n",
                why.c_str());
@@ -127,6 +142,12 @@ config parse(int argc, char** argv) {
       if (v.empty() || *end || !(c.cap_factor >= 1.0)) usage("--cap-factor needs a number >= 1: " + v);
       c.capped = true;
     }
+    else if (a == "--cap-basis") {
+      const std::string v = value();
+      if (v != "concurrent" && v != "serial") usage("--cap-basis is concurrent or serial: " + v);
+      c.cap_serial = v == "serial";
+    }
+    else if (a == "--fragment-in-turns") c.fragment_in_turns = true;
     else if (a == "--replay") c.replay = value();
     else if (a == "--trace") c.trace = value();
     else if (a == "-h" || a == "--help") usage("help");
@@ -158,7 +179,8 @@ struct phase_result {
   std::optional<std::uint64_t> lock_wait_ns;
   double fragmentation = 0;
   std::size_t peak_reserved = 0;
-  std::size_t live_peak = 0;
+  std::size_t live_peak = 0;       // since the cell began
+  std::size_t step_live_peak = 0;  // within this step
 };
 
 // Bytes the workload holds (requested sizes) across all threads, and its high-water mark: the
@@ -171,6 +193,20 @@ struct live_bytes {
     while (v > p && !peak.compare_exchange_weak(p, v, std::memory_order_relaxed)) {}
   }
   void sub(std::size_t n) { now.fetch_sub(n, std::memory_order_relaxed); }
+};
+
+// A step's own live peak, with the cell's: the step starts its high-water mark from what is
+// live when it begins.
+struct step_live {
+  std::size_t cell_peak = 0;
+  void begin(live_bytes& l) {
+    cell_peak = std::max(cell_peak, l.peak.load());
+    l.peak.store(l.now.load());
+  }
+  std::size_t end(live_bytes& l) {
+    cell_peak = std::max(cell_peak, l.peak.load());
+    return l.peak.load();
+  }
 };
 
 struct thread_timer {
@@ -313,9 +349,12 @@ class counting_resource final : public device_memory_resource {
   std::atomic<std::uintptr_t> next_{std::uintptr_t{1} << 40};
 };
 
-// The cell's live bound: the sum over its threads of each thread's own peak of live bytes (every
-// thread at its peak at once), from a dry run of each thread's script with no kernels.
-std::size_t live_bound(const config& c, int nthreads) {
+// The cell's two live bounds (see the top of this file), from dry runs with no kernels.
+struct live_bounds {
+  std::size_t concurrent = 0, serial = 0;
+};
+
+live_bounds dry_run(const config& c, int nthreads) {
   config dry = c;
   dry.kernel_ns = 0;
   sim_options so;
@@ -323,15 +362,22 @@ std::size_t live_bound(const config& c, int nthreads) {
   auto dev = make_sim_backend(so);
   counting_resource counter(dev);
   const stream_view s = dev->stream_create();
-  std::size_t bound = 0;
-  for (int t = 0; t < nthreads; ++t) {
-    live_bytes live;
-    worker w{counter, *dev, s, dry, live, {}, {}};
+  live_bounds b;
+  for (int t = 0; t < nthreads; ++t) {  // each thread alone: its own peak
+    live_bytes own;
+    worker w{counter, *dev, s, dry, own, {}, {}};
     for (int k = 0; k < script_steps; ++k) w.step(k, worker_seed(c, t));
-    bound += live.peak.load();
+    b.concurrent += own.peak.load();
   }
+  live_bytes shared;  // step k of thread 0, 1, .., n - 1, then step k + 1; pinned blocks stay
+  std::vector<worker> ws;
+  ws.reserve(nthreads);
+  for (int t = 0; t < nthreads; ++t) ws.push_back(worker{counter, *dev, s, dry, shared, {}, {}});
+  for (int k = 0; k < script_steps; ++k)
+    for (int t = 0; t < nthreads; ++t) ws[t].step(k, worker_seed(c, t));
+  b.serial = shared.peak.load();
   dev->stream_destroy(s);
-  return bound;
+  return b;
 }
 
 // ---- one cell: resource x thread count -------------------------------------------------------
@@ -339,10 +385,12 @@ struct cell_result {
   std::string resource;
   int threads = 0;
   std::string error;  // empty: ok
-  std::map<std::string, phase_result> phases;
+  std::map<std::string, phase_result> phases;  // the timed steps
+  std::map<std::string, phase_result> setup;   // the untimed ones (time, live and reserved only)
 };
 
 const char* const phase_names[] = {"baseline", "fragmented", "long_term"};
+const char* const step_names[] = {"baseline", "fragment", "fragmented", "churn", "long_term"};
 
 cell_result run_cell(const std::string& name, int nthreads, const config& c,
                      std::shared_ptr<device_backend> dev, bool trace_this) {
@@ -366,6 +414,7 @@ cell_result run_cell(const std::string& name, int nthreads, const config& c,
     std::atomic<bool> failed{false};
     std::string failure;
     std::mutex failure_m;
+    std::mutex turns;  // --fragment-in-turns
 
     constexpr int steps = script_steps;
     std::barrier sync(nthreads + 1);
@@ -378,6 +427,8 @@ cell_result run_cell(const std::string& name, int nthreads, const config& c,
           if (!failed.load()) {
             try {
               worker& w = workers[t];
+              std::unique_lock turn(turns, std::defer_lock);
+              if (k == 1 && c.fragment_in_turns) turn.lock();
               w.tm.start = clk::now();
               w.step(k, wseed);
               w.tm.end = clk::now();
@@ -390,13 +441,13 @@ cell_result run_cell(const std::string& name, int nthreads, const config& c,
         }
       });
     }
-    int timed = 0;
+    step_live step_peak;
     for (int k = 0; k < steps; ++k) {
       for (auto& w : workers) w.tm = {};
       const auto wait_before = mr.info().lock_wait_ns;
+      step_peak.begin(live);  // the workers wait at the start barrier
       sync.arrive_and_wait();
       sync.arrive_and_wait();
-      if (k % 2 == 1) continue;  // setup steps are not timed phases
       // first thread's start to last thread's end (the workers' clocks, not this thread's
       // wake-ups: on a loaded machine the main thread can be scheduled late)
       clk::time_point first = clk::time_point::max(), last = clk::time_point::min();
@@ -409,8 +460,9 @@ cell_result run_cell(const std::string& name, int nthreads, const config& c,
       if (info.lock_wait_ns && wait_before) r.lock_wait_ns = *info.lock_wait_ns - *wait_before;
       r.fragmentation = info.fragmentation();
       r.peak_reserved = info.peak_reserved_bytes;
-      r.live_peak = live.peak.load();
-      out.phases[phase_names[timed++]] = r;
+      r.step_live_peak = step_peak.end(live);
+      r.live_peak = step_peak.cell_peak;
+      (k % 2 == 1 ? out.setup : out.phases)[step_names[k]] = r;  // odd steps are setup
     }
     for (auto& th : pool) th.join();
     for (auto& w : workers)
@@ -570,25 +622,29 @@ int main(int argc, char** argv) {
               c.smoke ? "true" : "false");
   std::printf("  \"config\": {\"iterations\": %zu, \"long_factor\": %zu, \"kernel_ns\": %llu, "
               "\"min_size\": %zu, \"max_size\": %zu, \"initial_pool_bytes\": %zu, \"seed\": %llu, "
-              "\"window\": 8, \"device_bytes\": %s, \"cap_factor\": %s, \"threads\": [",
+              "\"window\": 8, \"fragment_in_turns\": %s, \"device_bytes\": %s, \"cap_factor\": %s, \"cap_basis\": %s, \"threads\": [",
               c.iterations, c.long_factor, static_cast<unsigned long long>(c.kernel_ns), c.min_size,
               c.max_size, c.pool_bytes, static_cast<unsigned long long>(c.seed),
+              c.fragment_in_turns ? "true" : "false",
               c.capped && c.cap_factor == 0 ? std::to_string(c.sim_capacity).c_str() : "null",
-              c.cap_factor > 0 ? json_number(c.cap_factor).c_str() : "null");
+              c.cap_factor > 0 ? json_number(c.cap_factor).c_str() : "null",
+              c.cap_factor > 0 ? (c.cap_serial ? "\"serial\"" : "\"concurrent\"") : "null");
   for (std::size_t i = 0; i < c.threads.size(); ++i) std::printf("%s%d", i ? ", " : "", c.threads[i]);
   std::printf("]},\n  \"phases\": [\"baseline\", \"fragmented\", \"long_term\"],\n  \"results\": [");
   std::fflush(stdout);
 
   std::vector<cell_result> all;
+  std::map<int, live_bounds> bounds;
+  for (int t : c.threads) bounds[t] = dry_run(c, t);
   bool first = true, traced = false;
   for (const auto& name : c.resources) {
     for (int t : c.threads) {
       const bool trace_this = !c.trace.empty() && !traced;
       traced = traced || trace_this;
       std::shared_ptr<device_backend> cell_dev = dev;
-      std::size_t bound = 0, device_bytes = c.sim_capacity;
+      std::size_t device_bytes = c.sim_capacity;
       if (c.cap_factor > 0) {  // a device of its own, cap_factor x this cell's live bound
-        bound = live_bound(c, t);
+        const std::size_t bound = c.cap_serial ? bounds[t].serial : bounds[t].concurrent;
         device_bytes = (static_cast<std::size_t>(c.cap_factor * double(bound)) + (1 << 20) - 1) >> 20 << 20;
         sim_options so;
         so.capacity_bytes = device_bytes;
@@ -598,9 +654,9 @@ int main(int argc, char** argv) {
       cell_result r = run_cell(name, t, c, cell_dev, trace_this);
       std::printf("%s\n    {\"resource\": %s, \"threads\": %d, \"status\": %s", first ? "" : ",",
                   json_string(r.resource).c_str(), r.threads, r.error.empty() ? "\"ok\"" : "\"error\"");
-      if (c.capped)
-        std::printf(", \"device_bytes\": %zu, \"live_bound_bytes\": %s", device_bytes,
-                    c.cap_factor > 0 ? std::to_string(bound).c_str() : "null");
+      if (c.capped) std::printf(", \"device_bytes\": %zu", device_bytes);
+      std::printf(", \"live_bound_bytes\": %zu, \"serial_live_bound_bytes\": %zu",
+                  bounds[t].concurrent, bounds[t].serial);
       if (!r.error.empty()) std::printf(", \"error\": %s", json_string(r.error).c_str());
       if (r.phases.size() == 3) {
         std::printf(", \"phases\": {");
@@ -609,12 +665,23 @@ int main(int argc, char** argv) {
           const auto& p = r.phases[phase_names[k]];
           std::printf("%s\n      %s: {\"time_ms\": %s, \"change_pct\": %s, \"alloc_ns_total\": %llu, "
                       "\"operations\": %llu, \"lock_wait_ns\": %s, \"fragmentation\": %s, "
-                      "\"peak_reserved_bytes\": %zu, \"live_peak_bytes\": %zu}",
+                      "\"peak_reserved_bytes\": %zu, \"live_peak_bytes\": %zu, "
+                      "\"step_live_peak_bytes\": %zu}",
                       k ? "," : "", json_string(phase_names[k]).c_str(), json_number(p.time_ms).c_str(),
                       json_number(base > 0 ? 100.0 * (p.time_ms - base) / base : 0.0).c_str(),
                       static_cast<unsigned long long>(p.alloc_ns), static_cast<unsigned long long>(p.operations),
                       p.lock_wait_ns ? std::to_string(*p.lock_wait_ns).c_str() : "null",
-                      json_number(p.fragmentation).c_str(), p.peak_reserved, p.live_peak);
+                      json_number(p.fragmentation).c_str(), p.peak_reserved, p.live_peak,
+                      p.step_live_peak);
+        }
+        std::printf("}, \"setup\": {");
+        bool first_step = true;
+        for (const auto& [step, p] : r.setup) {
+          std::printf("%s\n      %s: {\"time_ms\": %s, \"peak_reserved_bytes\": %zu, "
+                      "\"step_live_peak_bytes\": %zu}",
+                      first_step ? "" : ",", json_string(step).c_str(), json_number(p.time_ms).c_str(),
+                      p.peak_reserved, p.step_live_peak);
+          first_step = false;
         }
         std::printf("}");
       }
