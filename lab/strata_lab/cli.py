@@ -438,6 +438,10 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("env", help="what this machine is (as recorded with results)")
     e.add_argument("--json", action="store_true")
     e.set_defaults(func=cmd_env)
+
+    from . import replay
+
+    replay.add_parsers(sub)  # record, replay, trace-stats
     return p
 
 

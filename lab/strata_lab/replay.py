@@ -1,0 +1,102 @@
+"""strata-lab record / replay / trace-stats: a program's allocations recorded once (STRATA_TRACE in
+strata's preload library), replayed under every allocator (suite "replay"), and summarised.
+
+    strata-lab record [-o TRACE] -- PROGRAM ARGS...
+    strata-lab replay TRACE [--alloc ...] [any option of strata-lab run]
+    strata-lab trace-stats TRACE [--json] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from . import allocators, trace
+from .errors import LabError
+
+
+def cmd_record(a: argparse.Namespace) -> int:
+    argv = list(a.program)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        raise LabError("record: give the command after --, e.g. strata-lab record -- python3 work.py")
+    strata = allocators.resolve("strata")
+    out = Path(a.output).resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    template = out.with_name(out.name + ".%p")
+    env = dict(os.environ)
+    env["LD_PRELOAD"] = " ".join(x for x in (strata.library, env.get("LD_PRELOAD")) if x)
+    env["STRATA_TRACE"] = str(template)
+    try:
+        proc = subprocess.Popen(argv, env=env)
+    except OSError as e:
+        raise LabError(f"record: cannot start {argv[0]}: {e.strerror}") from None
+    try:
+        rc = proc.wait()
+    except KeyboardInterrupt:
+        proc.wait()
+        rc = proc.returncode
+    main = out.with_name(f"{out.name}.{proc.pid}")
+    others = sorted(p for p in out.parent.glob(out.name + ".*") if p != main and p.suffix[1:].isdigit())
+    if not main.is_file():
+        raise LabError(f"record: {argv[0]} left no trace at {main} (is it a static binary, or did it "
+                       f"replace its environment?)")
+    main.replace(out)
+    t = trace.read(out)
+    print(f"strata-lab: {out}: {t.events} events, {t.threads} threads, {t.end_note()}", file=sys.stderr)
+    if others:
+        print(f"strata-lab: {len(others)} more trace(s) from processes it started: "
+              f"{', '.join(p.name for p in others[:5])}{' ...' if len(others) > 5 else ''}", file=sys.stderr)
+    if rc != 0:
+        print(f"strata-lab: {argv[0]} exited with status {rc}", file=sys.stderr)
+    return rc if rc >= 0 else 128 - rc
+
+
+def cmd_replay(a: argparse.Namespace) -> int:
+    from . import cli
+
+    t = trace.read(a.trace)  # a clear error before any run starts
+    if not t.complete:
+        print(f"strata-lab: warning: {a.trace}: {t.end_note()}", file=sys.stderr)
+    return cli.main(["run", "--suite", "replay", "--param", f"trace={Path(a.trace).resolve()}", *a.run_args])
+
+
+def cmd_trace_stats(a: argparse.Namespace) -> int:
+    t = trace.read(a.trace)
+    s = trace.stats(t)
+    if a.json:
+        print(json.dumps(s, indent=1))
+    else:
+        print(trace.markdown(s))
+    if a.out:
+        out = Path(a.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "trace-stats.json").write_text(json.dumps(s, indent=1))
+        png = trace.plot(s, out / "trace-stats.png")
+        (out / "trace-stats.md").write_text(trace.markdown(s) + f"\n![{png.name}]({png.name})\n")
+        print(f"strata-lab: wrote {out / 'trace-stats.md'} and {png}", file=sys.stderr)
+    return 0
+
+
+def add_parsers(sub) -> None:
+    r = sub.add_parser("record", help="run a command under strata, recording its allocations to a trace")
+    r.add_argument("-o", "--output", default="strata.trace", help="the trace to write (default: strata.trace); "
+                   "processes the command starts leave theirs beside it as TRACE.<pid>")
+    r.add_argument("program", nargs=argparse.REMAINDER, help="-- PROGRAM ARGS...")
+    r.set_defaults(func=cmd_record)
+
+    p = sub.add_parser("replay", help="replay a trace under each allocator (suite replay; options as for run)")
+    p.add_argument("trace")
+    p.add_argument("run_args", nargs=argparse.REMAINDER, help="options of strata-lab run: --alloc, --rounds, ...")
+    p.set_defaults(func=cmd_replay)
+
+    s = sub.add_parser("trace-stats", help="sizes, lifetimes, cross-thread frees and peak live bytes of a trace")
+    s.add_argument("trace")
+    s.add_argument("--json", action="store_true", help="print the numbers as JSON")
+    s.add_argument("--out", help="also write trace-stats.{md,json,png} (the plot) into this directory")
+    s.set_defaults(func=cmd_trace_stats)

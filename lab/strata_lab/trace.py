@@ -1,0 +1,303 @@
+"""Allocation traces (STRATA_TRACE, docs/trace-format.md): reading, checking and statistics.
+
+    t = trace.read(path)        # a Trace: the header, each thread's events; TraceError if corrupt
+    s = trace.stats(t)          # sizes, lifetimes, cross-thread frees, peak live bytes
+
+A trace cut short (the program was killed) reads up to its last whole chunk: `t.complete` is
+False and `t.truncated` says where and why it ends.  Anything else that is wrong (another file,
+another format version, a chunk that does not start where one should, a checksum that does not
+match, an unknown event) is a TraceError naming the byte.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .errors import LabError
+
+MAGIC = b"STRTRACE"
+VERSION = 1
+FILE_HEADER = struct.Struct("<8sIIIIIIQQ16x")  # 64 bytes
+CHUNK_HEADER = struct.Struct("<IIIIQQQII")  # 48 bytes
+CHUNK_MAGIC = 0x4B4E4843
+CHUNK_THREAD_EXIT, CHUNK_END = 1, 2
+
+OPS = {1: "malloc", 2: "calloc", 3: "realloc_from", 4: "realloc", 5: "aligned", 6: "free",
+       7: "free_sized", 8: "time"}
+OP = {v: k for k, v in OPS.items()}
+ALLOCS = (OP["malloc"], OP["calloc"], OP["realloc"], OP["aligned"])
+FREES = (OP["free"], OP["free_sized"], OP["realloc_from"])
+ADDRESS_MASK = (1 << 48) - 1
+SIZE_MASK = (1 << 40) - 1
+
+
+class TraceError(LabError):
+    """A trace the tools cannot read: the message names the file and the byte."""
+
+
+@dataclass
+class Trace:
+    path: Path
+    pid: int
+    parent_pid: int
+    start_cycles: int
+    start_ns: int
+    file_bytes: int
+    valid_bytes: int = 0
+    complete: bool = False
+    truncated: str = ""
+    chunks: int = 0
+    last_flush: tuple[int, int] | None = None  # (cycles, ns) of the last chunk written
+    # Per event, in each thread's order, threads one after another:
+    thread: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint32))
+    op: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))
+    address: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
+    size: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
+    alignment_log: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))
+    cycles: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
+
+    @property
+    def threads(self) -> int:
+        return int(np.unique(self.thread).size)
+
+    @property
+    def events(self) -> int:
+        return int(self.op.size)
+
+    def seconds_per_cycle(self) -> float | None:
+        """From the file header's clock pair and the last chunk's; None for a trace too short."""
+        if not self.last_flush:
+            return None
+        dc, dn = self.last_flush[0] - self.start_cycles, self.last_flush[1] - self.start_ns
+        return dn / dc * 1e-9 if dc > 0 and dn > 0 else None
+
+    def end_note(self) -> str:
+        if self.complete:
+            return f"complete ({self.valid_bytes} bytes, {self.chunks} chunks)"
+        return (f"INCOMPLETE: {self.truncated}; the events up to byte {self.valid_bytes} of "
+                f"{self.file_bytes} ({self.chunks} whole chunks) are read, each thread's events after "
+                f"its last written chunk are lost")
+
+
+def read(path: str | Path) -> Trace:
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise TraceError(f"{path}: {e.strerror}") from None
+    if len(data) < FILE_HEADER.size or data[:8] != MAGIC:
+        raise TraceError(f"{path}: not a strata trace (no {MAGIC.decode()} header)")
+    magic, version, hbytes, cbytes, ebytes, pid, ppid, c0, n0 = FILE_HEADER.unpack_from(data)
+    if version != VERSION:
+        raise TraceError(f"{path}: trace format version {version}; this lab reads version {VERSION}")
+    if (hbytes, cbytes, ebytes) != (FILE_HEADER.size, CHUNK_HEADER.size, 16):
+        raise TraceError(f"{path}: byte 8: unexpected header, chunk header or event sizes "
+                         f"({hbytes}, {cbytes}, {ebytes})")
+    t = Trace(path=path, pid=pid, parent_pid=ppid, start_cycles=c0, start_ns=n0, file_bytes=len(data))
+    parts: dict[int, list] = {}
+    off = FILE_HEADER.size
+    while off < len(data):
+        if len(data) - off < CHUNK_HEADER.size:
+            t.truncated = f"a chunk header cut short at byte {off}"
+            break
+        magic, thread, events, flags, base, fc, fn, tid, checksum = CHUNK_HEADER.unpack_from(data, off)
+        if magic != CHUNK_MAGIC:
+            raise TraceError(f"{path}: byte {off}: corrupt trace: no chunk starts here")
+        payload = 16 * events
+        if len(data) - off - CHUNK_HEADER.size < payload:
+            t.truncated = f"a chunk cut short at byte {off}"
+            break
+        words = np.frombuffer(data, "<u8", count=2 * events, offset=off + CHUNK_HEADER.size)
+        s = int(words.sum(dtype=np.uint64)) if events else 0
+        if ((s ^ (s >> 32)) & 0xFFFFFFFF) != checksum:
+            raise TraceError(f"{path}: byte {off}: corrupt trace: chunk checksum mismatch")
+        w0, w1 = words[0::2], words[1::2]
+        op = ((w0 >> np.uint64(48)) & np.uint64(0xFF)).astype(np.uint8)
+        bad = np.flatnonzero((op < 1) | (op > 8))
+        if bad.size:
+            raise TraceError(f"{path}: byte {off + CHUNK_HEADER.size + 16 * int(bad[0])}: corrupt trace: "
+                             f"unknown event {int(op[bad[0]])}")
+        off += CHUNK_HEADER.size + payload
+        t.chunks += 1
+        t.last_flush = (fc, fn)
+        if flags & CHUNK_END:
+            t.complete = True
+            if off != len(data):
+                raise TraceError(f"{path}: byte {off}: corrupt trace: data after the end chunk")
+            break
+        is_time = op == OP["time"]
+        delta = np.where(is_time, w1, w1 >> np.uint64(40))
+        cycles = np.uint64(base) + np.cumsum(delta, dtype=np.uint64)
+        keep = ~is_time
+        parts.setdefault(thread, []).append((op[keep], w0[keep], w1[keep], cycles[keep]))
+    t.valid_bytes = off
+    if not t.complete and not t.truncated:
+        t.truncated = "no end chunk: the program did not exit normally (killed, crashed or _exit)"
+    cols = []
+    for th in sorted(parts):
+        for op, w0, w1, cyc in parts[th]:
+            cols.append((np.full(op.size, th, np.uint32), op, w0, w1, cyc))
+    if cols:
+        t.thread = np.concatenate([c[0] for c in cols])
+        t.op = np.concatenate([c[1] for c in cols])
+        w0 = np.concatenate([c[2] for c in cols])
+        w1 = np.concatenate([c[3] for c in cols])
+        t.cycles = np.concatenate([c[4] for c in cols])
+        t.address = w0 & np.uint64(ADDRESS_MASK)
+        t.alignment_log = (w0 >> np.uint64(56)).astype(np.uint8)
+        t.size = w1 & np.uint64(SIZE_MASK)
+    return t
+
+
+def _log2_histogram(values: np.ndarray, unit: str) -> list[dict]:
+    """Power-of-two buckets: [lo, 2*lo) with their counts (0 has its own bucket)."""
+    if values.size == 0:
+        return []
+    v = values.astype(np.float64)
+    zero = int(np.count_nonzero(v <= 0))
+    pos = v[v > 0]
+    out = [{"lo": 0, "hi": 0, "count": zero, "unit": unit}] if zero else []
+    if pos.size:
+        e = np.floor(np.log2(pos)).astype(np.int64)
+        for k, n in zip(*np.unique(e, return_counts=True)):
+            out.append({"lo": float(2.0 ** k), "hi": float(2.0 ** (k + 1)), "count": int(n), "unit": unit})
+    return out
+
+
+def lifetimes(t: Trace) -> dict:
+    """Each allocation matched with the free of its address that follows it (in cycle order):
+    indexes into t's arrays, and which were freed by another thread."""
+    idx = np.flatnonzero(t.address != 0)
+    order = idx[np.lexsort((t.cycles[idx], t.address[idx]))]
+    a, b = order[:-1], order[1:]
+    pair = (t.address[a] == t.address[b]) & np.isin(t.op[a], ALLOCS) & np.isin(t.op[b], FREES)
+    alloc_i, free_i = a[pair], b[pair]
+    return {"alloc": alloc_i, "free": free_i, "cross": t.thread[alloc_i] != t.thread[free_i]}
+
+
+def stats(t: Trace) -> dict:
+    """What a user needs to understand a program's allocation pattern, as JSON-ready numbers."""
+    allocs = np.isin(t.op, ALLOCS) & (t.address != 0)
+    frees = np.isin(t.op, (OP["free"], OP["free_sized"]))
+    m = lifetimes(t)
+    spc = t.seconds_per_cycle()
+    life_cycles = (t.cycles[m["free"]] - t.cycles[m["alloc"]]).astype(np.float64)
+    life = life_cycles * spc if spc else life_cycles
+    # Live bytes over time: + at each allocation, - at the free matched with it.
+    delta = np.zeros(t.events, np.int64)
+    delta[allocs] = t.size[allocs].astype(np.int64)
+    delta[m["free"]] -= t.size[m["alloc"]].astype(np.int64)
+    order = np.argsort(t.cycles, kind="stable")
+    live = np.cumsum(delta[order])
+    peak = int(live.max()) if live.size else 0
+    duration = None
+    if spc and t.events:
+        duration = float(int(t.cycles.max()) - int(t.cycles.min())) * spc
+    matched_frees = int(m["free"].size)
+    cross = int(np.count_nonzero(m["cross"]))
+    counts = {name: int(np.count_nonzero(t.op == k)) for k, name in OPS.items() if name != "time"}
+    return {
+        "trace": str(t.path), "pid": t.pid, "parent_pid": t.parent_pid, "complete": t.complete,
+        "end": t.end_note(), "threads": t.threads, "events": t.events, "counts": counts,
+        "duration_s": duration,
+        "allocations": int(np.count_nonzero(allocs)), "allocated_bytes": int(t.size[allocs].sum()),
+        "frees_matched": matched_frees,
+        "frees_unmatched": int(np.count_nonzero(frees)) + counts["realloc_from"] - matched_frees,
+        "cross_thread_frees": cross,
+        "cross_thread_free_share": cross / matched_frees if matched_frees else 0.0,
+        "peak_live_bytes": peak,
+        "size_histogram": _log2_histogram(t.size[allocs], "bytes"),
+        "lifetime_histogram": _log2_histogram(life, "s" if spc else "cycles"),
+        "live_bytes": _downsampled(t.cycles[order], live, t, spc),
+    }
+
+
+def _downsampled(cycles: np.ndarray, live: np.ndarray, t: Trace, spc: float | None, n: int = 400) -> dict:
+    if live.size == 0:
+        return {"t": [], "bytes": []}
+    step = max(1, live.size // n)
+    # The maximum of each step, so the peak survives the thinning.
+    k = live.size // step * step
+    peaks = live[:k].reshape(-1, step).max(axis=1) if k else live
+    at = cycles[:k:step] if k else cycles
+    t0 = int(cycles[0])
+    x = [(int(c) - t0) * (spc or 1.0) for c in at]
+    return {"t": x, "bytes": [int(v) for v in peaks], "unit": "s" if spc else "cycles"}
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _bucket(h: dict) -> str:
+    if h["hi"] == 0:
+        return "0"
+    if h["unit"] == "bytes":
+        return f"{_human(h['lo'])}–{_human(h['hi'])}"
+    if h["unit"] == "s":
+        return f"{_seconds(h['lo'])}–{_seconds(h['hi'])}"
+    return f"{h['lo']:.0f}–{h['hi']:.0f} cycles"
+
+
+def _seconds(s: float) -> str:
+    for unit, f in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if s >= f:
+            return f"{s / f:.3g} {unit}"
+    return f"{s / 1e-9:.3g} ns"
+
+
+def markdown(s: dict) -> str:
+    lines = [f"# trace {s['trace']}", "",
+             f"- process {s['pid']}" + (f" (forked from {s['parent_pid']})" if s["parent_pid"] else ""),
+             f"- {s['end']}",
+             f"- {s['threads']} threads, {s['events']} events"
+             + (f" over {s['duration_s']:.3g} s" if s["duration_s"] else ""),
+             "- " + ", ".join(f"{k} {v}" for k, v in s["counts"].items() if v),
+             f"- {s['allocations']} allocations, {_human(s['allocated_bytes'])} in all; "
+             f"peak live {_human(s['peak_live_bytes'])}",
+             f"- frees matched to an allocation in the trace: {s['frees_matched']}; unmatched "
+             f"(allocated before recording began, or lost): {s['frees_unmatched']}",
+             f"- freed by another thread than the allocating one: {s['cross_thread_frees']} "
+             f"({100 * s['cross_thread_free_share']:.1f} % of matched frees)", ""]
+    for title, key in (("sizes", "size_histogram"), ("lifetimes", "lifetime_histogram")):
+        rows = s[key]
+        total = sum(h["count"] for h in rows) or 1
+        lines += [f"## {title}", "", "| range | count | share |", "|---|---:|---:|"]
+        lines += [f"| {_bucket(h)} | {h['count']} | {100 * h['count'] / total:.1f} % |" for h in rows]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot(s: dict, out: Path) -> Path:
+    """Three panels: the size histogram, the lifetime histogram, live bytes over time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(1, 3, figsize=(15, 4))
+    for a, key, title in ((ax[0], "size_histogram", "allocation sizes"),
+                          (ax[1], "lifetime_histogram", "lifetimes (matched frees)")):
+        rows = s[key]
+        a.bar(range(len(rows)), [h["count"] for h in rows])
+        a.set_xticks(range(len(rows)), [_bucket(h).split("–")[0] for h in rows], rotation=60, fontsize=7)
+        a.set_title(title)
+        a.set_ylabel("count")
+    lb = s["live_bytes"]
+    ax[2].plot(lb["t"], [b / 2**20 for b in lb["bytes"]])
+    ax[2].set_title(f"live bytes (peak {_human(s['peak_live_bytes'])})")
+    ax[2].set_xlabel(lb.get("unit", "s"))
+    ax[2].set_ylabel("MiB")
+    fig.suptitle(Path(s["trace"]).name)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out

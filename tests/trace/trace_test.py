@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""Recording and replay tests: trace_workload (known allocations) under LD_PRELOAD=libstrata.so
+with STRATA_TRACE; the traces are read back by strata-bench-replay --check and replayed.  Also a
+trace cut short, a corrupt one, another file, and STRATA_TRACE unset.  Usage:
+    trace_test.py <libstrata.so> <trace_workload> <strata-bench-replay>
+"""
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+LIB, WORKLOAD, REPLAY = sys.argv[1:4]
+failures = []
+
+
+def expect(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what)
+
+
+def record(tmp, *args, trace="t.%p", env_extra=None):
+    env = dict(os.environ, LD_PRELOAD=LIB, STRATA_TRACE=os.path.join(tmp, trace), **(env_extra or {}))
+    return subprocess.run([WORKLOAD, *args], env=env, capture_output=True, text=True, timeout=60)
+
+
+def check(path):
+    r = subprocess.run([REPLAY, "--check", path], capture_output=True, text=True, timeout=60)
+    return r.returncode, (json.loads(r.stdout) if r.returncode == 0 else None), r.stderr
+
+
+def one_trace(tmp, pid):
+    path = os.path.join(tmp, f"t.{pid}")
+    expect(os.path.isfile(path), f"no trace {path}")
+    return path
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    # Threads: every call the workload made is in the trace, cross-thread frees included.
+    p = record(tmp, "threads", "3000")
+    expect(p.returncode == 0, f"threads workload failed: {p.stderr}")
+    want = json.loads(p.stdout)
+    files = glob.glob(os.path.join(tmp, "t.*"))
+    expect(len(files) == 1, f"one trace expected, found {files}")
+    rc, got, err = check(files[0])
+    expect(rc == 0, f"--check failed: {err}")
+    if got:
+        expect(got["complete"], "a normal exit leaves a complete trace")
+        expect(got["threads"] >= 2, f"two threads recorded: {got['threads']}")
+        expect(got["counts"]["malloc"] >= want["mallocs"], f"mallocs {got['counts']} < {want}")
+        expect(got["counts"]["realloc"] >= want["reallocs"], f"reallocs {got['counts']} < {want}")
+        expect(got["counts"]["aligned"] >= want["aligned"], f"aligned {got['counts']} < {want}")
+        expect(got["counts"]["calloc"] >= want["callocs"], f"callocs {got['counts']} < {want}")
+        expect(got["cross_thread_frees"] >= want["cross_thread_frees"],
+               f"cross-thread frees {got['cross_thread_frees']} < {want['cross_thread_frees']}")
+        # Replayed without a preload (glibc): every operation runs.
+        r = subprocess.run([REPLAY, files[0]], capture_output=True, text=True, timeout=60)
+        expect(r.returncode == 0, f"replay failed: {r.stderr}")
+        if r.returncode == 0:
+            rep = json.loads(r.stdout)
+            expect(rep["ops"] >= want["mallocs"] * 2, f"replayed ops {rep['ops']}")
+            expect(rep["peak_rss_kib"] > 0, f"replay peak RSS {rep['peak_rss_kib']}")
+        good = open(files[0], "rb").read()
+        # Cut short inside a chunk: read up to the chunk before, said so, and still replayed.
+        cut = os.path.join(tmp, "cut")
+        open(cut, "wb").write(good[: len(good) - 100])
+        rc, got_cut, err = check(cut)
+        expect(rc == 0 and not got_cut["complete"] and "cut short" in got_cut["truncated"],
+               f"a cut trace: rc {rc}, {got_cut}, {err}")
+        # A flipped byte inside an event: a clear error, no crash.
+        bad = bytearray(good)
+        bad[64 + 48 + 20] ^= 0x40
+        open(cut, "wb").write(bytes(bad))
+        rc, _, err = check(cut)
+        expect(rc == 2 and "checksum mismatch" in err, f"a corrupt trace: rc {rc}, {err}")
+        open(cut, "wb").write(b"hello, not a trace" * 10)
+        rc, _, err = check(cut)
+        expect(rc == 2 and "not a strata trace" in err, f"another file: rc {rc}, {err}")
+    for f in glob.glob(os.path.join(tmp, "*")):
+        os.unlink(f)
+
+    # Fork: with %p the child writes its own trace, naming its parent.
+    p = record(tmp, "fork", "500")
+    expect(p.returncode == 0, f"fork workload failed: {p.stderr}")
+    info = json.loads(p.stdout)
+    rc, child, err = check(one_trace(tmp, info["child"]))
+    expect(rc == 0 and child["parent_pid"] > 0 and child["counts"]["malloc"] >= 500 and child["complete"],
+           f"child trace: {child} {err}")
+    for f in glob.glob(os.path.join(tmp, "*")):
+        os.unlink(f)
+    # Without %p the child does not record (the parent's file is the parent's).
+    p = record(tmp, "fork", "500", trace="fixed")
+    rc, parent, err = check(os.path.join(tmp, "fixed"))
+    expect(rc == 0 and parent["complete"] and parent["counts"]["malloc"] < 500,
+           f"fixed path, parent only: {parent} {err}")
+    for f in glob.glob(os.path.join(tmp, "*")):
+        os.unlink(f)
+
+    # Killed: the chunks written before the kill are there, and the trace says it is incomplete.
+    p = record(tmp, "kill", "200000", trace="killed")
+    expect(p.returncode == -9, f"kill workload: {p.returncode}")
+    rc, killed, err = check(os.path.join(tmp, "killed"))
+    expect(rc == 0 and not killed["complete"] and "no end chunk" in killed["truncated"]
+           and killed["counts"]["malloc"] >= 65000 and killed["chunks"] >= 3,
+           f"killed trace: {killed} {err}")
+    os.unlink(os.path.join(tmp, "killed"))
+
+    # STRATA_TRACE unset: nothing is written.
+    env = dict(os.environ, LD_PRELOAD=LIB)
+    env.pop("STRATA_TRACE", None)
+    subprocess.run([WORKLOAD, "threads", "100"], env=env, capture_output=True, cwd=tmp, timeout=60)
+    expect(os.listdir(tmp) == [], f"files written with STRATA_TRACE unset: {os.listdir(tmp)}")
+
+# The replayer's own check: a synthetic trace of known content.
+r = subprocess.run([REPLAY, "--smoke"], capture_output=True, text=True, timeout=60)
+expect(r.returncode == 0, f"replay --smoke: {r.stdout} {r.stderr}")
+
+print("trace tests:", "FAILED" if failures else "passed")
+sys.exit(1 if failures else 0)

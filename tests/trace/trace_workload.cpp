@@ -1,0 +1,67 @@
+// A program of known allocations for the trace tests (trace_test.py), run under
+// LD_PRELOAD=libstrata.so with STRATA_TRACE set.  Prints what it did as one JSON line.
+//   trace_workload threads N   N blocks made by the main thread, the odd ones freed by a worker,
+//                              the even ones by the main thread; reallocs, calloc, aligned, new
+//   trace_workload fork N      the child allocates and frees N blocks, then exits
+//   trace_workload kill N      allocates N blocks and kills itself (SIGKILL) before freeing them
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+int main(int argc, char** argv) {
+  if (argc != 3) return 2;
+  int n = atoi(argv[2]);
+  std::vector<void*> blocks(n);
+  if (strcmp(argv[1], "threads") == 0) {
+    for (int i = 0; i < n; i++) blocks[i] = malloc(16 + i % 200);
+    std::thread worker([&] {
+      for (int i = 1; i < n; i += 2) free(blocks[i]);
+    });
+    worker.join();
+    int reallocs = 0, aligned = 0;
+    for (int i = 0; i < n; i += 2) {
+      if (i % 10 == 0) {
+        blocks[i] = realloc(blocks[i], 1000);
+        reallocs++;
+      }
+      free(blocks[i]);
+    }
+    for (int i = 0; i < 100; i++) {
+      void* p = nullptr;
+      if (posix_memalign(&p, 256, 100) == 0) aligned++;
+      free(p);
+      void* volatile c = calloc(10, 10);  // volatile: the compiler may not drop the pair
+      free(c);
+      int* volatile q = new int(i);
+      delete q;
+    }
+    printf("{\"mallocs\": %d, \"cross_thread_frees\": %d, \"reallocs\": %d, \"aligned\": %d, \"callocs\": 100}\n",
+           n, n / 2, reallocs, aligned);
+    return 0;
+  }
+  if (strcmp(argv[1], "fork") == 0) {
+    pid_t child = fork();
+    if (child == 0) {
+      for (int i = 0; i < n; i++) blocks[i] = malloc(32);
+      for (int i = 0; i < n; i++) free(blocks[i]);
+      exit(0);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    printf("{\"child\": %d, \"mallocs\": %d}\n", child, n);
+    return 0;
+  }
+  if (strcmp(argv[1], "kill") == 0) {
+    for (int i = 0; i < n; i++) blocks[i] = malloc(24);
+    printf("{\"mallocs\": %d}\n", n);
+    fflush(stdout);
+    raise(SIGKILL);
+  }
+  return 2;
+}
