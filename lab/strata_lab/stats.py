@@ -15,13 +15,20 @@ from dataclasses import asdict, dataclass
 from typing import Sequence
 
 import numpy as np
-from scipy import stats as sps
 
 CONFIDENCE = 0.95
 N_RESAMPLES = 2000
 SEED = 20240611
 CV_WARN = 0.10
 MIN_ROUNDS = 5
+
+
+def _sps():
+    """scipy.stats, imported on first use: the workload drivers use this module's plain helpers
+    (mean, std, p99) and should not pay scipy's second of import time in every sample."""
+    from scipy import stats
+
+    return stats
 
 
 def _arr(values: Sequence[float]) -> np.ndarray:
@@ -35,6 +42,16 @@ def _arr(values: Sequence[float]) -> np.ndarray:
 
 def median(values: Sequence[float]) -> float:
     return float(np.median(_arr(values)))
+
+
+def mean(values: Sequence[float]) -> float:
+    return float(np.mean(_arr(values)))
+
+
+def std(values: Sequence[float]) -> float | None:
+    """Sample standard deviation (ddof=1); None for fewer than 2 values."""
+    a = _arr(values)
+    return float(np.std(a, ddof=1)) if len(a) > 1 else None
 
 
 def mad(values: Sequence[float]) -> float:
@@ -57,7 +74,7 @@ def _bootstrap(data: tuple, statistic, seed: int) -> tuple[float, float] | None:
     if all(np.all(d == d[0]) for d in data):  # no spread: the interval is the point
         v = float(statistic(*[d[None, :] for d in data], axis=-1)[0])
         return v, v
-    res = sps.bootstrap(data, statistic, n_resamples=N_RESAMPLES, confidence_level=CONFIDENCE,
+    res = _sps().bootstrap(data, statistic, n_resamples=N_RESAMPLES, confidence_level=CONFIDENCE,
                         method="percentile", vectorized=True, paired=False,
                         random_state=np.random.default_rng(seed))
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
@@ -91,7 +108,7 @@ def summarize(values: Sequence[float], seed: int = SEED) -> Summary:
         raise ValueError("no values to summarise")
     ci = median_ci(a, seed)
     return Summary(n=len(a), median=float(np.median(a)), mad=mad(a), mean=float(np.mean(a)),
-                   std=float(np.std(a, ddof=1)) if len(a) > 1 else None, cv=cv(a),
+                   std=std(a), cv=cv(a),
                    min=float(a.min()), max=float(a.max()),
                    ci_low=ci[0] if ci else None, ci_high=ci[1] if ci else None)
 
@@ -126,7 +143,7 @@ def geomean(values: Sequence[float]) -> float:
     a = _arr(values)
     if len(a) == 0 or np.any(a <= 0):
         raise ValueError("geometric mean needs positive values")
-    return float(sps.gmean(a))
+    return float(_sps().gmean(a))
 
 
 def geomean_speedup_ci(pairs: list[tuple[Sequence[float], Sequence[float], bool]], seed: int = SEED):
@@ -151,7 +168,7 @@ def geomean_speedup_ci(pairs: list[tuple[Sequence[float], Sequence[float], bool]
     if all(np.all(d == d[0]) for d in data):
         v = float(stat(*[d[None, :] for d in data], axis=-1)[0])
         return v, v
-    res = sps.bootstrap(tuple(data), stat, n_resamples=N_RESAMPLES, confidence_level=CONFIDENCE,
+    res = _sps().bootstrap(tuple(data), stat, n_resamples=N_RESAMPLES, confidence_level=CONFIDENCE,
                         method="percentile", vectorized=True, paired=False,
                         random_state=np.random.default_rng(seed))
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
@@ -187,7 +204,7 @@ def median_order_ci(n: int, confidence: float = CONFIDENCE) -> tuple[int, int, f
     returned with its lower coverage (5 rounds: 93.75 %).  None for n < 2."""
     if n < 2:
         return None
-    cdf = sps.binom.cdf(np.arange(n), n, 0.5)
+    cdf = _sps().binom.cdf(np.arange(n), n, 0.5)
     best = (0, n - 1, float(1 - 2 * cdf[0]))
     for k in range(n // 2):
         coverage = float(1 - 2 * cdf[k])
@@ -308,7 +325,7 @@ def mann_whitney(a: Sequence[float], b: Sequence[float]) -> float | None:
         return None
     if np.all(x == x[0]) and np.all(y == y[0]) and x[0] == y[0]:
         return 1.0
-    return float(sps.mannwhitneyu(x, y, alternative="two-sided", method="auto").pvalue)
+    return float(_sps().mannwhitneyu(x, y, alternative="two-sided", method="auto").pvalue)
 
 
 def p99(values: Sequence[float]) -> float:
@@ -331,7 +348,7 @@ def per_round_p99(rounds: Sequence) -> dict | None:
         return None
     a = np.asarray(per)
     return {"rounds": len(a), "values": [float(x) for x in a], "mean": float(a.mean()),
-            "median": float(np.median(a)), "std": float(a.std(ddof=1)) if len(a) > 1 else None}
+            "median": float(np.median(a)), "std": std(a)}
 
 
 def spread_warnings(s: Summary, min_rounds: int = MIN_ROUNDS, cv_max: float = CV_WARN) -> list[str]:

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from strata_lab.suite import SuiteContext
+from strata_lab.drivers import e3_round
 from strata_lab.suites import e3
 
 from .conftest import BUILD, program
@@ -34,17 +35,10 @@ def kernels(n, launch, start=0.0, enqueue_step=1.0, duration=0.5):
     return rows
 
 
-def test_p99_matches_numpy():
-    rng = np.random.default_rng(1)
-    for n in (1, 2, 7, 100, 401):
-        v = list(rng.exponential(1.0, n))
-        assert e3.p99(v) == pytest.approx(float(np.percentile(v, 99)))
-
-
 def test_round_metrics_counts_events_and_throughput():
     lc = kernels(100, [0.01] * 98 + [2.0, 5.0])
     be = kernels(50, [3.0, 0.1], enqueue_step=10.0, duration=10.0)
-    m = e3.round_metrics(lc, be)
+    m = e3_round.round_metrics(lc, be)
     assert m["lc_kernels"] == 100 and m["be_kernels"] == 50
     assert m["lc_events_over_1ms"] == 2
     assert m["be_events_over_1ms"] == 25
@@ -52,7 +46,7 @@ def test_round_metrics_counts_events_and_throughput():
     span_ms = max(r["end_time_ms"] for r in be) - 0.0
     assert m["be_throughput_kps"] == pytest.approx(50 / span_ms)  # kernels per ms = k kernels/s
     with pytest.raises(ValueError):
-        e3.round_metrics([], be)
+        e3_round.round_metrics([], be)
 
 
 def _sample(variant, rnd, p99_ms, thr, lc_ev=0, ok=True):
@@ -96,7 +90,7 @@ def test_tables_and_verdict():
 
 def test_shape_fills_the_device_for_the_round():
     sh = e3.shape(2, smoke=False)
-    be_work_s = e3.BE_PROCS * sh["streams"] * sh["kernels"] * sh["be_burst_us"] / 1e6
+    be_work_s = e3_round.BE_PROCS * sh["streams"] * sh["kernels"] * sh["be_burst_us"] / 1e6
     assert be_work_s / 2 == pytest.approx(e3.ROUND_S)
     lc_span_s = sh["kernels"] * (sh["lc_gap_us"] + sh["lc_burst_us"]) / 1e6
     assert lc_span_s < e3.ROUND_S  # LC requests arrive while BE still runs
@@ -131,15 +125,15 @@ def test_one_round_end_to_end(tenant, tmp_path, monkeypatch):
     assert r.returncode == 0, r.stderr
     m = json.loads(r.stdout.strip().splitlines()[-1])
     s, k = cell.params["streams"], cell.params["kernels"]
-    assert m["lc_kernels"] == e3.LC_PROCS * s * k and m["be_kernels"] == e3.BE_PROCS * s * k
+    assert m["lc_kernels"] == e3_round.LC_PROCS * s * k and m["be_kernels"] == e3_round.BE_PROCS * s * k
     expected = {"lc": ["fifo:10"], "be": ["idle"]} if rt_ok else {"lc": ["normal"], "be": ["normal"]}
     assert m["sched_observed"] == expected
     files = sorted(tmp_path.glob(f"round0-{mode}-*.csv"))
-    assert len(files) == e3.LC_PROCS + e3.BE_PROCS
+    assert len(files) == e3_round.LC_PROCS + e3_round.BE_PROCS
     for f in files:
         with open(f, newline="") as fh:
             rows = list(csv.DictReader(fh))
-            assert list(rows[0].keys()) == e3.CSV_COLUMNS
+            assert list(rows[0].keys()) == e3_round.CSV_COLUMNS
         assert len(rows) == s * k
         for row in rows:
             assert float(row["enqueue_time_ms"]) <= float(row["start_time_ms"]) <= float(row["end_time_ms"])

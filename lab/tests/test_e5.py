@@ -15,6 +15,7 @@ import pytest
 
 from strata_lab.errors import LabError
 from strata_lab.suite import SuiteContext, load_suite
+from strata_lab.drivers import e5_server
 from strata_lab.suites import e5
 
 from .conftest import BUILD, program
@@ -36,26 +37,26 @@ def e5_context(cpus, environ=None, assignments=(), **kw) -> SuiteContext:
 
 def test_thread_counters_of_this_process():
     pid = os.getpid()
-    before = e5.thread_counters([pid])
+    before = e5_server.thread_counters([pid])
     assert pid in before and before[pid]["vol"] >= 0 and before[pid]["cpu_ticks"] >= 0
     t0 = time.monotonic()
     for _ in range(20):
         time.sleep(0.001)  # voluntary switches
     x = sum(i * i for i in range(300000))  # some CPU
-    after = e5.thread_counters([pid])
-    d = e5.counter_deltas(before, after, time.monotonic() - t0)
+    after = e5_server.thread_counters([pid])
+    d = e5_server.counter_deltas(before, after, time.monotonic() - t0)
     me = next(t for t in d["threads"] if t["tid"] == pid)
     assert me["vol_per_s"] > 0 and x > 0
     assert d["thread_count"] == len(after) and d["cpu_cores"] >= 0
-    assert e5.process_tree(pid)[0] == pid
-    assert e5.peak_rss_kb([pid]) > 0
+    assert e5_server.process_tree(pid)[0] == pid
+    assert e5_server.peak_rss_kb([pid]) > 0
 
 
 def test_counter_deltas_math():
     before = {1: {"name": "a", "vol": 10, "invol": 2, "cpu_ticks": 100}}
-    after = {1: {"name": "a", "vol": 30, "invol": 6, "cpu_ticks": 100 + e5.CLK_TCK},
+    after = {1: {"name": "a", "vol": 30, "invol": 6, "cpu_ticks": 100 + e5_server.CLK_TCK},
              2: {"name": "b", "vol": 10, "invol": 0, "cpu_ticks": 0}}  # appeared in the window
-    d = e5.counter_deltas(before, after, 2.0)
+    d = e5_server.counter_deltas(before, after, 2.0)
     assert [t["vol_per_s"] for t in d["threads"]] == [10.0, 5.0]
     assert d["vol_per_s_per_thread"] == 7.5 and d["invol_per_s_per_thread"] == 1.0
     assert d["cpu_cores"] == pytest.approx(0.5)
@@ -65,14 +66,14 @@ def test_parse_wrk_and_redis():
     line = ('{"wrk":1,"requests":1000,"duration_us":2000000,"bytes":5,"errors":{"connect":0,"read":1,'
             '"write":0,"status":0,"timeout":0},"latency_us":{"min":1,"mean":2.0,"stdev":1.0,"max":900,'
             '"p50":100,"p75":150,"p90":200,"p99":500,"p999":800}}')
-    w = e5.parse_wrk("Running 2s test\n" + line + "\n")
+    w = e5_server.parse_wrk("Running 2s test\n" + line + "\n")
     assert w["requests_per_sec"] == 500 and w["latency_p90_ms"] == 0.2 and w["latency_p99_ms"] == 0.5
     assert w["errors"] == 1
     with pytest.raises(ValueError):
-        e5.parse_wrk("no report")
+        e5_server.parse_wrk("no report")
     csv_text = ('"test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms",'
                 '"p99_latency_ms","max_latency_ms"\n"SET","19479.98","2.5","0.1","2.799","14.135","18.063","21.807"\n')
-    r = e5.parse_redis_csv(csv_text)
+    r = e5_server.parse_redis_csv(csv_text)
     assert r["requests_per_sec"] == pytest.approx(19479.98) and r["latency_p95_ms"] == pytest.approx(14.135)
     assert "latency_p90_ms" not in r
 
