@@ -13,7 +13,9 @@
 //
 // The replay's own tables (the operations, one pointer per block) are mapped outside malloc and
 // fully resident; peak_rss_kib is the process's peak during the replay (VmHWM, reset before it
-// starts) less those tables, i.e. the allocator's memory plus this program's small baseline.
+// starts) less those tables, with the recorded program's file-backed resident memory (its code,
+// libraries and mapped files, from the trace's end chunk) in place of the replayer's own: the
+// allocator's memory plus the program's, as a live run's peak RSS counts them.
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/mman.h>
@@ -78,6 +80,7 @@ struct trace_file {
   file_header header{};
   std::vector<std::vector<chunk_ref>> threads;  // by the recorder's thread number
   bool complete = false;                        // the end chunk was seen
+  uint64_t program_file_kib = 0;                // the program's file-backed resident KiB at exit
   std::string truncated;                        // why the trace stops early, if it does
   uint64_t events = 0, chunks = 0;
 };
@@ -130,6 +133,7 @@ void read_trace(const char* path, trace_file& t) {
     t.chunks++;
     if (h->flags & chunk_end) {
       t.complete = true;
+      t.program_file_kib = h->base_cycles;
       if (off != t.size) fail(where(off) + "corrupt trace: data after the end chunk");
       break;
     }
@@ -426,10 +430,17 @@ void replay_thread(thread_state& s, std::atomic<void*>* slots, std::atomic<int>&
 struct replay_result {
   double seconds = 0;
   uint64_t ops = 0;
-  long peak_kib = -1, tables_kib = 0, process_peak_kib = -1;
+  long peak_kib = -1, tables_kib = 0, process_peak_kib = -1, own_file_kib = 0;
 };
 
-replay_result replay(plan& pl) {
+long own_file_kib() {
+  long f = strata::bench::status_kb("RssFile:"), s = strata::bench::status_kb("RssShmem:");
+  return (f > 0 ? f : 0) + (s > 0 ? s : 0);
+}
+
+// program_file_kib: the recorded program's file-backed resident KiB, which replaces the
+// replayer's own in peak_kib (0: unknown, the replayer's own is kept).
+replay_result replay(plan& pl, long program_file_kib = 0) {
   replay_result res;
   mapped<std::atomic<void*>> slots;
   slots.map(pl.objects + 1);
@@ -454,7 +465,11 @@ replay_result replay(plan& pl) {
   for (auto& w : workers) w.join();
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   res.process_peak_kib = strata::bench::status_kb("VmHWM:");
-  if (res.process_peak_kib >= 0) res.peak_kib = res.process_peak_kib - res.tables_kib;
+  res.own_file_kib = own_file_kib();
+  if (res.process_peak_kib >= 0) {
+    res.peak_kib = res.process_peak_kib - res.tables_kib;
+    if (program_file_kib > 0) res.peak_kib += program_file_kib - res.own_file_kib;
+  }
   return res;
 }
 
@@ -574,11 +589,12 @@ int main(int argc, char** argv) {
     printf("}\n");
     return 0;
   }
-  replay_result r = replay(pl);
+  replay_result r = replay(pl, static_cast<long>(t.program_file_kib));
   printf("{\"ops\": %" PRIu64 ", \"seconds\": %.6f, \"ops_per_sec\": %.1f, \"peak_rss_kib\": %ld, "
-         "\"process_peak_rss_kib\": %ld, \"tables_kib\": %ld, ",
+         "\"process_peak_rss_kib\": %ld, \"tables_kib\": %ld, \"program_file_kib\": %ld, "
+         "\"replayer_file_kib\": %ld, ",
          r.ops, r.seconds, r.seconds > 0 ? double(r.ops) / r.seconds : 0.0, r.peak_kib, r.process_peak_kib,
-         r.tables_kib);
+         r.tables_kib, static_cast<long>(t.program_file_kib), r.own_file_kib);
   print_counts(t, pl);
   printf("}\n");
   return 0;

@@ -1,9 +1,11 @@
 #include "os/file.h"
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <fcntl.h>
+#include <initializer_list>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -55,6 +57,20 @@ void* map_plain(size_t size) noexcept {
 }
 void unmap_plain(void* p, size_t size) noexcept { munmap(p, size); }
 void discard_plain(void* p, size_t size) noexcept { madvise(p, size, MADV_DONTNEED); }
+
+uint64_t resident_file_kib() noexcept {
+  char buf[8192];
+  int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = 0;
+  uint64_t kib = 0;
+  for (const char* key : {"RssFile:", "RssShmem:"})
+    if (const char* at = strstr(buf, key)) kib += strtoull(at + strlen(key), nullptr, 10);
+  return kib;
+}
 
 uint32_t process_id() noexcept { return static_cast<uint32_t>(getpid()); }
 uint32_t thread_os_id() noexcept { return static_cast<uint32_t>(syscall(SYS_gettid)); }

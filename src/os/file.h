@@ -26,6 +26,10 @@ void unmap_plain(void* p, size_t size) noexcept;
 // Gives [p, p+size) back to the kernel; the range reads as zero afterwards.
 void discard_plain(void* p, size_t size) noexcept;
 
+// The process's file-backed and shared resident memory in KiB (RssFile + RssShmem of
+// /proc/self/status: its program, libraries and mapped files), or 0 when it cannot be read.
+uint64_t resident_file_kib() noexcept;
+
 uint32_t process_id() noexcept;
 uint32_t thread_os_id() noexcept;
 // Nanoseconds of CLOCK_MONOTONIC (vDSO).

@@ -7,7 +7,9 @@
 //     w0 = address (bits 0-47) | op (bits 48-55) | log2 alignment (bits 56-63, aligned ops)
 //     w1 = size (bits 0-39)    | cycles since the thread's previous event (bits 40-63)
 //   op_time carries a longer gap: w1 is the whole gap in cycles, w0 only the op.
-// A chunk with chunk_end set (and no events) closes a trace whose program exited normally.
+// A chunk with chunk_end set (and no events) closes a trace whose program exited normally; its
+// base_cycles field holds the program's file-backed resident memory at exit in KiB (RssFile +
+// RssShmem: program, libraries, mapped files), which a replay adds in place of its own.
 #pragma once
 #include <cstdint>
 
@@ -58,6 +60,7 @@ struct chunk_header {
   uint32_t events;         // events that follow (16 bytes each)
   uint32_t flags;          // chunk_flags
   uint64_t base_cycles;    // the thread's cycle counter before its first event in this chunk
+                           //   (end chunk: the program's file-backed resident KiB at exit)
   uint64_t flush_cycles;   // the cycle counter and CLOCK_MONOTONIC when the chunk was written:
   uint64_t flush_ns;       //   with the file header's, they convert cycles to time
   uint32_t os_tid;         // the kernel's thread id

@@ -200,7 +200,9 @@ void at_exit() noexcept {
     }
   }
   unlock();
-  chunk_header end{chunk_magic, 0, 0, chunk_end, 0, cycles_now(), os::now_ns(), os::thread_os_id(), 0};
+  // The end chunk's base_cycles carries the program's file-backed resident KiB (format.h).
+  chunk_header end{chunk_magic, 0, 0, chunk_end, os::resident_file_kib(), cycles_now(), os::now_ns(),
+                   os::thread_os_id(), 0};
   os::file_write2(fd, &end, sizeof end, nullptr, 0);
   os::file_close(fd);
   fd = -1;
