@@ -13,9 +13,10 @@
 //
 // The replay's own tables (the operations, one pointer per block) are mapped outside malloc and
 // fully resident; peak_rss_kib is the process's peak during the replay (VmHWM, reset before it
-// starts) less those tables, with the recorded program's file-backed resident memory (its code,
-// libraries and mapped files, from the trace's end chunk) in place of the replayer's own: the
-// allocator's memory plus the program's, as a live run's peak RSS counts them.
+// starts) less those tables, with the recorded program's baseline in place of the replayer's:
+// its file-backed resident memory at exit (code, libraries, mapped files; the preloaded
+// allocator's pages are kept, as a live run has them) and its anonymous memory when recording
+// began.  So it counts the allocator's memory plus the program's, as a live run's peak RSS does.
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/mman.h>
@@ -433,14 +434,49 @@ struct replay_result {
   long peak_kib = -1, tables_kib = 0, process_peak_kib = -1, own_file_kib = 0;
 };
 
+// The replayer's file-backed resident KiB, less the preloaded libraries' (the allocator under
+// test: a live run has its pages too).
 long own_file_kib() {
   long f = strata::bench::status_kb("RssFile:"), s = strata::bench::status_kb("RssShmem:");
-  return (f > 0 ? f : 0) + (s > 0 ? s : 0);
+  long kib = (f > 0 ? f : 0) + (s > 0 ? s : 0);
+  const char* preload = getenv("LD_PRELOAD");
+  FILE* maps = preload && *preload ? fopen("/proc/self/smaps", "r") : nullptr;
+  if (maps == nullptr) return kib;
+  std::string libs = std::string(" ") + preload + " ";
+  for (char& c : libs)
+    if (c == ':') c = ' ';
+  char line[4096];
+  bool preloaded = false;
+  while (fgets(line, sizeof line, maps)) {
+    char* path = strchr(line, '/');
+    if (strchr(line, '-') && strchr(line, '-') < strchr(line, ' ') && line[0] != ' ') {
+      // A mapping's first line: "start-end perms offset dev inode [path]".
+      preloaded = false;
+      if (path) {
+        path[strcspn(path, "\n")] = 0;
+        char real[4096];
+        preloaded = libs.find(std::string(" ") + path + " ") != std::string::npos;
+        if (!preloaded)
+          for (size_t at = 1; at < libs.size();) {
+            size_t end = libs.find(' ', at);
+            std::string lib = libs.substr(at, end - at);
+            if (!lib.empty() && realpath(lib.c_str(), real) && strcmp(real, path) == 0) preloaded = true;
+            at = end + 1;
+          }
+      }
+    } else if (preloaded && strncmp(line, "Rss:", 4) == 0) {
+      kib -= strtol(line + 4, nullptr, 10);
+    }
+  }
+  fclose(maps);
+  return kib;
 }
 
-// program_file_kib: the recorded program's file-backed resident KiB, which replaces the
-// replayer's own in peak_kib (0: unknown, the replayer's own is kept).
-replay_result replay(plan& pl, long program_file_kib = 0) {
+// The recorded program's baseline replaces the replayer's in peak_kib: its file-backed resident
+// KiB at exit (program_file_kib) and its anonymous resident KiB when recording began
+// (program_anon_kib, against the replayer's own at its start, own_anon_kib); 0: unknown, the
+// replayer's own is kept.
+replay_result replay(plan& pl, long program_file_kib = 0, long program_anon_kib = 0, long own_anon_kib = 0) {
   replay_result res;
   mapped<std::atomic<void*>> slots;
   slots.map(pl.objects + 1);
@@ -469,6 +505,7 @@ replay_result replay(plan& pl, long program_file_kib = 0) {
   if (res.process_peak_kib >= 0) {
     res.peak_kib = res.process_peak_kib - res.tables_kib;
     if (program_file_kib > 0) res.peak_kib += program_file_kib - res.own_file_kib;
+    if (program_anon_kib > 0 && own_anon_kib > 0) res.peak_kib += program_anon_kib - own_anon_kib;
   }
   return res;
 }
@@ -563,6 +600,7 @@ int smoke() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  long own_anon_start = strata::bench::status_kb("RssAnon:");
   bool check = false;
   const char* path = nullptr;
   for (int i = 1; i < argc; i++) {
@@ -589,12 +627,14 @@ int main(int argc, char** argv) {
     printf("}\n");
     return 0;
   }
-  replay_result r = replay(pl, static_cast<long>(t.program_file_kib));
+  replay_result r = replay(pl, static_cast<long>(t.program_file_kib), static_cast<long>(t.header.start_anon_kib),
+                          own_anon_start);
   printf("{\"ops\": %" PRIu64 ", \"seconds\": %.6f, \"ops_per_sec\": %.1f, \"peak_rss_kib\": %ld, "
          "\"process_peak_rss_kib\": %ld, \"tables_kib\": %ld, \"program_file_kib\": %ld, "
-         "\"replayer_file_kib\": %ld, ",
+         "\"replayer_file_kib\": %ld, \"program_anon_kib\": %" PRIu64 ", \"replayer_anon_kib\": %ld, ",
          r.ops, r.seconds, r.seconds > 0 ? double(r.ops) / r.seconds : 0.0, r.peak_kib, r.process_peak_kib,
-         r.tables_kib, static_cast<long>(t.program_file_kib), r.own_file_kib);
+         r.tables_kib, static_cast<long>(t.program_file_kib), r.own_file_kib, t.header.start_anon_kib,
+         own_anon_start);
   print_counts(t, pl);
   printf("}\n");
   return 0;

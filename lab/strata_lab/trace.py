@@ -21,7 +21,7 @@ from .errors import LabError
 
 MAGIC = b"STRTRACE"
 VERSION = 1
-FILE_HEADER = struct.Struct("<8sIIIIIIQQ16x")  # 64 bytes
+FILE_HEADER = struct.Struct("<8sIIIIIIQQQ8x")  # 64 bytes
 CHUNK_HEADER = struct.Struct("<IIIIQQQII")  # 48 bytes
 CHUNK_MAGIC = 0x4B4E4843
 CHUNK_THREAD_EXIT, CHUNK_END = 1, 2
@@ -47,6 +47,8 @@ class Trace:
     start_cycles: int
     start_ns: int
     file_bytes: int
+    start_anon_kib: int = 0  # the program's anonymous resident KiB when recording began
+    program_file_kib: int = 0  # its file-backed resident KiB at exit (from the end chunk)
     valid_bytes: int = 0
     complete: bool = False
     truncated: str = ""
@@ -91,13 +93,14 @@ def read(path: str | Path) -> Trace:
         raise TraceError(f"{path}: {e.strerror}") from None
     if len(data) < FILE_HEADER.size or data[:8] != MAGIC:
         raise TraceError(f"{path}: not a strata trace (no {MAGIC.decode()} header)")
-    magic, version, hbytes, cbytes, ebytes, pid, ppid, c0, n0 = FILE_HEADER.unpack_from(data)
+    magic, version, hbytes, cbytes, ebytes, pid, ppid, c0, n0, anon = FILE_HEADER.unpack_from(data)
     if version != VERSION:
         raise TraceError(f"{path}: trace format version {version}; this lab reads version {VERSION}")
     if (hbytes, cbytes, ebytes) != (FILE_HEADER.size, CHUNK_HEADER.size, 16):
         raise TraceError(f"{path}: byte 8: unexpected header, chunk header or event sizes "
                          f"({hbytes}, {cbytes}, {ebytes})")
-    t = Trace(path=path, pid=pid, parent_pid=ppid, start_cycles=c0, start_ns=n0, file_bytes=len(data))
+    t = Trace(path=path, pid=pid, parent_pid=ppid, start_cycles=c0, start_ns=n0, file_bytes=len(data),
+              start_anon_kib=anon)
     parts: dict[int, list] = {}
     off = FILE_HEADER.size
     while off < len(data):
@@ -126,6 +129,7 @@ def read(path: str | Path) -> Trace:
         t.last_flush = (fc, fn)
         if flags & CHUNK_END:
             t.complete = True
+            t.program_file_kib = base
             if off != len(data):
                 raise TraceError(f"{path}: byte {off}: corrupt trace: data after the end chunk")
             break

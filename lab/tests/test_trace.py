@@ -31,7 +31,7 @@ def chunk(thread: int, events: list, base: int, flags: int = 0, flush: tuple = (
 
 
 def header(version: int = 1) -> bytes:
-    return trace.FILE_HEADER.pack(trace.MAGIC, version, 64, 48, 16, 1234, 0, 1000, 0)
+    return trace.FILE_HEADER.pack(trace.MAGIC, version, 64, 48, 16, 1234, 0, 1000, 0, 0)
 
 
 def sample(tmp_path, end: bool = True):

@@ -58,7 +58,8 @@ void* map_plain(size_t size) noexcept {
 void unmap_plain(void* p, size_t size) noexcept { munmap(p, size); }
 void discard_plain(void* p, size_t size) noexcept { madvise(p, size, MADV_DONTNEED); }
 
-uint64_t resident_file_kib() noexcept {
+namespace {
+uint64_t status_kib(std::initializer_list<const char*> keys) noexcept {
   char buf[8192];
   int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;
@@ -67,10 +68,14 @@ uint64_t resident_file_kib() noexcept {
   if (n <= 0) return 0;
   buf[n] = 0;
   uint64_t kib = 0;
-  for (const char* key : {"RssFile:", "RssShmem:"})
+  for (const char* key : keys)
     if (const char* at = strstr(buf, key)) kib += strtoull(at + strlen(key), nullptr, 10);
   return kib;
 }
+}  // namespace
+
+uint64_t resident_file_kib() noexcept { return status_kib({"RssFile:", "RssShmem:"}); }
+uint64_t resident_anon_kib() noexcept { return status_kib({"RssAnon:"}); }
 
 uint32_t process_id() noexcept { return static_cast<uint32_t>(getpid()); }
 uint32_t thread_os_id() noexcept { return static_cast<uint32_t>(syscall(SYS_gettid)); }

@@ -29,6 +29,8 @@ void discard_plain(void* p, size_t size) noexcept;
 // The process's file-backed and shared resident memory in KiB (RssFile + RssShmem of
 // /proc/self/status: its program, libraries and mapped files), or 0 when it cannot be read.
 uint64_t resident_file_kib() noexcept;
+// The process's anonymous resident memory in KiB (RssAnon), or 0 when it cannot be read.
+uint64_t resident_anon_kib() noexcept;
 
 uint32_t process_id() noexcept;
 uint32_t thread_os_id() noexcept;

@@ -45,7 +45,8 @@ struct file_header {
   uint32_t parent_pid;          // the process this one forked from while recording, else 0
   uint64_t start_cycles;        // the cycle counter and CLOCK_MONOTONIC at the start
   uint64_t start_ns;
-  uint64_t reserved[2];
+  uint64_t start_anon_kib;      // the program's anonymous resident KiB when recording began
+  uint64_t reserved;
 };
 static_assert(sizeof(file_header) == 64);
 

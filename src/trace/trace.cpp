@@ -105,6 +105,8 @@ bool write_file_header(uint32_t parent) noexcept {
   h.parent_pid = parent;
   h.start_cycles = cycles_now();
   h.start_ns = os::now_ns();
+  // A forked child's anonymous memory is its parent's heap: no baseline (0: unknown).
+  h.start_anon_kib = parent == 0 ? os::resident_anon_kib() : 0;
   if (!os::file_write2(fd, &h, sizeof h, nullptr, 0)) {
     stop(strerror(errno));
     return false;
