@@ -66,6 +66,12 @@ size_t strata_options_json(char* buf, size_t len);
 
 const char* strata_version(void);
 
+/* Checks the calling thread's heap: its pages' block counts and free lists, its page lists, its
+ * segments' slice bitmaps and the page map.  Returns true when every invariant holds; otherwise
+ * prints the first broken one to stderr and returns false.  Walks everything the thread holds:
+ * for tests and debugging, not for a hot loop.  A thread that has not allocated passes. */
+bool strata_heap_check(void);
+
 /* NUMA placement of the memory strata maps (STRATA_NUMA=local|interleave|bind:<nodes>).
  * strata_numa_set_policy returns 0, or -1 with errno set (EINVAL for a malformed spec or a node
  * that does not exist).  strata_numa_node_of returns the node the page holding p sits on, or -1

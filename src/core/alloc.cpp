@@ -7,7 +7,7 @@
 
 #include "core/init.h"
 #include "core/segment.h"
-#include "core/stats.h"
+#include "core/errors.h"
 #include "os/os.h"
 #include "strata/strata.h"
 
@@ -147,13 +147,14 @@ STRATA_NOINLINE void free_block(page* pg, block* b) noexcept {
   if (owner == nullptr && h != &empty_heap) {
     size_t bytes = pg->block_size;  // read first: once b is pushed, a sweep may release pg
     free_remote(pg, b);
-    if (segment_freed_into(seg, bytes)) segment_sweep(h, seg);
+    if (segment_freed_into(seg, bytes)) {
+      remote_flush(h);  // h's own pending frees into seg reach its pages first
+      segment_sweep(h, seg);
+    }
     return;
   }
   if (owner == h) {
-    b->next = pg->local_free;
-    b->canary = canary_of(b);
-    pg->local_free = b;
+    page_push_local(pg, b);
     h->free_count[pg->size_class].add();
     if (--pg->used == 0 || (flags_of(pg) & page_flag::in_full)) page_local_event(h, pg);
   } else {

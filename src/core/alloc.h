@@ -5,7 +5,7 @@
 //   malloc(size) ─ malloc_inline ─┬─ pop from heap->direct_small[size/16]->free    (fast)
 //                                 ├─ or heap->direct[class]->free (over 1 KiB)    (fast)
 //                                 ├─ malloc_slow: collect remote frees, next page,
-//                                 │   new span (span_alloc), new heap             (heap.cpp)
+//                                 │   new span (heap_span_alloc), new heap          (heap.cpp)
 //                                 └─ huge_alloc for size > 4 MiB                  (segment.cpp)
 //   free(p) ─ free_inline ─┬─ page map → page; owner thread: push on local_free (fast)
 //                          │    └─ page emptied: page_local_event              (heap.cpp)
@@ -16,6 +16,7 @@
 #include <cstddef>
 
 #include "core/heap.h"
+#include "core/page.h"
 #include "core/types.h"
 
 namespace strata::detail {
@@ -26,17 +27,6 @@ void free_slow(void* p) noexcept;
 // owner's full list, or a page of an abandoned segment.
 void free_block(page* pg, block* b) noexcept;
 void* alloc_aligned(size_t alignment, size_t size) noexcept;
-
-// Pops the first free block of pg, or returns nullptr.
-inline block* page_pop_fast(page* pg) noexcept {
-  block* b = pg->free;
-  if (STRATA_LIKELY(b != nullptr)) {
-    pg->free = b->next;
-    b->canary = 0;
-    pg->used++;
-  }
-  return b;
-}
 
 inline void* malloc_inline(size_t size) noexcept {
   heap* h = tl_heap;
@@ -68,9 +58,7 @@ inline void free_inline(void* p) noexcept {
   // One test for the rare cases: not a block start, not carved, not in use, already free.
   if (STRATA_LIKELY(is_carved_block_start(pg, offset) && b->canary != canary)) {
     if (STRATA_LIKELY(pg->owner_tid.load(std::memory_order_relaxed) == thread_id())) {
-      b->next = pg->local_free;
-      b->canary = canary;
-      pg->local_free = b;
+      page_push_local(pg, b);
       pg->frees++;
       if (STRATA_UNLIKELY(--pg->used == 0)) page_local_event(tl_heap, pg);
       return;

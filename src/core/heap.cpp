@@ -10,10 +10,11 @@
 #include <cerrno>
 #include <pthread.h>
 
-#include "core/alloc.h"
+#include "core/check.h"
 #include "core/init.h"
 #include "core/lock.h"
 #include "core/options.h"
+#include "core/page.h"
 #include "core/segment.h"
 #include "os/os.h"
 
@@ -86,45 +87,11 @@ page_list& list_of(heap* h, page* pg) noexcept {
   return (flags_of(pg) & page_flag::in_full) ? h->full[pg->size_class] : h->queue[pg->size_class];
 }
 
-// Carves more blocks from the span: 16 KiB worth at a time (at least one block), so a page only
-// touches the memory it needs.
-bool page_extend(page* pg) noexcept {
-  if (pg->capacity >= pg->reserved) return false;
-  uint32_t bs = pg->block_size;
-  uint32_t n = bs >= 16384 ? 1 : 16384 / bs;
-  uint32_t room = static_cast<uint32_t>(pg->reserved - pg->capacity);
-  if (n > room) n = room;
-  uint8_t* first = pg->start + static_cast<size_t>(pg->capacity) * bs;
-  block* b = reinterpret_cast<block*>(first);
-  for (uint32_t i = 1; i < n; ++i) {
-    block* nb = reinterpret_cast<block*>(first + static_cast<size_t>(i) * bs);
-    b->next = nb;
-    b = nb;
-  }
-  b->next = pg->free;
-  pg->free = reinterpret_cast<block*>(first);
-  pg->capacity = static_cast<uint16_t>(pg->capacity + n);
-  pg->block_bound.store(block_bound_of(bs, pg->capacity), std::memory_order_relaxed);
-  return true;
-}
-
-// A block of pg came back (page_flag::clean): its memory is no longer known to be zero.
-inline void page_unclean(page* pg) noexcept {
-  if (flags_of(pg) & page_flag::clean) flags_clear(pg, page_flag::clean);
-}
-
 // Pops a block from a page known to have a free one (the slow path's pop, counted by class).
 inline void* page_pop(heap* h, page* pg) noexcept {
+  STRATA_ASSERT(pg->free != nullptr && (flags_of(pg) & page_flag::in_use));
   h->alloc_count[pg->size_class].add();
   return page_pop_fast(pg);
-}
-
-// The page's local frees join the heap's counters (the fast path counts them in the page).
-inline void page_fold_frees(heap* h, page* pg) noexcept {
-  if (pg->frees) {
-    h->free_count[pg->size_class].add(pg->frees);
-    pg->frees = 0;
-  }
 }
 
 // At most this much memory sits in spare pages per heap (page_local_event).
@@ -179,6 +146,53 @@ void heap_schedule_purge(heap* h) noexcept {
   if (h->purge_due_ms == 0 || due < h->purge_due_ms) h->purge_due_ms = due;
 }
 
+// Appends pg to its class's queue, making it the direct page if the class has none.
+void queue_push_back(heap* h, page* pg) noexcept {
+  size_t cls = pg->size_class;
+  list_push_back(h->queue[cls], pg);
+  if (h->direct[cls] == &empty_page) set_direct(h, cls, pg);
+}
+
+// Takes pg off the full list of its class into its queue (something was freed into it).
+void page_unfull(heap* h, page* pg) noexcept {
+  list_remove(h->full[pg->size_class], pg);
+  flags_clear(pg, page_flag::in_full);
+  queue_push_back(h, pg);
+}
+
+// A page of a segment h just took over (in use, not linked): into its queue, or its full list
+// when it has no block to give.
+void page_adopt(heap* h, page* pg) noexcept {
+  pg->next = pg->prev = nullptr;
+  flags_clear(pg, page_flag::in_full);
+  pg->owner_tid.store(owner_tid_of(h, pg), std::memory_order_release);
+  if (pg->free || pg->capacity < pg->reserved) {
+    queue_push_back(h, pg);
+  } else {
+    flags_set(pg, page_flag::in_full);
+    list_push_back(h->full[pg->size_class], pg);
+  }
+}
+
+// h takes over seg, an exited thread's segment just taken off the abandoned list: its pages,
+// with what other threads freed into them meanwhile.
+void heap_adopt_segment(heap* h, segment* seg) noexcept {
+  segment_attach(h, seg);
+  segment_collect_pages(h, seg, [h](page* pg) { page_adopt(h, pg); });
+  segment_release_if_empty(h, seg);
+}
+
+// A new page for cls: room in h's segments, else in abandoned segments h takes over, else in a
+// new segment.
+page* heap_span_alloc(heap* h, size_t cls) noexcept {
+  if (page* pg = span_alloc_owned(h, cls)) return pg;
+  while (segment* seg = segment_take_abandoned()) {
+    heap_adopt_segment(h, seg);
+    if (page* pg = span_alloc_owned(h, cls)) return pg;
+  }
+  return span_alloc_new(h, cls);
+}
+
 void* heap_alloc_slow(heap* h, size_t cls) noexcept {
   // Frees this thread made into other threads' pages reach them before it takes new memory.
   if (h->remote_pending != 0) remote_flush(h);
@@ -220,21 +234,17 @@ void* heap_alloc_slow(heap* h, size_t cls) noexcept {
       page* next = pg->next;
       if (pg->thread_free.load(std::memory_order_relaxed) != nullptr) {
         page_collect(h, pg);
-        list_remove(f, pg);
-        flags_clear(pg, page_flag::in_full);
-        if (pg->used == 0 && h->direct[cls] != &empty_page) {
-          page_release(h, pg);
-        } else {
-          list_push_back(q, pg);
-          if (h->direct[cls] == &empty_page) set_direct(h, cls, pg);
-        }
+        if (pg->used == 0 && h->direct[cls] != &empty_page)
+          page_free_span(h, pg);
+        else
+          page_unfull(h, pg);
       }
       pg = next;
     }
     if (page* pg = h->direct[cls]; pg != &empty_page) return page_pop(h, pg);
   }
   heap_maybe_purge(h);
-  page* pg = span_alloc(h, cls);
+  page* pg = heap_span_alloc(h, cls);
   if (pg == nullptr) {
     errno = ENOMEM;
     return nullptr;
@@ -282,19 +292,6 @@ void heap_abandon(heap* h) noexcept {
 
 }  // namespace
 
-void page_push_remote(page* pg, block* head, block* tail) noexcept {
-  heap* owner = segment_of(pg)->owner.load(std::memory_order_acquire);
-  size_t cls = pg->size_class;
-  block* old = pg->thread_free.load(std::memory_order_relaxed);
-  do {
-    tail->next = old;
-  } while (!pg->thread_free.compare_exchange_weak(old, head, std::memory_order_release, std::memory_order_relaxed));
-  // Heaps are never unmapped, so the hint is safe even if the owner exited meanwhile.  Read
-  // first: a store to a hint already set would still take the owner's cache line.
-  if (owner && !owner->remote_hint[cls].load(std::memory_order_relaxed))
-    owner->remote_hint[cls].store(1, std::memory_order_release);
-}
-
 namespace {
 void remote_flush_slot(remote_batch& r) noexcept {
   page_push_remote(r.pg, r.head, r.tail);
@@ -327,51 +324,9 @@ void remote_flush(heap* h) noexcept {
   h->remote_pending = 0;
 }
 
-uint32_t page_collect(heap* h, page* pg) noexcept {
-  page_fold_frees(h, pg);
-  if (block* lf = pg->local_free) {
-    pg->local_free = nullptr;
-    if (pg->free != nullptr) {
-      block* tail = lf;
-      while (tail->next) tail = tail->next;
-      tail->next = pg->free;
-    }
-    pg->free = lf;
-  }
-  block* tf = pg->thread_free.exchange(nullptr, std::memory_order_acquire);
-  if (tf == nullptr) return 0;
-  page_unclean(pg);
-  uint32_t n = 1;
-  block* tail = tf;
-  while (tail->next) {
-    tail = tail->next;
-    ++n;
-  }
-  tail->next = pg->free;
-  pg->free = tf;
-  pg->used -= n;
-  return n;
-}
-
-void page_adopt(heap* h, page* pg) noexcept {
-  size_t cls = pg->size_class;
-  if (pg->free || pg->capacity < pg->reserved) {
-    list_push_back(h->queue[cls], pg);
-    if (h->direct[cls] == &empty_page) set_direct(h, cls, pg);
-  } else {
-    flags_set(pg, page_flag::in_full);
-    list_push_back(h->full[cls], pg);
-  }
-}
-
 void page_local_event(heap* h, page* pg) noexcept {
   size_t cls = pg->size_class;
-  if (flags_of(pg) & page_flag::in_full) {
-    list_remove(h->full[cls], pg);
-    flags_clear(pg, page_flag::in_full);
-    list_push_back(h->queue[cls], pg);
-    if (h->direct[cls] == &empty_page) set_direct(h, cls, pg);
-  }
+  if (flags_of(pg) & page_flag::in_full) page_unfull(h, pg);
   if (pg->used == 0) {
     page_unclean(pg);
     // Each class keeps one empty page (its spare) for its next allocations, sparing a span
@@ -476,8 +431,7 @@ void* malloc_slow(size_t cls) noexcept {
 void heap_collect(heap* h, bool force) noexcept {
   remote_flush(h);
   if (force) {
-    while (segment_reclaim_one(h)) {
-    }
+    while (segment* seg = segment_take_abandoned()) heap_adopt_segment(h, seg);
   }
   for (size_t c = 0; c < size_class_count; ++c) {
     for (page_list* l : {&h->full[c], &h->queue[c]}) {
@@ -487,10 +441,7 @@ void heap_collect(heap* h, bool force) noexcept {
         if (pg->used == 0 && (force || pg != h->direct[c])) {
           page_free_span(h, pg);
         } else if ((flags_of(pg) & page_flag::in_full) && pg->free) {
-          list_remove(*l, pg);
-          flags_clear(pg, page_flag::in_full);
-          list_push_back(h->queue[c], pg);
-          if (h->direct[c] == &empty_page) set_direct(h, c, pg);
+          page_unfull(h, pg);
         }
         pg = next;
       }
@@ -501,6 +452,7 @@ void heap_collect(heap* h, bool force) noexcept {
     segment_cache_trim(0);
     huge_cache_trim(true);
   }
+  STRATA_ASSERT_EXPENSIVE(heap_is_valid(h));
 }
 
 heap* heap_registry_first() noexcept {

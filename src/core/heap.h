@@ -8,18 +8,10 @@ namespace strata::detail {
 void* malloc_slow(size_t cls) noexcept;
 // A local free emptied the page or found it on the full list.
 void page_local_event(heap* h, page* pg) noexcept;
-// Moves the page's local_free and thread_free lists onto its free list and adds its counted
-// local frees to h's counters; returns the number of blocks that came from thread_free.
-uint32_t page_collect(heap* h, page* pg) noexcept;
-// Pushes the chain head..tail of blocks of pg (another heap's page) onto its thread_free list
-// and tells the owner, if any.
-void page_push_remote(page* pg, block* head, block* tail) noexcept;
 // A free of b, a block of another heap's page pg: batched per page in h (types.h remote_batch).
 void remote_free_batched(heap* h, page* pg, block* b) noexcept;
 // Pushes every pending remote free of h.
 void remote_flush(heap* h) noexcept;
-// Inserts a page (in use, not linked) into h's queue or full list as its state says.
-void page_adopt(heap* h, page* pg) noexcept;
 // The calling thread's heap, creating it if needed (nullptr when out of memory).
 heap* heap_get_or_create() noexcept;
 // Collects remote frees on every page of h, frees empty pages, purges; with force also

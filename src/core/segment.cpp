@@ -5,9 +5,10 @@
 #include <cerrno>
 #include <cstring>
 
-#include "core/heap.h"
+#include "core/check.h"
 #include "core/lock.h"
 #include "core/options.h"
+#include "core/page.h"
 #include "core/report.h"
 #include "os/numa.h"
 #include "os/os.h"
@@ -312,22 +313,22 @@ segment* segment_new(heap* h) noexcept {
   return seg;
 }
 
-// Calls f(page) for every page in use in seg (f may release the page's span).
-template <class F>
-void for_each_page(segment* seg, F f) noexcept {
-  for (size_t idx = 1; idx < slices_per_segment;) {
-    page* pg = &seg->pages[idx];
-    if (!(flags_of(pg) & page_flag::in_use)) {
-      ++idx;
-      continue;
-    }
-    idx += pg->slice_count;
-    f(pg);
-  }
+void segment_unmap(segment* seg) noexcept {
+  map_mark(seg, segment_size, false);
+  os::commit_add(-static_cast<int64_t>(slice_size));
+  live_segments.fetch_sub(1, std::memory_order_relaxed);
+  os::unmap(seg, segment_size);
+}
+
+// A heap keeps its last segment even when empty: a thread that frees all it has and allocates
+// again must not map a segment afresh each time.
+inline bool is_heaps_last(const heap* h, const segment* seg) noexcept {
+  return h->segments == seg && seg->next == nullptr;
 }
 
 // An empty segment leaves its heap: into the cache (purged after the delay) or back to the OS.
 void segment_release(heap* h, segment* seg) noexcept {
+  STRATA_ASSERT(seg->used_slices == 0 && seg->owner.load(std::memory_order_relaxed) == h);
   heap_unlink_segment(h, seg);
   seg->owner.store(nullptr, std::memory_order_release);
   {
@@ -340,10 +341,7 @@ void segment_release(heap* h, segment* seg) noexcept {
       return;
     }
   }
-  map_mark(seg, segment_size, false);
-  os::commit_add(-static_cast<int64_t>(slice_size));
-  live_segments.fetch_sub(1, std::memory_order_relaxed);
-  os::unmap(seg, segment_size);
+  segment_unmap(seg);
 }
 
 page* span_init(segment* seg, size_t idx, size_t cls) noexcept {
@@ -384,10 +382,13 @@ page* span_init(segment* seg, size_t idx, size_t cls) noexcept {
   bits_assign(seg->dirty_bits, idx, n, true);
   bits_assign(seg->purge_bits, idx, n, false);
   seg->used_slices += static_cast<uint32_t>(n);
+  STRATA_ASSERT_EXPENSIVE(segment_is_valid(seg));
   return pg;
 }
 
-page* span_alloc_in(heap* h, size_t cls) noexcept {
+}  // namespace
+
+page* span_alloc_owned(heap* h, size_t cls) noexcept {
   size_t n = page_slices(cls);
   for (segment* seg = h->segments; seg; seg = seg->next) {
     if (usable_slices - seg->used_slices < n) continue;
@@ -397,19 +398,16 @@ page* span_alloc_in(heap* h, size_t cls) noexcept {
   return nullptr;
 }
 
-}  // namespace
-
-page* span_alloc(heap* h, size_t cls) noexcept {
-  if (page* pg = span_alloc_in(h, cls)) return pg;
-  while (segment_reclaim_one(h)) {
-    if (page* pg = span_alloc_in(h, cls)) return pg;
-  }
+page* span_alloc_new(heap* h, size_t cls) noexcept {
   segment* seg = segment_new(h);
   if (seg == nullptr) return nullptr;
   return span_init(seg, 1, cls);
 }
 
-static void span_release(heap* h, page* pg, bool allow_segment_release) noexcept {
+void span_free(heap* h, page* pg, bool may_release_segment) noexcept {
+  // No block of the page is out, so none can be on its way back either.
+  STRATA_ASSERT((flags_of(pg) & page_flag::in_use) && pg->used == 0 &&
+                pg->thread_free.load(std::memory_order_relaxed) == nullptr);
   segment* seg = segment_of(pg);
   size_t idx = slice_index(seg, pg), n = pg->slice_count;
   pg->flags.store(0, std::memory_order_relaxed);  // only a span's first slice has flags
@@ -423,6 +421,7 @@ static void span_release(heap* h, page* pg, bool allow_segment_release) noexcept
   pg->next = pg->prev = nullptr;
   bits_assign(seg->free_bits, idx, n, true);
   seg->used_slices -= static_cast<uint32_t>(n);
+  STRATA_ASSERT_EXPENSIVE(segment_is_valid(seg));
   int64_t delay = purge_delay();
   if (delay == 0) {
     purge_free_dirty(seg);
@@ -433,11 +432,12 @@ static void span_release(heap* h, page* pg, bool allow_segment_release) noexcept
   // An empty segment leaves at once only when memory is to be returned at once; otherwise the
   // purge pass releases it once its slices have aged out (segments_purge), so a segment that
   // empties and fills again (E1 big band: ten blocks to a segment) is not purged in between.
-  if (allow_segment_release && delay == 0 && seg->used_slices == 0 && !(h->segments == seg && seg->next == nullptr))
-    segment_release(h, seg);
+  if (may_release_segment && delay == 0) segment_release_if_empty(h, seg);
 }
 
-void span_free(heap* h, page* pg) noexcept { span_release(h, pg, true); }
+void segment_release_if_empty(heap* h, segment* seg) noexcept {
+  if (seg->used_slices == 0 && !is_heaps_last(h, seg)) segment_release(h, seg);
+}
 
 int64_t segments_purge(heap* h, bool force) noexcept {
   int64_t now = os::now_ms(), next_due = 0;
@@ -452,7 +452,7 @@ int64_t segments_purge(heap* h, bool force) noexcept {
     }
     // Empty, and every slice aged out (nothing left to purge): the segment leaves the heap,
     // except the heap's last one.
-    if (seg->used_slices == 0 && seg->purge_due_ms == 0 && !(h->segments == seg && seg->next == nullptr)) {
+    if (seg->used_slices == 0 && seg->purge_due_ms == 0 && !is_heaps_last(h, seg)) {
       segment_release(h, seg);
     } else if (seg->purge_due_ms && (next_due == 0 || seg->purge_due_ms < next_due)) {
       next_due = seg->purge_due_ms;
@@ -496,37 +496,20 @@ void abandoned_unlink(segment* seg) noexcept {
   abandoned_count.fetch_sub(1, std::memory_order_relaxed);
 }
 
-// h takes over seg, just taken off the abandoned list.
-void segment_adopt(heap* h, segment* seg) noexcept {
+}  // namespace
+
+segment* segment_take_abandoned() noexcept {
+  lock_guard g(abandoned_lock);
+  segment* seg = abandoned_list;
+  if (seg != nullptr) abandoned_unlink(seg);
+  return seg;
+}
+
+void segment_attach(heap* h, segment* seg) noexcept {
   seg->owner.store(h, std::memory_order_release);
   heap_link_segment(h, seg);
   heap_note_segment_due(h, seg);
   reclaimed_count.fetch_add(1, std::memory_order_relaxed);
-  // Take over its pages, with what other threads freed into them meanwhile.
-  for_each_page(seg, [h](page* pg) {
-    page_collect(h, pg);
-    pg->next = pg->prev = nullptr;
-    flags_clear(pg, page_flag::in_full);
-    pg->owner_tid.store(owner_tid_of(h, pg), std::memory_order_release);
-    if (pg->used == 0)
-      span_release(h, pg, false);
-    else
-      page_adopt(h, pg);
-  });
-  if (seg->used_slices == 0 && !(h->segments == seg && seg->next == nullptr)) segment_release(h, seg);
-}
-}  // namespace
-
-bool segment_reclaim_one(heap* h) noexcept {
-  segment* seg;
-  {
-    lock_guard g(abandoned_lock);
-    seg = abandoned_list;
-    if (seg == nullptr) return false;
-    abandoned_unlink(seg);
-  }
-  segment_adopt(h, seg);
-  return true;
 }
 
 int64_t segments_idle_due() noexcept { return idle_purge_due.load(std::memory_order_relaxed); }
@@ -566,26 +549,12 @@ bool segment_freed_into(segment* seg, size_t bytes) noexcept {
 }
 
 void segment_sweep(heap* h, segment* seg) noexcept {
-  remote_flush(h);  // h's own pending frees into seg reach its pages first
   lock_guard g(abandoned_lock);
   if (!seg->abandoned) return;  // reclaimed meanwhile: its new owner collects
   seg->freed_abandoned.store(0, std::memory_order_relaxed);
-  for_each_page(seg, [h](page* pg) {
-    page_collect(h, pg);
-    if (pg->used == 0) span_release(h, pg, false);
-  });
+  segment_collect_pages(h, seg, [](page*) {});
   sweep_at_set(seg);
   purge_schedule_unowned(seg);
-}
-
-bool segment_reclaim(heap* h, segment* seg) noexcept {
-  {
-    lock_guard g(abandoned_lock);
-    if (!seg->abandoned) return false;  // another thread took it first
-    abandoned_unlink(seg);
-  }
-  segment_adopt(h, seg);
-  return true;
 }
 
 void segment_cache_trim(size_t keep) noexcept {
@@ -598,10 +567,7 @@ void segment_cache_trim(size_t keep) noexcept {
       cache_list = seg->next;
       --cache_count;
     }
-    map_mark(seg, segment_size, false);
-    os::commit_add(-static_cast<int64_t>(slice_size));
-    live_segments.fetch_sub(1, std::memory_order_relaxed);
-    os::unmap(seg, segment_size);
+    segment_unmap(seg);
   }
 }
 

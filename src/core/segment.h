@@ -1,15 +1,47 @@
 // Segments and spans: carving pages out of segments, returning them, purging, abandoning and
 // reclaiming segments, huge mappings.  Called from the heap's slow paths only.
 #pragma once
+#include "core/page.h"
 #include "core/types.h"
 
 namespace strata::detail {
 
-// A page of `slices` slices for `cls` from h's segments (a reclaimed or new segment if none has
-// room).  nullptr when the OS refuses memory.
-page* span_alloc(heap* h, size_t cls) noexcept;
-// Gives a page's span back to its segment; may release the segment when it becomes empty.
-void span_free(heap* h, page* pg) noexcept;
+// A page for `cls` (its span of page_slices(cls) slices) from h's own segments (nullptr when
+// none has room), or from a new segment of h's (nullptr when the OS refuses memory).
+page* span_alloc_owned(heap* h, size_t cls) noexcept;
+page* span_alloc_new(heap* h, size_t cls) noexcept;
+// Gives a page's span back to its segment; the segment may leave h if that emptied it (and
+// may_release_segment).
+void span_free(heap* h, page* pg, bool may_release_segment = true) noexcept;
+// An empty segment of h's leaves it (into the cache or back to the OS), unless it is h's last.
+void segment_release_if_empty(heap* h, segment* seg) noexcept;
+
+// Calls f(page) for every page in use in seg (f may release the page's span).
+template <class F>
+void for_each_page(segment* seg, F f) noexcept {
+  for (size_t idx = 1; idx < slices_per_segment;) {
+    page* pg = &seg->pages[idx];
+    if (!(flags_of(pg) & page_flag::in_use)) {
+      ++idx;
+      continue;
+    }
+    idx += pg->slice_count;
+    f(pg);
+  }
+}
+// Collects the frees into every page of seg (h's counters take its local frees), gives the
+// spans of the emptied pages back to seg (never releasing seg itself) and calls on_live(page)
+// for each page still holding blocks.
+template <class F>
+void segment_collect_pages(heap* h, segment* seg, F on_live) noexcept {
+  for_each_page(seg, [&](page* pg) {
+    page_collect(h, pg);
+    if (pg->used == 0)
+      span_free(h, pg, false);
+    else
+      on_live(pg);
+  });
+}
 // Purges the free slices of h's segments whose delay has passed (all of them when force);
 // returns the earliest deadline still pending (0: none).
 int64_t segments_purge(heap* h, bool force) noexcept;
@@ -19,16 +51,17 @@ int64_t segments_idle_due() noexcept;
 void segments_purge_idle(int64_t now) noexcept;
 // Moves every segment of h to the abandoned list (or releases it when empty).
 void segments_abandon(heap* h) noexcept;
-// Takes one abandoned segment into h; false when there is none.
-bool segment_reclaim_one(heap* h) noexcept;
+// Takes one segment off the abandoned list (nullptr when there is none); the caller attaches it
+// to its heap (segment_attach) and adopts its pages (heap.cpp).
+segment* segment_take_abandoned() noexcept;
+void segment_attach(heap* h, segment* seg) noexcept;
 // A free of `bytes` into seg, whose owner exited: true once the frees since it was abandoned (or
 // last swept) reach a quarter of the memory its pages hold.
 bool segment_freed_into(segment* seg, size_t bytes) noexcept;
 // Collects the frees into the abandoned segment seg and gives the spans of its emptied pages
-// back to it (purged after the delay, like any unowned segment's), leaving it abandoned.
+// back to it (purged after the delay, like any unowned segment's), leaving it abandoned.  The
+// caller flushes its own pending remote frees first, so that those into seg are collected too.
 void segment_sweep(heap* h, segment* seg) noexcept;
-// Takes the abandoned segment seg into h; false when it is not (or no longer) abandoned.
-bool segment_reclaim(heap* h, segment* seg) noexcept;
 // Empties the global segment cache (unmapping), e.g. for strata_collect(true).
 void segment_cache_trim(size_t keep) noexcept;
 

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include "core/errors.h"
 #include "core/heap.h"
 #include "core/options.h"
 #include "core/report.h"
@@ -15,24 +16,6 @@
 #include "os/os.h"
 
 namespace strata::detail {
-
-namespace {
-std::atomic<uint64_t> bad_frees{0};
-}  // namespace
-
-void report_bad_free(const void* p, const char* what) noexcept {
-  uint64_t n = bad_frees.fetch_add(1, std::memory_order_relaxed) + 1;
-  if (options::get(option::abort_on_error)) {
-    report::message("strata: error: %s %p; aborting (STRATA_ABORT_ON_ERROR=1)\n", what, p);
-    abort();
-  }
-  if (n <= bad_free_reports_max)
-    report::message("strata: error: %s %p (ignored; STRATA_ABORT_ON_ERROR=1 aborts instead)\n", what, p);
-  if (n == bad_free_reports_max)
-    report::message("strata: error: %llu bad frees reported; further bad frees are not reported "
-                    "(they are still counted in the statistics: bad_free_count)\n",
-                    static_cast<unsigned long long>(bad_free_reports_max));
-}
 
 void stats_collect(strata_stats_t* out, uint64_t* class_allocs, uint64_t* class_frees) noexcept {
   *out = strata_stats_t{};
@@ -80,7 +63,7 @@ void stats_collect(strata_stats_t* out, uint64_t* class_allocs, uint64_t* class_
   out->mmap_calls = os::stats.mmap_calls.load(std::memory_order_relaxed);
   out->munmap_calls = os::stats.munmap_calls.load(std::memory_order_relaxed);
   out->madvise_calls = os::stats.madvise_calls.load(std::memory_order_relaxed);
-  out->bad_free_count = bad_frees.load(std::memory_order_relaxed);
+  out->bad_free_count = bad_free_count();
 }
 
 static size_t stats_json(char* buf, size_t len) noexcept {

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "core/options.h"
+#include "core/errors.h"
 #include "core/stats.h"
 #include "os/numa.h"
 #include "strata/strata.h"

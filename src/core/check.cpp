@@ -1,0 +1,120 @@
+// Invariant checkers (check.h).
+#include "core/check.h"
+
+#include "core/report.h"
+#include "strata/strata.h"
+
+namespace strata::detail {
+
+namespace {
+bool broken(const char* what, const void* where) noexcept {
+  report::message("strata: invariant broken: %s (%p)\n", what, where);
+  return false;
+}
+
+// Blocks on a list of pg, or -1 when one is not a carved block start of pg or the list is
+// longer than the page's capacity (a cycle).  With `freed`, each must carry the free canary.
+long list_length(const page* pg, const block* b, bool freed) noexcept {
+  long n = 0;
+  for (; b != nullptr; b = b->next) {
+    auto offset = static_cast<uint64_t>(reinterpret_cast<const uint8_t*>(b) - pg->start);
+    if (reinterpret_cast<const uint8_t*>(b) < pg->start || !is_carved_block_start(pg, offset)) return -1;
+    if (freed && b->canary != canary_of(b)) return -1;
+    if (++n > pg->capacity) return -1;
+  }
+  return n;
+}
+}  // namespace
+
+bool page_is_valid(const page* pg) noexcept {
+  uint8_t flags = flags_of(pg);
+  if (!(flags & page_flag::in_use)) return broken("page not in use", pg);
+  if (pg->capacity > pg->reserved) return broken("page carved past its span", pg);
+  if (pg->block_bound.load(std::memory_order_relaxed) != block_bound_of(pg->block_size, pg->capacity))
+    return broken("page block bound does not match its capacity", pg);
+  long free_n = list_length(pg, pg->free, false);
+  if (free_n < 0) return broken("page free list holds a stray block or a cycle", pg);
+  long local_n = list_length(pg, pg->local_free, true);
+  if (local_n < 0) return broken("page local_free list holds a stray, unmarked or cyclic block", pg);
+  if (free_n + local_n + pg->used != pg->capacity) return broken("page block counts do not add up to its capacity", pg);
+  bool full_bit = pg->owner_tid.load(std::memory_order_relaxed) & owner_tid_full;
+  if (full_bit != ((flags & page_flag::in_full) != 0)) return broken("page in_full flag and owner word disagree", pg);
+  return true;
+}
+
+bool segment_is_valid(const segment* seg) noexcept {
+  if (seg->kind != segment_kind::normal) return broken("segment is not a normal segment", seg);
+  auto is_free = [seg](size_t i) { return (seg->free_bits[i / 64] >> (i % 64)) & 1; };
+  if (is_free(0)) return broken("segment header slice marked free", seg);
+  auto* s = const_cast<segment*>(seg);
+  size_t used = 0;
+  for (size_t idx = 1; idx < slices_per_segment;) {
+    const page* pg = &seg->pages[idx];
+    if (!(flags_of(pg) & page_flag::in_use)) {
+      if (!is_free(idx)) return broken("segment slice neither free nor in a span", slice_address(s, idx));
+      if (page_map_ready() && page_lookup(slice_address(s, idx)) != nullptr)
+        return broken("page map names a page for a free slice", slice_address(s, idx));
+      ++idx;
+      continue;
+    }
+    size_t n = pg->slice_count;
+    if (n == 0 || idx + n > slices_per_segment) return broken("span runs past its segment", pg);
+    for (size_t k = idx; k < idx + n; ++k) {
+      if (is_free(k)) return broken("slice of a span marked free", slice_address(s, k));
+      if (page_map_ready() && page_lookup(slice_address(s, k)) != pg)
+        return broken("page map entry does not name its span's page", slice_address(s, k));
+    }
+    used += n;
+    idx += n;
+  }
+  if (used != seg->used_slices) return broken("segment used_slices does not match its spans", seg);
+  return true;
+}
+
+bool heap_is_valid(const heap* h) noexcept {
+  size_t listed = 0;
+  for (size_t c = 0; c < size_class_count; ++c) {
+    if (h->direct[c] != &empty_page && h->direct[c] != h->queue[c].first)
+      return broken("direct page is not first in its queue", h->direct[c]);
+    for (const page_list* l : {&h->queue[c], &h->full[c]}) {
+      bool full = l == &h->full[c];
+      const page* prev = nullptr;
+      for (const page* pg = l->first; pg; prev = pg, pg = pg->next) {
+        if (pg->prev != prev) return broken("page list links disagree", pg);
+        if (pg->size_class != c) return broken("page on another class's list", pg);
+        if (((flags_of(pg) & page_flag::in_full) != 0) != full) return broken("in_full flag disagrees with the list", pg);
+        if (segment_of(pg)->owner.load(std::memory_order_relaxed) != h) return broken("listed page of another heap's segment", pg);
+        if ((pg->owner_tid.load(std::memory_order_relaxed) & ~owner_tid_full) != h->tid)
+          return broken("page owner word is not its heap's thread", pg);
+        if (!page_is_valid(pg)) return false;
+        ++listed;
+      }
+      if (l->last != prev) return broken("page list's last link is wrong", l);
+    }
+  }
+  for (size_t i = 0; i < small_slots; ++i)
+    if (h->direct_small[i] != h->direct[small_classes.cls[i]]) return broken("direct page by size and by class differ", h);
+  size_t in_use = 0;
+  for (const segment* seg = h->segments; seg; seg = seg->next) {
+    if (seg->owner.load(std::memory_order_relaxed) != h) return broken("heap's segment owned by another", seg);
+    if (!segment_is_valid(seg)) return false;
+    for (size_t idx = 1; idx < slices_per_segment;) {
+      const page* pg = &seg->pages[idx];
+      if (!(flags_of(pg) & page_flag::in_use)) {
+        ++idx;
+        continue;
+      }
+      ++in_use;
+      idx += pg->slice_count;
+    }
+  }
+  if (in_use != listed) return broken("pages in use in the heap's segments are not all on its lists", h);
+  return true;
+}
+
+}  // namespace strata::detail
+
+STRATA_EXPORT bool strata_heap_check(void) {
+  using namespace strata::detail;
+  return tl_heap == &empty_heap || heap_is_valid(tl_heap);
+}
