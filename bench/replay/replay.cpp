@@ -170,34 +170,52 @@ struct thread_state {
   size_t n_ops = 0;
 };
 
-// Open addressing from an address to the live block there.
+// Open addressing from an address to its live blocks, oldest first (a free and the next
+// allocation of the same address may come swapped between two time samples: a free ends the
+// oldest).  Later blocks at one address are chained through `next`.
 struct live_map {
   mapped<uint64_t> keys;  // address + 1 (0: empty)
-  mapped<uint32_t> vals;
+  mapped<uint32_t> vals;  // the oldest live block there
+  mapped<uint32_t>* next = nullptr;
   size_t count = 0;
   static size_t slot(uint64_t a, size_t mask) { return (a * 0x9e3779b97f4a7c15ull >> 20) & mask; }
   void init(size_t cap) {
     keys.map(cap);
     vals.map(cap);
   }
-  void put(uint64_t a, uint32_t v) {
-    if ((count + 1) * 2 > keys.n) grow();
-    size_t mask = keys.n - 1;
-    for (size_t i = slot(a, mask);; i = (i + 1) & mask)
-      if (keys[i] == 0 || keys[i] == a + 1) {
-        if (keys[i] == 0) count++;
-        keys[i] = a + 1;
-        vals[i] = v;
-        return;
-      }
-  }
-  uint32_t take(uint64_t a) {  // removes and returns the block at a, or none
+  size_t find(uint64_t a) {
     size_t mask = keys.n - 1;
     size_t i = slot(a, mask);
-    for (; keys[i] != 0; i = (i + 1) & mask)
-      if (keys[i] == a + 1) break;
+    while (keys[i] != 0 && keys[i] != a + 1) i = (i + 1) & mask;
+    return i;
+  }
+  bool put(uint64_t a, uint32_t v) {  // true when a block was live there already
+    (*next)[v] = none;
+    size_t i = find(a);
+    if (keys[i] != 0) {
+      uint32_t at = vals[i];
+      while ((*next)[at] != none) at = (*next)[at];
+      (*next)[at] = v;
+      return true;
+    }
+    if ((count + 1) * 2 > keys.n) {
+      grow();
+      i = find(a);
+    }
+    keys[i] = a + 1;
+    vals[i] = v;
+    count++;
+    return false;
+  }
+  uint32_t take(uint64_t a) {  // removes and returns the oldest block at a, or none
+    size_t mask = keys.n - 1;
+    size_t i = find(a);
     if (keys[i] == 0) return none;
     uint32_t v = vals[i];
+    if ((*next)[v] != none) {
+      vals[i] = (*next)[v];
+      return v;
+    }
     keys[i] = 0;
     count--;
     // Backward-shift deletion keeps every probe chain unbroken.
@@ -212,15 +230,28 @@ struct live_map {
     }
     return v;
   }
+  // Puts an older block back in front (a realloc that failed: its block lives on).
+  void put_front(uint64_t a, uint32_t v) {
+    size_t i = find(a);
+    if (keys[i] != 0) {
+      (*next)[v] = vals[i];
+      vals[i] = v;
+      return;
+    }
+    put(a, v);
+  }
   void grow() {
     mapped<uint64_t> k = keys;
     mapped<uint32_t> v = vals;
     keys = {};
     vals = {};
     init(k.n * 2);
-    count = 0;
     for (size_t i = 0; i < k.n; i++)
-      if (k[i]) put(k[i] - 1, v[i]);
+      if (k[i]) {
+        size_t j = find(k[i] - 1);
+        keys[j] = k[i];
+        vals[j] = v[i];
+      }
     k.unmap();
     v.unmap();
   }
@@ -243,14 +274,15 @@ bool cursor_valid(trace_file& t, size_t th, thread_state& s) {
   return s.chunk < cs.size();
 }
 
-// Moves the cursor onto the next event that is not op_time, adding deltas; false at the end.
+// Moves the cursor onto the next event that is not op_time, taking up the samples it passes;
+// false at the end.
 bool advance_to_event(trace_file& t, size_t th, thread_state& s) {
   for (;;) {
     if (!cursor_valid(t, th, s)) return false;
     const uint64_t* w = t.threads[th][s.chunk].words + 2 * s.event;
     unsigned o = (w[0] >> 48) & 0xff;
     if (o == op_time) {
-      s.cycles += w[1];
+      s.cycles = w[1];
       s.event++;
       continue;
     }
@@ -258,20 +290,35 @@ bool advance_to_event(trace_file& t, size_t th, thread_state& s) {
   }
 }
 
+bool is_free(unsigned o) { return o == op_free || o == op_free_sized || o == op_realloc_from; }
+
+// The merge order of the event at the cursor: an allocation at the sample before it, a free at
+// the sample after it (or the chunk's flush); at one time, allocations first.
+uint64_t merge_key(trace_file& t, size_t th, thread_state& s) {
+  const chunk_ref& c = t.threads[th][s.chunk];
+  unsigned o = (c.words[2 * s.event] >> 48) & 0xff;
+  if (!is_free(o)) return s.cycles * 2;
+  uint64_t after = c.h->flush_cycles;
+  for (uint32_t i = s.event + 1; i < c.h->events; i++)
+    if (((c.words[2 * i] >> 48) & 0xff) == op_time) {
+      after = c.words[2 * i + 1];
+      break;
+    }
+  return after * 2 + 1;
+}
+
 void build_plan(trace_file& t, plan& pl) {
   size_t nt = t.threads.size();
   pl.threads.resize(nt);
   live_map live;
   live.init(1 << 16);
-  mapped<uint32_t> owner;  // the thread that allocated each block
+  mapped<uint32_t> owner, next;  // the thread that allocated each block; live_map's chains
   owner.map(t.events + 1);
+  next.map(t.events + 1);
+  live.next = &next;
   // A min-heap of threads by the cycle count of their next event.
   std::vector<uint32_t> heap;
-  auto key = [&](uint32_t th) {
-    thread_state& s = pl.threads[th];
-    const uint64_t* w = t.threads[th][s.chunk].words + 2 * s.event;
-    return s.cycles + (w[1] >> 40);
-  };
+  auto key = [&](uint32_t th) { return merge_key(t, th, pl.threads[th]); };
   auto less = [&](uint32_t a, uint32_t b) { return key(a) > key(b); };  // for std::*_heap: a min-heap
   for (size_t th = 0; th < nt; th++) {
     thread_state& s = pl.threads[th];
@@ -290,7 +337,6 @@ void build_plan(trace_file& t, plan& pl) {
     heap.pop_back();
     thread_state& s = pl.threads[th];
     const uint64_t* w = t.threads[th][s.chunk].words + 2 * s.event;
-    s.cycles += w[1] >> 40;
     unsigned o = (w[0] >> 48) & 0xff;
     uint64_t addr = w[0] & address_mask, size = w[1] & size_mask;
     unsigned alog = static_cast<unsigned>(w[0] >> 56);
@@ -303,9 +349,7 @@ void build_plan(trace_file& t, plan& pl) {
       }
       uint32_t id = pl.objects++;
       owner[id] = th;
-      uint32_t prev = live.take(addr);
-      if (prev != none) pl.reused_live++;  // its free was not recorded (before the trace began)
-      live.put(addr, id);
+      if (live.put(addr, id)) pl.reused_live++;  // a free swapped with it, or lost
       return id;
     };
     auto release = [&](uint64_t a) -> uint32_t {
@@ -345,7 +389,7 @@ void build_plan(trace_file& t, plan& pl) {
         r.old = static_cast<uint32_t>(s.pending_old);
         r.wait = r.old != none && owner[r.old] != th;
         if (addr == 0 && size > 0 && s.pending_old != none) {
-          live.put(s.pending_old_addr, r.old);  // failed: the old block lives on
+          live.put_front(s.pending_old_addr, r.old);  // failed: the old block lives on
           pl.failed++;
           r.old = none;
           r.wait = 0;
@@ -366,6 +410,7 @@ void build_plan(trace_file& t, plan& pl) {
   live.keys.unmap();
   live.vals.unmap();
   owner.unmap();
+  next.unmap();
 }
 
 // ---- the replay ------------------------------------------------------------------------------
@@ -533,7 +578,9 @@ struct writer {
   void event(strata::trace::op o, uint64_t addr, uint64_t size, unsigned alog = 0) {
     cycles += 100;
     words.push_back(addr | uint64_t{o} << 48 | uint64_t{alog} << 56);
-    words.push_back(size | uint64_t{100} << 40);
+    words.push_back(size);
+    words.push_back(uint64_t{op_time} << 48);  // a sample after every event
+    words.push_back(cycles);
   }
   void flush(uint32_t flags = 0) {
     chunk_header h{chunk_magic, thread, static_cast<uint32_t>(words.size() / 2), flags, base, cycles, 0, 1,
@@ -560,7 +607,7 @@ int smoke() {
   // Thread 0 allocates 1000 blocks (every fifth aligned, every seventh reallocated), thread 1
   // frees the odd ones after thread 0 made them, thread 0 frees the even ones.
   writer a{f, {}, 1000, 1000, 0}, b{f, {}, 1000, 1000, 1};
-  const int n = 1000;
+  const int n = 1000;  // the chunk holds 2 words per event and 2 per sample
   uint64_t base = 0x100000;
   for (int i = 0; i < n; i++) {
     uint64_t addr = base + 64 * uint64_t(i);

@@ -133,10 +133,8 @@ def read(path: str | Path) -> Trace:
             if off != len(data):
                 raise TraceError(f"{path}: byte {off}: corrupt trace: data after the end chunk")
             break
-        is_time = op == OP["time"]
-        delta = np.where(is_time, w1, w1 >> np.uint64(40))
-        cycles = np.uint64(base) + np.cumsum(delta, dtype=np.uint64)
-        keep = ~is_time
+        cycles = _times(op, w1, base, fc)
+        keep = op != OP["time"]
         parts.setdefault(thread, []).append((op[keep], w0[keep], w1[keep], cycles[keep]))
     t.valid_bytes = off
     if not t.complete and not t.truncated:
@@ -157,6 +155,22 @@ def read(path: str | Path) -> Trace:
     return t
 
 
+def _times(op: np.ndarray, w1: np.ndarray, base: int, flush: int) -> np.ndarray:
+    """Each event's time (format.h): an allocation at the sample before it (or the chunk's base),
+    a free at the sample after it (or the chunk's flush), so a block is allocated before it is
+    freed, also across threads."""
+    n = op.size
+    if n == 0:
+        return np.zeros(0, np.uint64)
+    is_time = op == OP["time"]
+    pos = np.arange(n)
+    before = np.maximum.accumulate(np.where(is_time, pos, -1))
+    after = np.minimum.accumulate(np.where(is_time, pos, n)[::-1])[::-1]
+    lo = np.where(before >= 0, w1[np.clip(before, 0, None)], np.uint64(base))
+    hi = np.where(after < n, w1[np.clip(after, None, n - 1)], np.uint64(flush))
+    return np.where(np.isin(op, FREES), hi, lo).astype(np.uint64)
+
+
 def _log2_histogram(values: np.ndarray, unit: str) -> list[dict]:
     """Power-of-two buckets: [lo, 2*lo) with their counts (0 has its own bucket)."""
     if values.size == 0:
@@ -173,13 +187,32 @@ def _log2_histogram(values: np.ndarray, unit: str) -> list[dict]:
 
 
 def lifetimes(t: Trace) -> dict:
-    """Each allocation matched with the free of its address that follows it (in cycle order):
-    indexes into t's arrays, and which were freed by another thread."""
+    """Each allocation matched with a free of its address: per address, in time order
+    (allocations first at equal times), the k-th free ends the k-th block, as the tools'
+    rule "a free ends the oldest live block there" does; frees before an address's first
+    allocation are unmatched.  Indexes into t's arrays, and which were freed by another thread."""
     idx = np.flatnonzero(t.address != 0)
-    order = idx[np.lexsort((t.cycles[idx], t.address[idx]))]
-    a, b = order[:-1], order[1:]
-    pair = (t.address[a] == t.address[b]) & np.isin(t.op[a], ALLOCS) & np.isin(t.op[b], FREES)
-    alloc_i, free_i = a[pair], b[pair]
+    free_first = np.isin(t.op[idx], FREES).astype(np.int8)
+    order = idx[np.lexsort((free_first, t.cycles[idx], t.address[idx]))]
+    addr, op = t.address[order], t.op[order]
+    isa, isf = np.isin(op, ALLOCS), np.isin(op, FREES)
+    start = np.r_[True, addr[1:] != addr[:-1]] if addr.size else np.zeros(0, bool)
+    gid = np.cumsum(start) - 1
+    starts = np.flatnonzero(start)
+    ca = np.cumsum(isa)
+    a_before_group = (ca - isa)[starts]  # allocations in earlier groups
+    a_in_group_before = ca - isa - a_before_group[gid]
+    eligible = isf & (a_in_group_before > 0)
+    cf = np.cumsum(eligible)
+    f_before_group = (cf - eligible)[starts]
+    rank = cf - 1 - f_before_group[gid]  # this free is the rank-th eligible one of its address
+    a_total = np.bincount(gid, weights=isa, minlength=starts.size).astype(np.int64) if addr.size else np.zeros(0, np.int64)
+    apos = np.flatnonzero(isa)
+    ok = eligible & (rank < a_total[gid] if addr.size else eligible)
+    free_pos = np.flatnonzero(ok)
+    alloc_pos = apos[a_before_group[gid[free_pos]] + rank[free_pos]]
+    keep = alloc_pos < free_pos
+    alloc_i, free_i = order[alloc_pos[keep]], order[free_pos[keep]]
     return {"alloc": alloc_i, "free": free_i, "cross": t.thread[alloc_i] != t.thread[free_i]}
 
 
@@ -191,11 +224,12 @@ def stats(t: Trace) -> dict:
     spc = t.seconds_per_cycle()
     life_cycles = (t.cycles[m["free"]] - t.cycles[m["alloc"]]).astype(np.float64)
     life = life_cycles * spc if spc else life_cycles
-    # Live bytes over time: + at each allocation, - at the free matched with it.
+    # Live bytes over time: + at each allocation, - at the free matched with it (frees first at
+    # equal times here: a free's time is an upper bound, an allocation's a lower one).
     delta = np.zeros(t.events, np.int64)
     delta[allocs] = t.size[allocs].astype(np.int64)
     delta[m["free"]] -= t.size[m["alloc"]].astype(np.int64)
-    order = np.argsort(t.cycles, kind="stable")
+    order = np.lexsort((~np.isin(t.op, FREES), t.cycles))
     live = np.cumsum(delta[order])
     peak = int(live.max()) if live.size else 0
     duration = None

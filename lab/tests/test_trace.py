@@ -18,8 +18,12 @@ from strata_lab import cli, trace
 OP = trace.OP
 
 
-def event(op: int, address: int, size: int = 0, delta: int = 100, align_log: int = 0) -> tuple[int, int]:
-    return address | op << 48 | align_log << 56, size | delta << 40
+def event(op: int, address: int, size: int = 0, align_log: int = 0) -> tuple[int, int]:
+    return address | op << 48 | align_log << 56, size
+
+
+def sample(cycles: int) -> tuple[int, int]:
+    return OP["time"] << 48, cycles
 
 
 def chunk(thread: int, events: list, base: int, flags: int = 0, flush: tuple = (0, 0)) -> bytes:
@@ -34,15 +38,16 @@ def header(version: int = 1) -> bytes:
     return trace.FILE_HEADER.pack(trace.MAGIC, version, 64, 48, 16, 1234, 0, 1000, 0, 0)
 
 
-def sample(tmp_path, end: bool = True):
+def sample_trace(tmp_path, end: bool = True):
     """Thread 0: blocks A (100 B) and B (300 B); thread 1, later: frees A, allocates C (50 B) and
     reallocates it to D (70 B); thread 0, last: frees B and an address never allocated."""
     A, B, C, D = 0x1000, 0x2000, 0x3000, 0x4000
-    t0 = [event(OP["malloc"], A, 100), event(OP["aligned"], B, 300, align_log=6)]
-    t1 = [event(OP["free"], A), event(OP["malloc"], C, 50), event(OP["realloc_from"], C),
-          event(OP["realloc"], D, 70)]
-    t0b = [event(OP["free_sized"], B, 300), event(OP["free"], 0x9000)]
-    data = header() + chunk(0, t0, 1000) + chunk(1, t1, 1500) + chunk(0, t0b, 2000, flush=(1_000_000, 1_000_000))
+    t0 = [event(OP["malloc"], A, 100), sample(1100), event(OP["aligned"], B, 300, align_log=6)]
+    t1 = [event(OP["free"], A), sample(1600), event(OP["malloc"], C, 50), event(OP["realloc_from"], C),
+          sample(1700), event(OP["realloc"], D, 70)]
+    t0b = [event(OP["free_sized"], B, 300), sample(2100), event(OP["free"], 0x9000)]
+    data = (header() + chunk(0, t0, 1000, flush=(1200, 0)) + chunk(1, t1, 1500, flush=(1800, 0))
+            + chunk(0, t0b, 2000, flush=(1_000_000, 1_000_000)))
     if end:
         data += chunk(0, [], 0, trace.CHUNK_END, flush=(2_000_000, 2_000_000))
     p = tmp_path / "t.trace"
@@ -51,8 +56,8 @@ def sample(tmp_path, end: bool = True):
 
 
 def test_read_and_stats(tmp_path):
-    t = trace.read(sample(tmp_path))
-    assert t.complete and t.threads == 2 and t.events == 8
+    t = trace.read(sample_trace(tmp_path))
+    assert t.complete and t.threads == 2 and t.events == 8  # samples are not events
     s = trace.stats(t)
     assert s["counts"]["malloc"] == 2 and s["counts"]["aligned"] == 1 and s["counts"]["realloc"] == 1
     assert s["allocations"] == 4 and s["allocated_bytes"] == 100 + 300 + 50 + 70
@@ -68,7 +73,7 @@ def test_read_and_stats(tmp_path):
 
 
 def test_cut_short_reads_up_to_the_last_whole_chunk(tmp_path):
-    p = sample(tmp_path, end=False)
+    p = sample_trace(tmp_path, end=False)
     t = trace.read(p)
     assert not t.complete and "no end chunk" in t.truncated and t.events == 8
     data = p.read_bytes()
@@ -86,7 +91,7 @@ def test_cut_short_reads_up_to_the_last_whole_chunk(tmp_path):
     (lambda d: d + b"more", "data after the end chunk"),
 ])
 def test_corrupt_traces_are_clear_errors(tmp_path, damage, message):
-    p = sample(tmp_path)
+    p = sample_trace(tmp_path)
     p.write_bytes(damage(p.read_bytes()))
     with pytest.raises(trace.TraceError, match=message):
         trace.read(p)
@@ -100,7 +105,7 @@ def test_unknown_event_is_named(tmp_path):
 
 
 def test_trace_stats_command(tmp_path, capsys):
-    p = sample(tmp_path)
+    p = sample_trace(tmp_path)
     assert cli.main(["trace-stats", str(p), "--json", "--out", str(tmp_path / "out")]) == 0
     s = json.loads(capsys.readouterr().out)
     assert s["peak_live_bytes"] == 400
@@ -131,3 +136,16 @@ def test_record_and_replay_a_real_program(built, tmp_path):
     samples = [x for x in doc["samples"] if not x.get("warmup")]
     assert len(samples) == 2 and all(x["ok"] for x in samples)
     assert all(x["metrics"]["ops"] >= 20000 and x["peak_rss_kb"] > 0 for x in samples)
+
+
+def test_a_free_swapped_with_the_next_allocation_of_its_address(tmp_path):
+    """Thread 0 frees X, then thread 1 gets X: between two samples the free's time (the sample
+    after it) may come after the allocation's (the sample before it).  The free still ends the
+    older block, so nothing crosses threads."""
+    X = 0x5000
+    t0 = [event(OP["malloc"], X, 10), event(OP["free"], X), sample(2000)]
+    t1 = [sample(1500), event(OP["malloc"], X, 20), event(OP["free"], X), sample(2500)]
+    p = tmp_path / "swap.trace"
+    p.write_bytes(header() + chunk(0, t0, 1000, flush=(2000, 0)) + chunk(1, t1, 1400, flush=(2500, 0)))
+    s = trace.stats(trace.read(p))
+    assert s["frees_matched"] == 2 and s["cross_thread_frees"] == 0 and s["frees_unmatched"] == 0

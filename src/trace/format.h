@@ -5,8 +5,14 @@
 //   chunk  = chunk_header event[events]   one thread's events, written in one write()
 //   event  = two 64-bit words:
 //     w0 = address (bits 0-47) | op (bits 48-55) | log2 alignment (bits 56-63, aligned ops)
-//     w1 = size (bits 0-39)    | cycles since the thread's previous event (bits 40-63)
-//   op_time carries a longer gap: w1 is the whole gap in cycles, w0 only the op.
+//     w1 = size (bits 0-39)
+//   op_time: w1 is the cycle counter, read after the event before it (every 16th event of a
+//   thread; reading it at every event would double the cost of recording a small malloc).
+// An event's time is bounded by the op_time samples around it (the chunk's base_cycles and
+// flush_cycles at its ends): an allocation is given the sample before it, a free the sample
+// after it, so that every block is allocated before it is freed also across threads.  The
+// tools match a free with the oldest live block at its address (a free and the next
+// allocation of the same address may appear swapped between two samples).
 // A chunk with chunk_end set (and no events) closes a trace whose program exited normally; its
 // base_cycles field holds the program's file-backed resident memory at exit in KiB (RssFile +
 // RssShmem: program, libraries, mapped files), which a replay adds in place of its own.
@@ -27,13 +33,12 @@ enum op : uint8_t {
   op_aligned = 5,       // posix_memalign, aligned_alloc, memalign, valloc, pvalloc, aligned new
   op_free = 6,          // free, cfree, operator delete (recorded before the call)
   op_free_sized = 7,    // free_sized, free_aligned_sized, sized delete: address, size
-  op_time = 8,          // a gap of 2^24 cycles or more before the next event
+  op_time = 8,          // a sample of the cycle counter (w1)
 };
 
-inline constexpr int address_bits = 48, size_bits = 40, delta_bits = 24;
+inline constexpr int address_bits = 48, size_bits = 40;
 inline constexpr uint64_t address_mask = (uint64_t{1} << address_bits) - 1;
 inline constexpr uint64_t size_mask = (uint64_t{1} << size_bits) - 1;
-inline constexpr uint64_t delta_limit = uint64_t{1} << delta_bits;
 
 struct file_header {
   char magic[8];
@@ -60,10 +65,10 @@ struct chunk_header {
   uint32_t thread;         // the recorder's thread number, 0 for the first thread seen
   uint32_t events;         // events that follow (16 bytes each)
   uint32_t flags;          // chunk_flags
-  uint64_t base_cycles;    // the thread's cycle counter before its first event in this chunk
+  uint64_t base_cycles;    // the cycle counter before the chunk's first event
                            //   (end chunk: the program's file-backed resident KiB at exit)
-  uint64_t flush_cycles;   // the cycle counter and CLOCK_MONOTONIC when the chunk was written:
-  uint64_t flush_ns;       //   with the file header's, they convert cycles to time
+  uint64_t flush_cycles;   // the cycle counter (after the chunk's last event) and CLOCK_MONOTONIC
+  uint64_t flush_ns;       //   when the chunk was written: with the header's, cycles to time
   uint32_t os_tid;         // the kernel's thread id
   uint32_t checksum;       // the events' 64-bit words summed (mod 2^64), high half xor low half
 };
