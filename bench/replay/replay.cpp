@@ -83,7 +83,7 @@ struct trace_file {
   bool complete = false;                        // the end chunk was seen
   uint64_t program_file_kib = 0;                // the program's file-backed resident KiB at exit
   std::string truncated;                        // why the trace stops early, if it does
-  uint64_t events = 0, chunks = 0;
+  uint64_t words = 0, chunks = 0;
 };
 
 void read_trace(const char* path, trace_file& t) {
@@ -107,7 +107,7 @@ void read_trace(const char* path, trace_file& t) {
     fail(std::string(path) + ": trace format version " + std::to_string(t.header.version) +
          ", this replayer reads version " + std::to_string(format_version));
   if (t.header.header_bytes != sizeof(file_header) || t.header.chunk_header_bytes != sizeof(chunk_header) ||
-      t.header.event_bytes != 16)
+      t.header.word_bytes != 8)
     fail(where(8) + "unexpected header, chunk header or event sizes");
   size_t off = sizeof(file_header);
   while (off < t.size) {
@@ -117,18 +117,18 @@ void read_trace(const char* path, trace_file& t) {
     }
     auto* h = reinterpret_cast<const chunk_header*>(t.data.p + off);
     if (h->magic != chunk_magic) fail(where(off) + "corrupt trace: no chunk starts here");
-    size_t payload = size_t{h->events} * 16;
+    size_t payload = size_t{h->words} * 8;
     if (t.size - off - sizeof(chunk_header) < payload) {
       t.truncated = "a chunk cut short at byte " + std::to_string(off);
       break;
     }
     auto* w = reinterpret_cast<const uint64_t*>(t.data.p + off + sizeof(chunk_header));
-    if (checksum(w, uint64_t{h->events} * 2) != h->checksum)
-      fail(where(off) + "corrupt trace: chunk checksum mismatch");
-    for (uint32_t i = 0; i < h->events; i++) {
-      unsigned o = static_cast<unsigned>(w[2 * i] >> 48) & 0xff;
-      if (o < op_malloc || o > op_time)
-        fail(where(off + sizeof(chunk_header) + 16 * i) + "corrupt trace: unknown event " + std::to_string(o));
+    if (checksum(w, h->words) != h->checksum) fail(where(off) + "corrupt trace: chunk checksum mismatch");
+    for (uint32_t i = 0; i < h->words; i++) {
+      unsigned o = word_op(w[i]);
+      bool extends = i > 0 && word_op(w[i - 1]) < op_time;
+      if (o == 0 || (o > op_time && o != op_extension) || (o == op_extension && !extends))
+        fail(where(off + sizeof(chunk_header) + 8 * i) + "corrupt trace: unknown word " + std::to_string(o));
     }
     off += sizeof(chunk_header) + payload;
     t.chunks++;
@@ -141,7 +141,7 @@ void read_trace(const char* path, trace_file& t) {
     if (h->thread > (1u << 20)) fail(where(off) + "corrupt trace: thread number out of range");
     if (h->thread >= t.threads.size()) t.threads.resize(h->thread + 1);
     t.threads[h->thread].push_back({h, w});
-    t.events += h->events;
+    t.words += h->words;
   }
   t.valid_bytes = off;
   if (!t.complete && t.truncated.empty())
@@ -266,7 +266,7 @@ struct plan {
 
 bool cursor_valid(trace_file& t, size_t th, thread_state& s) {
   auto& cs = t.threads[th];
-  while (s.chunk < cs.size() && s.event >= cs[s.chunk].h->events) {
+  while (s.chunk < cs.size() && s.event >= cs[s.chunk].h->words) {
     s.chunk++;
     s.event = 0;
     if (s.chunk < cs.size()) s.cycles = cs[s.chunk].h->base_cycles;  // each chunk restarts from its base
@@ -279,10 +279,9 @@ bool cursor_valid(trace_file& t, size_t th, thread_state& s) {
 bool advance_to_event(trace_file& t, size_t th, thread_state& s) {
   for (;;) {
     if (!cursor_valid(t, th, s)) return false;
-    const uint64_t* w = t.threads[th][s.chunk].words + 2 * s.event;
-    unsigned o = (w[0] >> 48) & 0xff;
-    if (o == op_time) {
-      s.cycles = w[1];
+    uint64_t w = t.threads[th][s.chunk].words[s.event];
+    if (word_op(w) == op_time) {
+      s.cycles = time_cycles(w);
       s.event++;
       continue;
     }
@@ -296,12 +295,11 @@ bool is_free(unsigned o) { return o == op_free || o == op_free_sized || o == op_
 // the sample after it (or the chunk's flush); at one time, allocations first.
 uint64_t merge_key(trace_file& t, size_t th, thread_state& s) {
   const chunk_ref& c = t.threads[th][s.chunk];
-  unsigned o = (c.words[2 * s.event] >> 48) & 0xff;
-  if (!is_free(o)) return s.cycles * 2;
+  if (!is_free(word_op(c.words[s.event]))) return s.cycles * 2;
   uint64_t after = c.h->flush_cycles;
-  for (uint32_t i = s.event + 1; i < c.h->events; i++)
-    if (((c.words[2 * i] >> 48) & 0xff) == op_time) {
-      after = c.words[2 * i + 1];
+  for (uint32_t i = s.event + 1; i < c.h->words; i++)
+    if (word_op(c.words[i]) == op_time) {
+      after = time_cycles(c.words[i]);
       break;
     }
   return after * 2 + 1;
@@ -313,8 +311,8 @@ void build_plan(trace_file& t, plan& pl) {
   live_map live;
   live.init(1 << 16);
   mapped<uint32_t> owner, next;  // the thread that allocated each block; live_map's chains
-  owner.map(t.events + 1);
-  next.map(t.events + 1);
+  owner.map(t.words + 1);
+  next.map(t.words + 1);
   live.next = &next;
   // A min-heap of threads by the cycle count of their next event.
   std::vector<uint32_t> heap;
@@ -323,7 +321,7 @@ void build_plan(trace_file& t, plan& pl) {
   for (size_t th = 0; th < nt; th++) {
     thread_state& s = pl.threads[th];
     uint64_t n = 0;
-    for (auto& c : t.threads[th]) n += c.h->events;
+    for (auto& c : t.threads[th]) n += c.h->words;
     s.ops.map(n);
     if (!t.threads[th].empty()) {
       s.cycles = t.threads[th][0].h->base_cycles;
@@ -336,10 +334,16 @@ void build_plan(trace_file& t, plan& pl) {
     uint32_t th = heap.back();
     heap.pop_back();
     thread_state& s = pl.threads[th];
-    const uint64_t* w = t.threads[th][s.chunk].words + 2 * s.event;
-    unsigned o = (w[0] >> 48) & 0xff;
-    uint64_t addr = w[0] & address_mask, size = w[1] & size_mask;
-    unsigned alog = static_cast<unsigned>(w[0] >> 56);
+    const chunk_ref& c = t.threads[th][s.chunk];
+    uint64_t w = c.words[s.event];
+    unsigned o = word_op(w);
+    uint64_t addr = word_address(w), size = word_inline_size(w);
+    unsigned alog = 0;
+    if (s.event + 1 < c.h->words && word_op(c.words[s.event + 1]) == op_extension) {
+      s.event++;
+      size = extension_size(c.words[s.event]);
+      alog = extension_align_log(c.words[s.event]);
+    }
     pl.counts[o]++;
     replay_op r{size, k_nop, alog, 0, none, none};
     auto allocate = [&]() -> uint32_t {
@@ -556,11 +560,11 @@ replay_result replay(plan& pl, long program_file_kib = 0, long program_anon_kib 
 }
 
 void print_counts(const trace_file& t, const plan& pl) {
-  printf("\"threads\": %zu, \"events\": %" PRIu64 ", \"chunks\": %" PRIu64 ", \"complete\": %s, "
+  printf("\"threads\": %zu, \"words\": %" PRIu64 ", \"chunks\": %" PRIu64 ", \"complete\": %s, "
          "\"valid_bytes\": %zu, \"file_bytes\": %zu, \"truncated\": \"%s\", \"pid\": %u, \"parent_pid\": %u, "
          "\"blocks\": %u, \"unmatched_frees\": %" PRIu64 ", \"cross_thread_frees\": %" PRIu64
          ", \"failed\": %" PRIu64 ", \"reused_live\": %" PRIu64 ", \"counts\": {",
-         t.threads.size(), t.events, t.chunks, t.complete ? "true" : "false", t.valid_bytes, t.size,
+         t.threads.size(), t.words, t.chunks, t.complete ? "true" : "false", t.valid_bytes, t.size,
          t.truncated.c_str(), t.header.pid, t.header.parent_pid, pl.objects, pl.unmatched_frees,
          pl.cross_thread_frees, pl.failed, pl.reused_live);
   const char* names[] = {"", "malloc", "calloc", "realloc_from", "realloc", "aligned", "free", "free_sized", "time"};
@@ -577,13 +581,16 @@ struct writer {
   uint32_t thread;
   void event(strata::trace::op o, uint64_t addr, uint64_t size, unsigned alog = 0) {
     cycles += 100;
-    words.push_back(addr | uint64_t{o} << 48 | uint64_t{alog} << 56);
-    words.push_back(size);
-    words.push_back(uint64_t{op_time} << 48);  // a sample after every event
-    words.push_back(cycles);
+    if (o == op_aligned || size > inline_size_max) {
+      words.push_back(event_word(o, addr, size_in_extension));
+      words.push_back(extension_word(size, alog));
+    } else {
+      words.push_back(event_word(o, addr, size));
+    }
+    words.push_back(time_word(cycles));  // a sample after every event
   }
   void flush(uint32_t flags = 0) {
-    chunk_header h{chunk_magic, thread, static_cast<uint32_t>(words.size() / 2), flags, base, cycles, 0, 1,
+    chunk_header h{chunk_magic, thread, static_cast<uint32_t>(words.size()), flags, base, cycles, 0, 1,
                    checksum(words.data(), words.size())};
     fwrite(&h, sizeof h, 1, f);
     fwrite(words.data(), 8, words.size(), f);
@@ -602,12 +609,12 @@ int smoke() {
   fh.version = format_version;
   fh.header_bytes = sizeof(file_header);
   fh.chunk_header_bytes = sizeof(chunk_header);
-  fh.event_bytes = 16;
+  fh.word_bytes = 8;
   fwrite(&fh, sizeof fh, 1, f);
   // Thread 0 allocates 1000 blocks (every fifth aligned, every seventh reallocated), thread 1
   // frees the odd ones after thread 0 made them, thread 0 frees the even ones.
   writer a{f, {}, 1000, 1000, 0}, b{f, {}, 1000, 1000, 1};
-  const int n = 1000;  // the chunk holds 2 words per event and 2 per sample
+  const int n = 1000;
   uint64_t base = 0x100000;
   for (int i = 0; i < n; i++) {
     uint64_t addr = base + 64 * uint64_t(i);

@@ -27,12 +27,13 @@ CHUNK_MAGIC = 0x4B4E4843
 CHUNK_THREAD_EXIT, CHUNK_END = 1, 2
 
 OPS = {1: "malloc", 2: "calloc", 3: "realloc_from", 4: "realloc", 5: "aligned", 6: "free",
-       7: "free_sized", 8: "time"}
+       7: "free_sized", 8: "time", 15: "extension"}
 OP = {v: k for k, v in OPS.items()}
 ALLOCS = (OP["malloc"], OP["calloc"], OP["realloc"], OP["aligned"])
 FREES = (OP["free"], OP["free_sized"], OP["realloc_from"])
-ADDRESS_MASK = (1 << 48) - 1
-SIZE_MASK = (1 << 40) - 1
+ADDRESS_FIELD = (1 << 45) - 1
+SIZE_IN_EXTENSION = 0x7FFF
+EXTENSION_SIZE_MASK = (1 << 54) - 1
 
 
 class TraceError(LabError):
@@ -96,8 +97,8 @@ def read(path: str | Path) -> Trace:
     magic, version, hbytes, cbytes, ebytes, pid, ppid, c0, n0, anon = FILE_HEADER.unpack_from(data)
     if version != VERSION:
         raise TraceError(f"{path}: trace format version {version}; this lab reads version {VERSION}")
-    if (hbytes, cbytes, ebytes) != (FILE_HEADER.size, CHUNK_HEADER.size, 16):
-        raise TraceError(f"{path}: byte 8: unexpected header, chunk header or event sizes "
+    if (hbytes, cbytes, ebytes) != (FILE_HEADER.size, CHUNK_HEADER.size, 8):
+        raise TraceError(f"{path}: byte 8: unexpected header, chunk header or word sizes "
                          f"({hbytes}, {cbytes}, {ebytes})")
     t = Trace(path=path, pid=pid, parent_pid=ppid, start_cycles=c0, start_ns=n0, file_bytes=len(data),
               start_anon_kib=anon)
@@ -107,23 +108,24 @@ def read(path: str | Path) -> Trace:
         if len(data) - off < CHUNK_HEADER.size:
             t.truncated = f"a chunk header cut short at byte {off}"
             break
-        magic, thread, events, flags, base, fc, fn, tid, checksum = CHUNK_HEADER.unpack_from(data, off)
+        magic, thread, events, flags, base, fc, fn, tid, checksum = CHUNK_HEADER.unpack_from(data, off)  # events: words
         if magic != CHUNK_MAGIC:
             raise TraceError(f"{path}: byte {off}: corrupt trace: no chunk starts here")
-        payload = 16 * events
+        payload = 8 * events  # `events` counts words here
         if len(data) - off - CHUNK_HEADER.size < payload:
             t.truncated = f"a chunk cut short at byte {off}"
             break
-        words = np.frombuffer(data, "<u8", count=2 * events, offset=off + CHUNK_HEADER.size)
+        words = np.frombuffer(data, "<u8", count=events, offset=off + CHUNK_HEADER.size)
         s = int(words.sum(dtype=np.uint64)) if events else 0
         if ((s ^ (s >> 32)) & 0xFFFFFFFF) != checksum:
             raise TraceError(f"{path}: byte {off}: corrupt trace: chunk checksum mismatch")
-        w0, w1 = words[0::2], words[1::2]
-        op = ((w0 >> np.uint64(48)) & np.uint64(0xFF)).astype(np.uint8)
-        bad = np.flatnonzero((op < 1) | (op > 8))
+        op = (words & np.uint64(15)).astype(np.uint8)
+        ext = op == OP["extension"]
+        after_event = np.r_[False, (op[:-1] >= 1) & (op[:-1] <= 7)] if events else ext
+        bad = np.flatnonzero((op == 0) | ((op > 8) & ~ext) | (ext & ~after_event))
         if bad.size:
-            raise TraceError(f"{path}: byte {off + CHUNK_HEADER.size + 16 * int(bad[0])}: corrupt trace: "
-                             f"unknown event {int(op[bad[0]])}")
+            raise TraceError(f"{path}: byte {off + CHUNK_HEADER.size + 8 * int(bad[0])}: corrupt trace: "
+                             f"unknown word {int(op[bad[0]])}")
         off += CHUNK_HEADER.size + payload
         t.chunks += 1
         t.last_flush = (fc, fn)
@@ -133,29 +135,32 @@ def read(path: str | Path) -> Trace:
             if off != len(data):
                 raise TraceError(f"{path}: byte {off}: corrupt trace: data after the end chunk")
             break
-        cycles = _times(op, w1, base, fc)
-        keep = op != OP["time"]
-        parts.setdefault(thread, []).append((op[keep], w0[keep], w1[keep], cycles[keep]))
+        cycles = _times(op, words, base, fc)
+        has_ext = np.r_[ext[1:], False] if events else ext
+        nxt = np.r_[words[1:], np.uint64(0)] if events else words
+        size = np.where(has_ext, (nxt >> np.uint64(4)) & np.uint64(EXTENSION_SIZE_MASK), words >> np.uint64(49))
+        alog = np.where(has_ext, nxt >> np.uint64(58), np.uint64(0)).astype(np.uint8)
+        keep = (op >= 1) & (op <= 7)
+        parts.setdefault(thread, []).append((op[keep], words[keep], size[keep], alog[keep], cycles[keep]))
     t.valid_bytes = off
     if not t.complete and not t.truncated:
         t.truncated = "no end chunk: the program did not exit normally (killed, crashed or _exit)"
     cols = []
     for th in sorted(parts):
-        for op, w0, w1, cyc in parts[th]:
-            cols.append((np.full(op.size, th, np.uint32), op, w0, w1, cyc))
+        for op, w, size, alog, cyc in parts[th]:
+            cols.append((np.full(op.size, th, np.uint32), op, w, size, alog, cyc))
     if cols:
         t.thread = np.concatenate([c[0] for c in cols])
         t.op = np.concatenate([c[1] for c in cols])
-        w0 = np.concatenate([c[2] for c in cols])
-        w1 = np.concatenate([c[3] for c in cols])
-        t.cycles = np.concatenate([c[4] for c in cols])
-        t.address = w0 & np.uint64(ADDRESS_MASK)
-        t.alignment_log = (w0 >> np.uint64(56)).astype(np.uint8)
-        t.size = w1 & np.uint64(SIZE_MASK)
+        w = np.concatenate([c[2] for c in cols])
+        t.size = np.concatenate([c[3] for c in cols])
+        t.alignment_log = np.concatenate([c[4] for c in cols])
+        t.cycles = np.concatenate([c[5] for c in cols])
+        t.address = ((w >> np.uint64(4)) & np.uint64(ADDRESS_FIELD)) << np.uint64(3)
     return t
 
 
-def _times(op: np.ndarray, w1: np.ndarray, base: int, flush: int) -> np.ndarray:
+def _times(op: np.ndarray, words: np.ndarray, base: int, flush: int) -> np.ndarray:
     """Each event's time (format.h): an allocation at the sample before it (or the chunk's base),
     a free at the sample after it (or the chunk's flush), so a block is allocated before it is
     freed, also across threads."""
@@ -166,8 +171,9 @@ def _times(op: np.ndarray, w1: np.ndarray, base: int, flush: int) -> np.ndarray:
     pos = np.arange(n)
     before = np.maximum.accumulate(np.where(is_time, pos, -1))
     after = np.minimum.accumulate(np.where(is_time, pos, n)[::-1])[::-1]
-    lo = np.where(before >= 0, w1[np.clip(before, 0, None)], np.uint64(base))
-    hi = np.where(after < n, w1[np.clip(after, None, n - 1)], np.uint64(flush))
+    sample = words >> np.uint64(4)
+    lo = np.where(before >= 0, sample[np.clip(before, 0, None)], np.uint64(base))
+    hi = np.where(after < n, sample[np.clip(after, None, n - 1)], np.uint64(flush))
     return np.where(np.isin(op, FREES), hi, lo).astype(np.uint64)
 
 
@@ -237,7 +243,7 @@ def stats(t: Trace) -> dict:
         duration = float(int(t.cycles.max()) - int(t.cycles.min())) * spc
     matched_frees = int(m["free"].size)
     cross = int(np.count_nonzero(m["cross"]))
-    counts = {name: int(np.count_nonzero(t.op == k)) for k, name in OPS.items() if name != "time"}
+    counts = {name: int(np.count_nonzero(t.op == k)) for k, name in OPS.items() if k <= 7}
     return {
         "trace": str(t.path), "pid": t.pid, "parent_pid": t.parent_pid, "complete": t.complete,
         "end": t.end_note(), "threads": t.threads, "events": t.events, "counts": counts,

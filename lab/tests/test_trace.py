@@ -18,24 +18,28 @@ from strata_lab import cli, trace
 OP = trace.OP
 
 
-def event(op: int, address: int, size: int = 0, align_log: int = 0) -> tuple[int, int]:
-    return address | op << 48 | align_log << 56, size
+def event(op: int, address: int, size: int = 0, align_log: int = 0) -> tuple[int, ...]:
+    """An event's words (format.h): the size inline, or in an extension word."""
+    head = op | (address >> 3) << 4
+    if op == OP["aligned"] or size >= 0x7FFF:
+        return head | 0x7FFF << 49, 15 | size << 4 | align_log << 58
+    return (head | size << 49,)
 
 
-def sample(cycles: int) -> tuple[int, int]:
-    return OP["time"] << 48, cycles
+def sample(cycles: int) -> tuple[int]:
+    return (OP["time"] | cycles << 4,)
 
 
 def chunk(thread: int, events: list, base: int, flags: int = 0, flush: tuple = (0, 0)) -> bytes:
     words = np.array([w for e in events for w in e], dtype="<u8")
     s = int(words.sum(dtype=np.uint64)) if words.size else 0
-    head = trace.CHUNK_HEADER.pack(trace.CHUNK_MAGIC, thread, len(events), flags, base, flush[0], flush[1], 1,
+    head = trace.CHUNK_HEADER.pack(trace.CHUNK_MAGIC, thread, words.size, flags, base, flush[0], flush[1], 1,
                                    (s ^ (s >> 32)) & 0xFFFFFFFF)
     return head + words.tobytes()
 
 
 def header(version: int = 1) -> bytes:
-    return trace.FILE_HEADER.pack(trace.MAGIC, version, 64, 48, 16, 1234, 0, 1000, 0, 0)
+    return trace.FILE_HEADER.pack(trace.MAGIC, version, 64, 48, 8, 1234, 0, 1000, 0, 0)
 
 
 def sample_trace(tmp_path, end: bool = True):
@@ -60,6 +64,9 @@ def test_read_and_stats(tmp_path):
     assert t.complete and t.threads == 2 and t.events == 8  # samples are not events
     s = trace.stats(t)
     assert s["counts"]["malloc"] == 2 and s["counts"]["aligned"] == 1 and s["counts"]["realloc"] == 1
+    aligned = t.op == OP["aligned"]
+    assert t.alignment_log[aligned].tolist() == [6] and t.size[aligned].tolist() == [300]
+    assert t.address[aligned].tolist() == [0x2000]
     assert s["allocations"] == 4 and s["allocated_bytes"] == 100 + 300 + 50 + 70
     # A freed by thread 1 (cross), C by its realloc (same thread), B by thread 0: 1 of 3.
     assert s["frees_matched"] == 3 and s["cross_thread_frees"] == 1
@@ -99,8 +106,8 @@ def test_corrupt_traces_are_clear_errors(tmp_path, damage, message):
 
 def test_unknown_event_is_named(tmp_path):
     p = tmp_path / "u.trace"
-    p.write_bytes(header() + chunk(0, [event(42, 0x1000, 8)], 0))
-    with pytest.raises(trace.TraceError, match="unknown event 42"):
+    p.write_bytes(header() + chunk(0, [event(12, 0x1000, 8)], 0))
+    with pytest.raises(trace.TraceError, match="unknown word 12"):
         trace.read(p)
 
 

@@ -1,19 +1,20 @@
 // The trace file format, version 1 (docs/trace-format.md is the full description): shared by
 // the recorder (trace.cpp), the replayer (bench/replay) and, in Python, strata_lab/trace.py.
 //
-//   file   = file_header chunk*           little-endian throughout
-//   chunk  = chunk_header event[events]   one thread's events, written in one write()
-//   event  = two 64-bit words:
-//     w0 = address (bits 0-47) | op (bits 48-55) | log2 alignment (bits 56-63, aligned ops)
-//     w1 = size (bits 0-39)
-//   op_time: w1 is the cycle counter, read after the event before it (every 16th event of a
-//   thread; reading it at every event would double the cost of recording a small malloc).
-// An event's time is bounded by the op_time samples around it (the chunk's base_cycles and
-// flush_cycles at its ends): an allocation is given the sample before it, a free the sample
-// after it, so that every block is allocated before it is freed also across threads.  The
-// tools match a free with the oldest live block at its address (a free and the next
-// allocation of the same address may appear swapped between two samples).
-// A chunk with chunk_end set (and no events) closes a trace whose program exited normally; its
+//   file   = file_header chunk*          little-endian throughout
+//   chunk  = chunk_header word[words]    one thread's events, written in one write()
+// Each 64-bit word's low 4 bits say what it is:
+//   an event (op 1-7):  op | address / 8 (bits 4-48) | size (bits 49-63)
+//       size 0x7fff: the size, and for op_aligned always, are in the extension that follows
+//   an extension (15):  15 | size (bits 4-57) | log2 alignment (bits 58-63)
+//   a time sample (8):  8 | the cycle counter (bits 4-63), read after every 16th event of a
+//       thread (reading it at every event would double the cost of recording a small malloc)
+// An event's time is bounded by the samples around it (the chunk's base_cycles and flush_cycles
+// at its ends): an allocation is given the sample before it, a free the sample after it, so
+// that every block is allocated before it is freed also across threads.  The tools match a
+// free with the oldest live block at its address (a free and the next allocation of the same
+// address may appear swapped between two samples).
+// A chunk with chunk_end set (and no words) closes a trace whose program exited normally; its
 // base_cycles field holds the program's file-backed resident memory at exit in KiB (RssFile +
 // RssShmem: program, libraries, mapped files), which a replay adds in place of its own.
 #pragma once
@@ -33,19 +34,38 @@ enum op : uint8_t {
   op_aligned = 5,       // posix_memalign, aligned_alloc, memalign, valloc, pvalloc, aligned new
   op_free = 6,          // free, cfree, operator delete (recorded before the call)
   op_free_sized = 7,    // free_sized, free_aligned_sized, sized delete: address, size
-  op_time = 8,          // a sample of the cycle counter (w1)
+  op_time = 8,          // a sample of the cycle counter
+  op_extension = 15,    // the size and alignment of the event before
 };
 
-inline constexpr int address_bits = 48, size_bits = 40;
-inline constexpr uint64_t address_mask = (uint64_t{1} << address_bits) - 1;
-inline constexpr uint64_t size_mask = (uint64_t{1} << size_bits) - 1;
+inline constexpr uint64_t op_mask = 15;
+inline constexpr int address_shift = 3;  // blocks are 8-byte aligned: the low 3 bits are not kept
+inline constexpr uint64_t address_field = (uint64_t{1} << 45) - 1;
+inline constexpr uint64_t inline_size_max = 0x7ffe, size_in_extension = 0x7fff;
+inline constexpr uint64_t extension_size_mask = (uint64_t{1} << 54) - 1;
+
+inline uint64_t event_word(op o, uint64_t address, uint64_t size_field) noexcept {
+  return o | ((address >> address_shift) & address_field) << 4 | size_field << 49;
+}
+inline uint64_t extension_word(uint64_t size, unsigned align_log) noexcept {
+  return op_extension | (size > extension_size_mask ? extension_size_mask : size) << 4 |
+         uint64_t{align_log} << 58;
+}
+inline uint64_t time_word(uint64_t cycles) noexcept { return op_time | cycles << 4; }
+
+inline unsigned word_op(uint64_t w) noexcept { return static_cast<unsigned>(w & op_mask); }
+inline uint64_t word_address(uint64_t w) noexcept { return ((w >> 4) & address_field) << address_shift; }
+inline uint64_t word_inline_size(uint64_t w) noexcept { return w >> 49; }
+inline uint64_t extension_size(uint64_t w) noexcept { return (w >> 4) & extension_size_mask; }
+inline unsigned extension_align_log(uint64_t w) noexcept { return static_cast<unsigned>(w >> 58); }
+inline uint64_t time_cycles(uint64_t w) noexcept { return w >> 4; }
 
 struct file_header {
   char magic[8];
   uint32_t version;
   uint32_t header_bytes;        // sizeof(file_header)
   uint32_t chunk_header_bytes;  // sizeof(chunk_header)
-  uint32_t event_bytes;         // 16
+  uint32_t word_bytes;          // 8
   uint32_t pid;
   uint32_t parent_pid;          // the process this one forked from while recording, else 0
   uint64_t start_cycles;        // the cycle counter and CLOCK_MONOTONIC at the start
@@ -63,14 +83,14 @@ enum chunk_flags : uint32_t {
 struct chunk_header {
   uint32_t magic;          // chunk_magic
   uint32_t thread;         // the recorder's thread number, 0 for the first thread seen
-  uint32_t events;         // events that follow (16 bytes each)
+  uint32_t words;          // 64-bit words that follow
   uint32_t flags;          // chunk_flags
   uint64_t base_cycles;    // the cycle counter before the chunk's first event
                            //   (end chunk: the program's file-backed resident KiB at exit)
   uint64_t flush_cycles;   // the cycle counter (after the chunk's last event) and CLOCK_MONOTONIC
   uint64_t flush_ns;       //   when the chunk was written: with the header's, cycles to time
   uint32_t os_tid;         // the kernel's thread id
-  uint32_t checksum;       // the events' 64-bit words summed (mod 2^64), high half xor low half
+  uint32_t checksum;       // the words summed (mod 2^64), high half xor low half
 };
 static_assert(sizeof(chunk_header) == 48);
 

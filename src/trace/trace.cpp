@@ -66,7 +66,7 @@ void stop(const char* why) noexcept {
 // Writes the events of b up to `upto` as one chunk.
 void write_chunk(buffer* b, uint64_t* upto, uint32_t flags) noexcept {
   uint64_t n = static_cast<uint64_t>(upto - b->words());
-  chunk_header h{chunk_magic, b->thread, static_cast<uint32_t>(n / 2), flags, b->base_cycles,
+  chunk_header h{chunk_magic, b->thread, static_cast<uint32_t>(n), flags, b->base_cycles,
                  cycles_now(), os::now_ns(), b->os_tid, checksum(b->words(), n)};
   if (fd >= 0 && !os::file_write2(fd, &h, sizeof h, b->words(), n * 8)) stop(strerror(errno));
 }
@@ -103,7 +103,7 @@ bool write_file_header(uint32_t parent) noexcept {
   h.version = format_version;
   h.header_bytes = sizeof(file_header);
   h.chunk_header_bytes = sizeof(chunk_header);
-  h.event_bytes = 16;
+  h.word_bytes = 8;
   h.pid = traced_pid = os::process_id();
   h.parent_pid = parent;
   h.start_cycles = cycles_now();
@@ -150,26 +150,27 @@ __attribute__((noinline)) buffer* make_room(buffer* b) noexcept {
   return active ? b : nullptr;
 }
 
-inline void put(buffer* b, uint64_t w0, uint64_t w1) noexcept {
-  b->cursor[0] = w0;
-  b->cursor[1] = w1;
-  b->cursor += 2;
-}
+inline void put(buffer* b, uint64_t w) noexcept { *b->cursor++ = w; }
 
-// Records one event; `room` words are made free first (4: the event and an op_time after it;
-// 8 for realloc's pair, which must not be split across chunks).
-template <int room = 4>
+// Records one event; `room` words are made free first (3: the event, its extension and a time
+// sample; 6 for realloc's pair, which must not be split across chunks).
+template <int room = 3>
 inline void record(op o, const void* p, uint64_t size, unsigned align_log = 0) noexcept {
   buffer* b = tl_buffer;
   if (STRATA_TRACE_UNLIKELY(b == nullptr || b->cursor + room > b->end)) {
     b = make_room(b);
     if (b == nullptr) return;
   }
-  put(b, (reinterpret_cast<uintptr_t>(p) & address_mask) | uint64_t{o} << 48 | uint64_t{align_log} << 56,
-      size > size_mask ? size_mask : size);
+  auto address = reinterpret_cast<uintptr_t>(p);
+  if (STRATA_TRACE_LIKELY(size <= inline_size_max && o != op_aligned)) {
+    put(b, event_word(o, address, size));
+  } else {
+    put(b, event_word(o, address, size_in_extension));
+    put(b, extension_word(size, align_log));
+  }
   if (STRATA_TRACE_UNLIKELY(--b->countdown == 0)) {
     b->countdown = sample_every;
-    put(b, uint64_t{op_time} << 48, cycles_now());
+    put(b, time_word(cycles_now()));
   }
 }
 
@@ -272,14 +273,14 @@ void* malloc(size_t size) noexcept {
 void* calloc(size_t count, size_t size) noexcept {
   void* p = strata_calloc(count, size);
   size_t bytes;
-  if (__builtin_mul_overflow(count, size, &bytes)) bytes = size_mask;
+  if (__builtin_mul_overflow(count, size, &bytes)) bytes = extension_size_mask;
   record(op_calloc, p, bytes);
   return p;
 }
 
 void* realloc(void* p, size_t size) noexcept {
   if (p == nullptr) return malloc(size);
-  record<8>(op_realloc_from, p, 0);
+  record<6>(op_realloc_from, p, 0);
   void* q = strata_realloc(p, size);
   record(op_realloc, q, size);
   return q;
