@@ -9,7 +9,7 @@
 #include "core/options.h"
 #include "core/segment.h"
 #include "core/stats.h"
-#include "os/numa.h"
+#include "core/numa.h"
 #include "os/os.h"
 
 namespace strata::detail {
@@ -57,7 +57,7 @@ void global_init() noexcept {
   options::init();
   g_secret = os::random_seed();
   pthread_key_create(&key, heap_thread_done);
-  os::numa_init();
+  numa_init();
   page_map_init();
   // The fork handlers are in place before any other thread can pass global_init (and take the
   // locks they guard): a fork from a thread that never allocated, racing the first

@@ -10,7 +10,7 @@
 #include "core/options.h"
 #include "core/page.h"
 #include "core/report.h"
-#include "os/numa.h"
+#include "core/numa.h"
 #include "os/os.h"
 
 namespace strata::detail {
@@ -300,7 +300,7 @@ segment* segment_new(heap* h) noexcept {
   if (seg == nullptr) {
     seg = static_cast<segment*>(os::map_aligned(segment_size, segment_size));
     if (seg == nullptr) return nullptr;
-    os::numa_place(seg, segment_size);
+    numa_place(seg, segment_size);
     segment_reset_header(seg);
     bits_assign(seg->dirty_bits, 0, 1, true);
     os::commit_add(static_cast<int64_t>(slice_size));
@@ -728,7 +728,7 @@ void* huge_alloc(size_t size, size_t alignment, size_t* dirty) noexcept {
   if (seg == nullptr) {
     seg = static_cast<segment*>(os::map_aligned(total, align > segment_size ? align : segment_size));
     if (seg == nullptr) return errno = ENOMEM, nullptr;
-    os::numa_place(seg, total);
+    numa_place(seg, total);
     // Opt-in: a big buffer is usually written whole, so 2 MiB pages cost little memory and save
     // 511 of every 512 faults, but where the kernel compacts memory on such a fault (THP defrag
     // "madvise") a fault can stall: bigbuf took 0.27-1.11 s with them, 0.51-0.54 s without.

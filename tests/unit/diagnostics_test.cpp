@@ -20,7 +20,7 @@
 #include "core/options.h"
 #include "core/errors.h"
 #include "core/stats.h"
-#include "os/numa.h"
+#include "core/numa.h"
 #include "strata/strata.h"
 
 namespace {
@@ -112,7 +112,7 @@ TEST(Issue17Numa, RejectedValueWarnsNamingTheVariableAndIsListedUnset) {
   for (const char* spec : {"bogus", "bind:1023", "bind:99999", "interleave:0,", "local:0"}) {
     ASSERT_EQ(init_with("STRATA_NUMA", spec), "");
     testing::internal::CaptureStderr();
-    strata::os::numa_init();
+    strata::detail::numa_init();
     std::string err = testing::internal::GetCapturedStderr();
     EXPECT_NE(err.find("STRATA_NUMA=\"" + std::string(spec) + "\""), std::string::npos) << err;
     EXPECT_EQ(lines(err), 1) << err;
@@ -127,7 +127,7 @@ TEST(Issue17Numa, RejectedValueWarnsNamingTheVariableAndIsListedUnset) {
 TEST(Issue17Numa, AcceptedValueIsListed) {
   ASSERT_EQ(init_with("STRATA_NUMA", "local"), "");
   testing::internal::CaptureStderr();
-  strata::os::numa_init();
+  strata::detail::numa_init();
   std::string err = testing::internal::GetCapturedStderr();
   EXPECT_EQ(err, "");
   std::string json = options_json();
