@@ -30,7 +30,7 @@ resource_stack::resource_stack(std::string_view name, std::shared_ptr<device_bac
     else if (name == "arena")
       layers_.push_back(std::make_unique<arena_resource>(up, sized(arena_options{})));
     else
-      layers_.push_back(std::make_unique<strata_resource>(up, sized(strata_options{})));
+      layers_.push_back(std::make_unique<strata_resource>(up, sized(o.strata)));
   } else {
     throw std::invalid_argument("unknown device resource '" + std::string(name) +
                                 "' (expected cuda, async, pool, arena or strata)");

@@ -11,6 +11,8 @@
 //     3. take back what idle heaps hold (their stream has finished all its work: no wait),
 //        then a page-heap range that needs no wait
 //     3'. grow the page heap from the upstream; the new chunk has never been used
+//         (with wait_before_growth, a guarded range first, as in step 5: pool's memory, pool's
+//         serialised streams)
 //   only once maximum_size or the upstream refuses growth (under_pressure):
 //     4. idle heaps again (3)
 //     5. page heap, a range still guarded: S waits on the guards' events
@@ -26,7 +28,7 @@
 //
 // deallocate(p, S)                            fast path: no shared lock
 //   push on this thread's heap for S (stream order makes it safe for S at once); a large block
-//   beyond the heap's cache budget (heap_cache_bytes) goes back to the page heap guarded by an
+//   beyond the heap's cache budget (heap_budget) goes back to the page heap guarded by an
 //   event on S, and past release_threshold wholly free, unguarded chunks go back upstream.
 //
 // Lock order: page heap, then heaps.  The fast path holds one heap lock and takes no other;
@@ -61,27 +63,43 @@ using detail::round_up;
 
 namespace {
 
-// Size classes: 256 B steps to 1 KiB, then four per power of two up to 64 MiB.
+// Size classes: 256 B steps to 1 KiB, four per power of two to 64 KiB (the slab classes), then
+// large_per_octave per power of two up to 64 MiB.  Large blocks are single page-heap ranges, so
+// their rounding is memory the device loses while they live: at four per octave it was about
+// 9 % of E2's large bytes, and under a device cap of 1.1 x the live bound that was the
+// difference between finishing and out of memory.  Eight per octave (about 4 %) finishes there;
+// sixteen cost the per-heap caches hits (E2 at 16 threads: 3.3x the time in allocate and
+// deallocate), eight about none (docs/gpu.md).
 constexpr std::size_t max_class_size = std::size_t{64} << 20;
-constexpr unsigned class_count = 4 + 4 * (26 - 10);
+constexpr unsigned large_per_octave = 8;
+constexpr unsigned first_large = 4 + 4 * (16 - 10);  // the first class above 64 KiB
+constexpr unsigned class_count = first_large + large_per_octave * (26 - 16);
 
 constexpr unsigned class_of(std::size_t size) noexcept {  // 1 <= size <= max_class_size
   if (size <= 1024) return static_cast<unsigned>((size - 1) / 256);
   const unsigned k = static_cast<unsigned>(std::bit_width(size - 1)) - 1;  // 2^k < size <= 2^(k+1)
   const std::size_t base = std::size_t{1} << k;
-  return 4 + (k - 10) * 4 + static_cast<unsigned>((size - 1 - base) / (base / 4));
+  if (k < 16) return 4 + (k - 10) * 4 + static_cast<unsigned>((size - 1 - base) / (base / 4));
+  return first_large + (k - 16) * large_per_octave +
+         static_cast<unsigned>((size - 1 - base) / (base / large_per_octave));
 }
 
 constexpr std::size_t class_size(unsigned c) noexcept {
   if (c < 4) return std::size_t{256} * (c + 1);
-  const unsigned k = 10 + (c - 4) / 4;
-  const std::size_t base = std::size_t{1} << k;
-  return base + (base / 4) * ((c - 4) % 4 + 1);
+  if (c < first_large) {
+    const std::size_t base = std::size_t{1} << (10 + (c - 4) / 4);
+    return base + (base / 4) * ((c - 4) % 4 + 1);
+  }
+  const std::size_t base = std::size_t{1} << (16 + (c - first_large) / large_per_octave);
+  return base + (base / large_per_octave) * ((c - first_large) % large_per_octave + 1);
 }
 
 static_assert(class_of(256) == 0 && class_of(1024) == 3 && class_size(3) == 1024);
 static_assert(class_size(class_of(1025)) == 1280 && class_size(class_of(2048)) == 2048);
 static_assert(class_size(class_of(2049)) == 2560 && class_of(max_class_size) == class_count - 1);
+static_assert(class_size(first_large - 1) == (std::size_t{64} << 10));
+static_assert(class_of(std::size_t{64} << 10) == first_large - 1 && class_of((std::size_t{64} << 10) + 1) == first_large);
+static_assert(class_size(first_large) == (std::size_t{64} << 10) + (std::size_t{64} << 10) / large_per_octave);
 static_assert(class_size(class_count - 1) == max_class_size);
 
 std::atomic<std::uint64_t> next_strata_resource_id{1};
@@ -137,6 +155,9 @@ struct strata_resource::impl {
   mutable std::mutex heaps_mutex;
   std::unordered_map<heap_key, std::unique_ptr<heap>, heap_key_hash> heaps;
   std::vector<heap*> heap_list;
+  // Bytes of large blocks one heap may cache: heap_cache_bytes, less once the heaps together
+  // would pass cache_bytes.  Set when a heap is added; the fast path only loads it.
+  std::atomic<std::size_t> heap_budget{options.heap_cache_bytes};
 
   bool is_small(unsigned c) const noexcept { return class_size(c) <= small_limit; }
 
@@ -158,6 +179,8 @@ struct strata_resource::impl {
     if (!slot) {
       slot = std::make_unique<heap>(s);
       heap_list.push_back(slot.get());
+      heap_budget.store(std::min(options.heap_cache_bytes, options.cache_bytes / heap_list.size()),
+                        std::memory_order_relaxed);
     }
     return *slot;
   }
@@ -385,6 +408,9 @@ struct strata_resource::impl {
   [[gnu::noinline]] std::uintptr_t allocate_slow(heap& h, unsigned c, stream_view s) {
     if (std::uintptr_t p = refill(h, c, s, source::ready)) return p;
     if (std::uintptr_t p = steal(h, c, s, false)) return p;
+    if (options.wait_before_growth)
+      for (source from : {source::idle, source::guarded})
+        if (std::uintptr_t p = refill(h, c, s, from)) return p;
     for (source from : {source::idle, source::grown})
       if (std::uintptr_t p = refill(h, c, s, from)) return p;
     return under_pressure(is_small(c) ? slab_bytes(c) : class_size(c), [&]() -> std::uintptr_t {
@@ -403,7 +429,9 @@ struct strata_resource::impl {
   }
 
   void* allocate_huge(std::size_t bytes, std::size_t need, stream_view s) {
-    std::uintptr_t p = take_pages_from({source::ready, source::idle, source::grown}, need, s);
+    std::uintptr_t p = options.wait_before_growth
+                           ? take_pages_from({source::ready, source::idle, source::guarded, source::grown}, need, s)
+                           : take_pages_from({source::ready, source::idle, source::grown}, need, s);
     if (!p)
       p = under_pressure(need, [&] {
         return take_pages_from({source::idle, source::guarded, source::defragmented}, need, s);
@@ -488,7 +516,7 @@ void strata_resource::do_deallocate(void* p, std::size_t bytes, stream_view stre
       std::lock_guard lock(h.lock);
       h.allocated -= static_cast<std::int64_t>(cs);
       const bool small = impl_->is_small(c);
-      if (small || h.cached_large + cs <= impl_->options.heap_cache_bytes) [[likely]] {
+      if (small || h.cached_large + cs <= impl_->heap_budget.load(std::memory_order_relaxed)) [[likely]] {
         h.bins[c].push_back(a);
         if (!small) h.cached_large += cs;
         return;

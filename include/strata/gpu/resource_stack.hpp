@@ -10,6 +10,7 @@
 #pragma once
 
 #include <strata/gpu/device_memory_resource.hpp>
+#include <strata/gpu/strata_resource.hpp>
 
 #include <cstddef>
 #include <memory>
@@ -22,6 +23,7 @@ namespace strata::gpu {
 struct stack_options {
   std::size_t initial_size = std::size_t{64} << 20;  // pool, arena, strata: first chunk
   std::size_t maximum_size = ~std::size_t{0};        // pool, arena, strata: reserved cap
+  strata_options strata;  // strata's own options (its initial and maximum size: the two above)
 };
 
 class resource_stack {
