@@ -8,6 +8,7 @@ from collections import defaultdict
 
 from . import stats
 from .errors import LabError
+from .model import RunDoc, Sample
 
 
 BUSY_WARN = 0.10  # share of all CPUs used by other processes during samples
@@ -16,21 +17,9 @@ BUSY_WARN = 0.10  # share of all CPUs used by other processes during samples
 TARGET_WIDTH = 0.03  # default half-width of a ratio's interval that counts as converged
 
 
-def counted(doc: dict, cell_id: str, variant: str) -> list[dict]:
-    """The samples statistics use: counted rounds (no warm-ups), not replaced by a re-run, timed
-    (not the instruction-count runs)."""
-    return [s for s in doc["samples"] if s["cell"] == cell_id and s["variant"] == variant
-            and not s.get("warmup") and s.get("superseded_by") is None
-            and s.get("kind", "time") == "time"]
-
-
-def by_round(samples: list[dict]) -> dict:
-    """Successful samples by round (the last one when a round holds more)."""
-    out = {}
-    for s in samples:
-        if s.get("ok") and s.get("round") is not None:
-            out[s["round"]] = s
-    return out
+def by_round(samples: list[Sample]) -> dict[int, Sample]:
+    """Samples by round (the last one when a round holds more)."""
+    return {s.round: s for s in samples if s.round is not None}
 
 
 def paired(rounds_v: dict, rounds_b: dict, get) -> tuple[list, list]:
@@ -45,50 +34,49 @@ def paired(rounds_v: dict, rounds_b: dict, get) -> tuple[list, list]:
     return pv, pb
 
 
-def analyse(doc: dict, baseline: str | None = None) -> dict:
-    variants = list(doc["variants"])
-    baseline = baseline or doc["settings"].get("baseline") or variants[0]
+def analyse(doc: RunDoc, baseline: str | None = None) -> dict:
+    variants = list(doc.variants)
+    baseline = baseline or doc.baseline or variants[0]
     if baseline not in variants:
         raise LabError(f"baseline {baseline!r} is not among this run's variants: {', '.join(variants)}")
-    rounds_planned = doc["settings"].get("rounds", 0)
-    target = doc["settings"].get("target_width") or TARGET_WIDTH
+    rounds_planned = doc.settings.get("rounds", 0)
+    target = doc.settings.get("target_width") or TARGET_WIDTH
     warnings: list[str] = []
-    if not doc.get("complete"):
-        why = f" ({doc['interrupted']})" if doc.get("interrupted") else ""
-        warnings.append(f"INCOMPLETE run{why}: {len([s for s in doc['samples'] if not s.get('warmup')])} "
-                        f"of {doc['settings'].get('planned_samples', '?')} planned samples finished "
+    if not doc.complete:
+        why = f" ({doc.interrupted})" if doc.interrupted else ""
+        warnings.append(f"INCOMPLETE run{why}: {len([s for s in doc.samples if not s.warmup])} "
+                        f"of {doc.settings.get('planned_samples', '?')} planned samples finished "
                         f"(warm-ups included in the plan)")
     cells_out = []
     few: list[str] = []
     low_coverage: set[int] = set()
     geo_logs: dict[str, list] = defaultdict(list)
-    for c in doc["cells"]:
+    for c in doc.cells:
         hib = c.get("higher_is_better", True)
         metric = c["metric"]
         per_v = {}
         rounds_of = {}
         for v in variants:
-            samples = counted(doc, c["id"], v)
-            ok = [s for s in samples if s.get("ok")]
-            failed = [s for s in samples if not s.get("ok")]
+            ok, failed = doc.counted(c["id"], v), doc.failed(c["id"], v)
+            samples = ok + failed
             rounds_of[v] = by_round(ok)
             entry: dict = {"n": len(ok), "failures": len(failed),
-                           "failure_messages": sorted({f"{s['failure']['kind']}: {s['failure']['message']}"
-                                                       for s in failed if s.get("failure")}),
-                           "values": [s["metrics"][metric] for s in ok],
+                           "failure_messages": sorted({f"{s.failure['kind']}: {s.failure['message']}"
+                                                       for s in failed if s.failure}),
+                           "values": [s.metrics[metric] for s in ok],
                            "summary": None, "rss": None, "latency": {}, "warnings": [],
-                           "minor_faults": None, "noisy": sum(1 for s in samples if s.get("noisy")),
-                           "reruns": sum(1 for s in samples if s.get("rerun_of") is not None)}
+                           "minor_faults": None, "noisy": sum(1 for s in samples if s.noisy),
+                           "reruns": sum(1 for s in samples if s.rerun_of is not None)}
             if ok:
                 entry["summary"] = stats.summarize(entry["values"])
-                rss_vals = [s["peak_rss_kb"] for s in ok if s.get("peak_rss_kb") is not None]
+                rss_vals = [s.peak_rss_kb for s in ok if s.peak_rss_kb is not None]
                 entry["rss_values"] = rss_vals
                 entry["rss"] = stats.summarize(rss_vals) if rss_vals else None
-                faults = [s["minor_faults"] for s in ok if s.get("minor_faults") is not None]
+                faults = [s.minor_faults for s in ok if s.minor_faults is not None]
                 entry["minor_faults"] = stats.median(faults) if faults else None
                 entry["warnings"] = stats.spread_warnings(entry["summary"], max(stats.MIN_ROUNDS, 1))
                 for key in c.get("latency_metrics") or ():
-                    entry["latency"][key] = stats.per_round_p99([s["metrics"].get(key) for s in ok])
+                    entry["latency"][key] = stats.per_round_p99([s.metric(key) for s in ok])
             if failed:
                 entry["warnings"].append(f"{len(failed)} failed sample{'s' if len(failed) > 1 else ''}")
             per_v[v] = entry
@@ -103,7 +91,7 @@ def analyse(doc: dict, baseline: str | None = None) -> dict:
                 if entry.get("rss_values"):
                     entry["rss_ratio"], entry["rss_ratio_ci"] = 1.0, (1.0, 1.0)
                 continue
-            pv, pb = paired(rounds_of[v], rounds_of[baseline], lambda s: s["metrics"].get(metric))
+            pv, pb = paired(rounds_of[v], rounds_of[baseline], lambda s: s.metric(metric))
             if pv:
                 p = stats.paired_speedup(pv, pb, hib)
                 entry["paired"] = p
@@ -113,7 +101,7 @@ def analyse(doc: dict, baseline: str | None = None) -> dict:
                     low_coverage.add(p.n)
                 geo_logs[v].append(stats.round_log_ratios(pv, pb, hib))
                 entry["p_value"] = stats.mann_whitney(entry["values"], per_v[baseline]["values"])
-            rv, rb = paired(rounds_of[v], rounds_of[baseline], lambda s: s.get("peak_rss_kb"))
+            rv, rb = paired(rounds_of[v], rounds_of[baseline], lambda s: s.peak_rss_kb)
             if rv:
                 p = stats.paired_speedup(rv, rb, True)  # v / baseline: < 1 is smaller
                 entry["rss_paired"] = p
@@ -124,8 +112,8 @@ def analyse(doc: dict, baseline: str | None = None) -> dict:
         front["versus"] = {}
         for who, peers in front["dominating"].items():
             for peer in peers:
-                sp, sb = paired(rounds_of[peer], rounds_of[who], lambda s: s["metrics"].get(metric))
-                rp, rb = paired(rounds_of[peer], rounds_of[who], lambda s: s.get("peak_rss_kb"))
+                sp, sb = paired(rounds_of[peer], rounds_of[who], lambda s: s.metric(metric))
+                rp, rb = paired(rounds_of[peer], rounds_of[who], lambda s: s.peak_rss_kb)
                 speed = stats.paired_speedup(sp, sb, hib) if sp else None
                 mem = stats.paired_speedup(rp, rb, True) if rp else None
                 clear = bool(speed and mem and speed.ci_low is not None and mem.ci_high is not None
@@ -134,7 +122,7 @@ def analyse(doc: dict, baseline: str | None = None) -> dict:
         cells_out.append({**c, "by_variant": per_v, "pareto": front})
         if c.get("oversubscribed"):
             warnings.append(f"{c['id']}: oversubscribed ({c['threads']} threads on "
-                            f"{len(c['cpus']) if c.get('cpus') else len(doc['settings'].get('cpus') or [])} CPUs)")
+                            f"{len(c['cpus']) if c.get('cpus') else len(doc.settings.get('cpus') or [])} CPUs)")
         wide = []
         for v, entry in per_v.items():
             for w in entry["warnings"]:
@@ -148,14 +136,15 @@ def analyse(doc: dict, baseline: str | None = None) -> dict:
                 warnings.append(f"{c['id']} / {v}: failure — {m}")
         if wide:
             warnings.append(f"{c['id']}: wide spread (CV > {stats.CV_WARN * 100:.0f} %) for " + ", ".join(wide))
-    counted_all = [s for s in doc["samples"] if not s.get("warmup") and s.get("kind", "time") == "time"]
-    busy = [s["other_cpu_frac"] for s in counted_all if s.get("other_cpu_frac") is not None]
-    steal = [s["steal_frac"] for s in counted_all if s.get("steal_frac") is not None]
+    # Noise is counted over every timed sample of a counted round, the replaced ones included.
+    timed = [s for s in doc.samples if s.timed and not s.warmup]
+    busy = [s.other_cpu_frac for s in timed if s.other_cpu_frac is not None]
+    steal = [s.steal_frac for s in timed if s.steal_frac is not None]
     other_cpu = float(stats.median(busy)) if busy else None
-    noise = {"samples": len(counted_all), "noisy": sum(1 for s in counted_all if s.get("noisy")),
-             "reruns": sum(1 for s in counted_all if s.get("rerun_of") is not None),
+    noise = {"samples": len(timed), "noisy": sum(1 for s in timed if s.noisy),
+             "reruns": sum(1 for s in timed if s.rerun_of is not None),
              "other_cpu_frac": other_cpu, "steal_frac": float(stats.median(steal)) if steal else None,
-             "threshold": doc["settings"].get("noise_threshold")}
+             "threshold": doc.settings.get("noise_threshold")}
     if other_cpu is not None and other_cpu > BUSY_WARN:
         warnings.insert(0, f"BUSY MACHINE: other processes used a median {other_cpu * 100:.0f} % of the "
                            f"samples' CPUs while they ran; expect noise and rerun on a quiet machine")
@@ -178,14 +167,14 @@ def analyse(doc: dict, baseline: str | None = None) -> dict:
     for v in variants:
         if v == baseline:
             n = sum(1 for c in cells_out if c["by_variant"][v]["n"])
-            geo[v] = {"speedup": 1.0, "ci": (1.0, 1.0), "cells": n, "of": len(doc["cells"])} if n else None
+            geo[v] = {"speedup": 1.0, "ci": (1.0, 1.0), "cells": n, "of": len(doc.cells)} if n else None
             continue
         logs = geo_logs.get(v, [])
         if not logs:
             geo[v] = None
             continue
         point, ci = stats.geomean_paired(logs)
-        geo[v] = {"speedup": point, "ci": ci, "cells": len(logs), "of": len(doc["cells"])}
+        geo[v] = {"speedup": point, "ci": ci, "cells": len(logs), "of": len(doc.cells)}
     conv = convergence(doc, cells_out, variants, baseline, target)
     if conv["not_converged"]:
         worst = {cid: conv["cells"][cid]["worst"] for cid in conv["not_converged"]}
@@ -199,24 +188,23 @@ def analyse(doc: dict, baseline: str | None = None) -> dict:
             "instructions": instructions(doc, variants, baseline)}
 
 
-def instructions(doc: dict, variants: list[str], baseline: str) -> list[dict]:
+def instructions(doc: RunDoc, variants: list[str], baseline: str) -> list[dict]:
     """Instruction counts (--metric instructions): per cell and variant, instructions per
     operation when the workload reports `ops` (timed workloads run as many operations as fit in
     their time), else per run; and the ratio to the baseline's (< 1 is fewer)."""
     rows = []
-    for c in doc["cells"]:
+    for c in doc.cells:
         per = {}
         for v in variants:
-            got = [s for s in doc["samples"] if s["cell"] == c["id"] and s["variant"] == v
-                   and s.get("kind") == "instructions"]
-            ok = [s for s in got if s.get("ok") and s.get("instructions")]
+            got = [s for s in doc.of(c["id"], v) if s.kind == "instructions"]
+            ok = [s for s in got if s.ok and s.instructions]
             if not got:
                 continue
             if not ok:
                 per[v] = {"failed": len(got)}
                 continue
             s = ok[-1]
-            per[v] = {"instructions": s["instructions"], "per_op": s.get("instructions_per_op")}
+            per[v] = {"instructions": s.instructions, "per_op": s.instructions_per_op}
         if not per:
             continue
         base = per.get(baseline) or {}
@@ -230,12 +218,12 @@ def instructions(doc: dict, variants: list[str], baseline: str) -> list[dict]:
     return rows
 
 
-def convergence(doc: dict, cells: list[dict], variants: list[str], baseline: str, target: float) -> dict:
+def convergence(doc: RunDoc, cells: list[dict], variants: list[str], baseline: str, target: float) -> dict:
     """Per cell: the widest ratio interval among the variants (half-width relative to the ratio)
     and whether it is within the target; why not, from what the runner recorded (budget, spread,
     failures) or from the data."""
-    recorded = (doc.get("convergence") or {}).get("cells") or {}
-    goal = [v for v in doc["settings"].get("converge") or variants if v in variants and v != baseline]
+    recorded = (doc.convergence or {}).get("cells") or {}
+    goal = [v for v in doc.settings.get("converge") or variants if v in variants and v != baseline]
     out: dict = {"target": target, "converge": goal, "cells": {}, "not_converged": {}, "widest": {}}
     for c in cells:
         widths = {}
@@ -292,12 +280,12 @@ def pareto(per_v: dict, higher_is_better: bool) -> dict:
     return {"frontier": frontier, "dominating": {v: d for v, d in dominating.items() if d}}
 
 
-def compare(a: dict, b: dict, alpha: float = 0.05) -> dict:
+def compare(a: RunDoc, b: RunDoc, alpha: float = 0.05) -> dict:
     """Cell by cell and variant by variant, B against A: the change of the median and whether the
     samples differ significantly (two-sided Mann–Whitney U at `alpha`)."""
-    a_cells = {c["id"]: c for c in a["cells"]}
+    a_cells = {c["id"]: c for c in a.cells}
     rows, notes = [], []
-    for c in b["cells"]:
+    for c in b.cells:
         if c["id"] not in a_cells:
             notes.append(f"{c['id']}: only in B")
             continue
@@ -306,11 +294,11 @@ def compare(a: dict, b: dict, alpha: float = 0.05) -> dict:
             notes.append(f"{c['id']}: different metrics ({ca.get('metric')} vs {c.get('metric')}), skipped")
             continue
         hib = c.get("higher_is_better", True)
-        for v in b["variants"]:
-            if v not in a["variants"]:
+        for v in b.variants:
+            if v not in a.variants:
                 continue
-            va = [s["metrics"][c["metric"]] for s in counted(a, c["id"], v) if s.get("ok")]
-            vb = [s["metrics"][c["metric"]] for s in counted(b, c["id"], v) if s.get("ok")]
+            va = [s.metrics[c["metric"]] for s in a.counted(c["id"], v)]
+            vb = [s.metrics[c["metric"]] for s in b.counted(c["id"], v)]
             if not va or not vb:
                 notes.append(f"{c['id']} / {v}: no successful samples in {'A' if not va else 'B'}")
                 continue
@@ -326,8 +314,8 @@ def compare(a: dict, b: dict, alpha: float = 0.05) -> dict:
                          "speedup_ci": stats.speedup_ci(vb, va, hib), "p_value": p,
                          "significant": sig, "verdict": verdict,
                          "underpowered": min_p >= alpha})
-    for c in a["cells"]:
-        if c["id"] not in {x["id"] for x in b["cells"]}:
+    for c in a.cells:
+        if c["id"] not in {x["id"] for x in b.cells}:
             notes.append(f"{c['id']}: only in A")
     return {"rows": rows, "notes": notes, "alpha": alpha}
 

@@ -171,7 +171,7 @@ def cmd_run(a: argparse.Namespace) -> int:
         return 130 if why == "SIGINT" else 143
     finish()
     _show(results.load(out_dir), console, a.baseline, write_report=a.report)
-    failures = sum(1 for s in doc["samples"] if not s.get("ok"))
+    failures = sum(1 for s in doc.samples if not s.ok)
     return 1 if failures and a.strict else 0
 
 
@@ -204,8 +204,8 @@ def _progress(err, disabled: bool):
             prog.update(task["id"], total=n, description=f"{cell.id} {v.name} "
                                                 f"{'warm-up' if rnd is None else f'round {rnd + 1}'}")
 
-        def on_sample(i, n, rec):
-            if not rec["ok"]:
+        def on_sample(i, n, s):
+            if not s.ok:
                 state["failed"] += 1
             prog.update(task["id"], advance=1,
                         failed=f"[red]{state['failed']} failed[/]" if state["failed"] else "")
@@ -213,13 +213,13 @@ def _progress(err, disabled: bool):
         return on_sample, on_start, prog.stop
     t0 = time.monotonic()
 
-    def on_sample_plain(i, n, rec):
-        if not rec["ok"]:
+    def on_sample_plain(i, n, s):
+        if not s.ok:
             state["failed"] += 1
-            err.print(f"strata-lab: sample {i + 1} ({rec['cell']} {rec['variant']}) failed: "
-                      f"{rec['failure']['kind']}: {rec['failure']['message']}", markup=False)
-        if rec.get("rerun_of") is not None:
-            err.print(f"strata-lab: sample {rec['rerun_of'] + 1} ({rec['cell']} {rec['variant']}) lost "
+            err.print(f"strata-lab: sample {i + 1} ({s.cell} {s.variant}) failed: "
+                      f"{s.failure['kind']}: {s.failure['message']}", markup=False)
+        if s.rerun_of is not None:
+            err.print(f"strata-lab: sample {s.rerun_of + 1} ({s.cell} {s.variant}) lost "
                       f"more than the noise threshold of its CPUs: run again", markup=False)
         step = max(1, n // 10)
         if (i + 1) % step == 0 or i + 1 == n:
@@ -231,28 +231,28 @@ def _progress(err, disabled: bool):
     return on_sample_plain, None, lambda: None
 
 
-def _show(doc: dict, console, baseline: str | None, write_report: bool) -> None:
+def _show(doc, console, baseline: str | None, write_report: bool) -> None:
     from . import analysis, tables
 
     an = analysis.analyse(doc, baseline)
     tables.print_analysis(an, console, doc)
     extra = ""
     try:
-        extra = load_suite(doc["suite"]).summarise(doc)
+        extra = load_suite(doc.suite).summarise(results.for_suite(doc))
     except LabError:
         pass
     if extra:
         from rich.markdown import Markdown
 
         console.print(Markdown(extra))
-    run_dir = Path(doc["_path"]).parent
+    run_dir = Path(doc.path).parent
     if write_report:
         from . import report
 
         html, md = report.write(doc, an, run_dir, extra)
-        console.print(f"\n[bold]report:[/] {html}\n[bold]summary:[/] {md}\n[bold]results:[/] {doc['_path']}")
+        console.print(f"\n[bold]report:[/] {html}\n[bold]summary:[/] {md}\n[bold]results:[/] {doc.path}")
     else:
-        console.print(f"\n[bold]results:[/] {doc['_path']}  (strata-lab report {run_dir} writes the report)")
+        console.print(f"\n[bold]results:[/] {doc.path}  (strata-lab report {run_dir} writes the report)")
 
 
 def cmd_report(a: argparse.Namespace) -> int:
@@ -271,7 +271,7 @@ def cmd_compare(a: argparse.Namespace) -> int:
     console = _console()
     if not cmp["rows"]:
         raise LabError("the two result sets share no cell and variant with successful samples")
-    console.print(tables.compare_table(cmp, da["run_id"], db["run_id"]))
+    console.print(tables.compare_table(cmp, da.run_id, db.run_id))
     sig = [r for r in cmp["rows"] if r["significant"]]
     console.print(f"{len(sig)} of {len(cmp['rows'])} differences are significant at α = {a.alpha}.")
     for r in sig:
@@ -279,12 +279,12 @@ def cmd_compare(a: argparse.Namespace) -> int:
                       f"{'better' if r['speedup'] > 1 else 'worse'} (p = {r['p_value']:.3g})")
     for n in cmp["notes"]:
         console.print(f"  [yellow]note:[/] {n}")
-    if da["machine"].get("cpu_model") != db["machine"].get("cpu_model") or \
-            da["machine"].get("hostname") != db["machine"].get("hostname"):
+    if da.machine.get("cpu_model") != db.machine.get("cpu_model") or \
+            da.machine.get("hostname") != db.machine.get("hostname"):
         console.print("[yellow]warning: the two runs come from different machines; compare ratios "
                       "measured within one run instead[/]")
     for d, label in ((da, "A"), (db, "B")):
-        if not d.get("complete"):
+        if not d.complete:
             console.print(f"[yellow]warning: {label} is an incomplete run[/]")
     return 0
 

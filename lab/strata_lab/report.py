@@ -16,7 +16,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.colors import TwoSlopeNorm  # noqa: E402
 
-from . import stats, tables  # noqa: E402
+from . import tables  # noqa: E402
+from .model import RunDoc, Sample  # noqa: E402
 
 COLORS = plt.get_cmap("tab10").colors
 
@@ -144,18 +145,16 @@ def plot_pareto(an: dict) -> str | None:
     return _png(fig)
 
 
-def _representative(doc: dict, cell: dict, v: str) -> dict | None:
+def _representative(doc: RunDoc, cell: dict, v: str) -> Sample | None:
     """The counted sample whose primary metric is closest to the median: a typical curve."""
-    from .analysis import counted
-
-    ok = [s for s in counted(doc, cell["id"], v) if s.get("ok") and s.get("rss_timeline", {}).get("t_ms")]
+    ok = [s for s in doc.counted(cell["id"], v) if (s.rss_timeline or {}).get("t_ms")]
     if not ok:
         return None
-    med = float(np.median([s["metrics"][cell["metric"]] for s in ok]))
-    return min(ok, key=lambda s: abs(s["metrics"][cell["metric"]] - med))
+    med = float(np.median([s.metrics[cell["metric"]] for s in ok]))
+    return min(ok, key=lambda s: abs(s.metrics[cell["metric"]] - med))
 
 
-def plot_rss_timelines(doc: dict, an: dict) -> str | None:
+def plot_rss_timelines(doc: RunDoc, an: dict) -> str | None:
     cells, vs = an["cells"], an["variants"]
     drawn = [c for c in cells if any(_representative(doc, c, v) for v in vs)]
     if not drawn:
@@ -165,7 +164,7 @@ def plot_rss_timelines(doc: dict, an: dict) -> str | None:
         for v in vs:
             s = _representative(doc, c, v)
             if s:
-                tl = s["rss_timeline"]
+                tl = s.rss_timeline
                 ax.plot(np.asarray(tl["t_ms"]) / 1000, np.asarray(tl["rss_kb"]) / 1024, label=v,
                         color=_color(vs, v), lw=1.2)
         ax.set_title(c["id"], fontsize=9)
@@ -176,7 +175,7 @@ def plot_rss_timelines(doc: dict, an: dict) -> str | None:
     return _png(fig)
 
 
-def plot_scaling(doc: dict, an: dict) -> str | None:
+def plot_scaling(doc: RunDoc, an: dict) -> str | None:
     by_workload: dict[str, list] = {}
     for c in an["cells"]:
         by_workload.setdefault(c["workload"], []).append(c)
@@ -185,7 +184,7 @@ def plot_scaling(doc: dict, an: dict) -> str | None:
     if not groups:
         return None
     vs = an["variants"]
-    ncpu = len(doc["settings"].get("cpus") or []) or os.cpu_count()
+    ncpu = len(doc.settings.get("cpus") or []) or os.cpu_count()
     fig, axes = _grid(len(groups))
     for ax, (w, cs) in zip(axes, groups.items()):
         for v in vs:
@@ -253,12 +252,12 @@ text-align:right}td:first-child,th:first-child{text-align:left}img{max-width:100
 .warn{background:#fff4e0;border-left:4px solid orange;padding:.5em 1em}.bad{color:#b00;font-weight:bold}"""
 
 
-def render_html(doc: dict, an: dict, extra_md: str) -> str:
+def render_html(doc: RunDoc, an: dict, extra_md: str) -> str:
     md = tables.markdown(an, doc, extra_md)
-    m = doc["machine"]
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>strata-lab {html.escape(doc['run_id'])}"
+    m = doc.machine
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>strata-lab {html.escape(doc.run_id)}"
              f"</title><style>{CSS}</style></head><body>"]
-    if not doc.get("complete"):
+    if not doc.complete:
         parts.append("<p class='bad'>INCOMPLETE RUN: only the samples that finished are shown.</p>")
     parts.append(_md_to_html(md))
     parts.append("<h2>Machine</h2><table>" + "".join(
@@ -267,7 +266,7 @@ def render_html(doc: dict, an: dict, extra_md: str) -> str:
         f"<tr><td>{html.escape(v)}</td><td>{html.escape(str(i.get('version', '')))}</td>"
         f"<td>{html.escape(str(i.get('library') or i.get('args') or ''))}</td>"
         f"<td>{html.escape(str(i.get('source', i.get('kind', ''))))}</td></tr>"
-        for v, i in doc["variants"].items()) + "</table>")
+        for v, i in doc.variants.items()) + "</table>")
     figs = [("Throughput with intervals", plot_throughput(an)),
             (f"Speedup against {an['baseline']} (> 1 is better)",
              plot_heatmap(an, "speedup", f"speedup vs {an['baseline']}")),
@@ -280,24 +279,24 @@ def render_html(doc: dict, an: dict, extra_md: str) -> str:
     for title, png in figs:
         if png:
             parts.append(f"<h2>{html.escape(title)}</h2><img alt='{html.escape(title)}' src='data:image/png;base64,{png}'>")
-    failures = [s for s in doc["samples"] if not s.get("ok")]
+    failures = [s for s in doc.samples if not s.ok]
     if failures:
         parts.append("<h2>Failures</h2><table><tr><th>cell</th><th>variant</th><th>round</th><th>kind</th>"
                      "<th>exit status</th><th>message / stderr tail</th></tr>")
         for s in failures:
-            f = s.get("failure") or {}
-            parts.append(f"<tr><td>{html.escape(s['cell'])}</td><td>{html.escape(s['variant'])}</td>"
-                         f"<td>{'warm-up' if s.get('warmup') else s.get('round')}</td><td>{html.escape(str(f.get('kind')))}</td>"
+            f = s.failure or {}
+            parts.append(f"<tr><td>{html.escape(s.cell)}</td><td>{html.escape(s.variant)}</td>"
+                         f"<td>{'warm-up' if s.warmup else s.round}</td><td>{html.escape(str(f.get('kind')))}</td>"
                          f"<td>{html.escape(str(f.get('exit_status')))}</td><td style='text-align:left'>"
                          f"{html.escape(str(f.get('message')))}<pre>{html.escape(str(f.get('stderr_tail', ''))[-800:])}</pre></td></tr>")
         parts.append("</table>")
-    parts.append(f"<p>results: {html.escape(str(doc.get('_path', 'results.json')))}; schema "
-                 f"{doc['schema']} v{doc['schema_version']}; lab {html.escape(str(doc.get('lab_version')))}</p>")
+    parts.append(f"<p>results: {html.escape(str(doc.path or 'results.json'))}; schema "
+                 f"{doc.schema} v{doc.schema_version}; lab {html.escape(str(doc.lab_version))}</p>")
     parts.append("</body></html>")
     return "\n".join(parts)
 
 
-def write(doc: dict, an: dict, run_dir: Path, extra_md: str = "") -> tuple[Path, Path]:
+def write(doc: RunDoc, an: dict, run_dir: Path, extra_md: str = "") -> tuple[Path, Path]:
     run_dir = Path(run_dir)
     md_path, html_path = run_dir / "summary.md", run_dir / "report.html"
     for path, text in ((md_path, tables.markdown(an, doc, extra_md)), (html_path, render_html(doc, an, extra_md))):

@@ -1,7 +1,10 @@
 """results.json: creation of a run directory, atomic writes, loading with validation.
 
 The schema is documented in docs/results-schema.md; bump SCHEMA_VERSION on any incompatible
-change and keep load() reading the old versions it can.
+change and keep load() reading the old versions it can.  It reads every version there has been:
+1 (before re-runs, instruction samples and `convergence`; its samples are all timed and none is
+replaced, so the one rule of model.Sample.counted reads it unchanged) and 2.  The documents under
+docs/results/ of both versions are read in lab/tests/test_model.py.
 """
 
 from __future__ import annotations
@@ -14,10 +17,11 @@ import time
 from pathlib import Path
 
 from .errors import LabError
+from .model import RunDoc, Sample
 
 SCHEMA = "strata-lab/results"
 SCHEMA_VERSION = 2
-READABLE_VERSIONS = (1, 2)  # version 1 has no re-runs or instruction samples: read the same way
+READABLE_VERSIONS = (1, 2)
 FILENAME = "results.json"
 
 
@@ -68,12 +72,11 @@ def write_atomic(path: Path, doc: dict) -> None:
 
 
 def counted_metrics(doc: dict, cell_id: str, variant: str) -> list[dict]:
-    """The metrics of one cell and variant's counted samples that succeeded (warm-ups, failures,
-    samples replaced by a re-run and instruction-count runs left out): what a suite's summarise()
-    takes medians of."""
-    return [s["metrics"] for s in doc.get("samples", []) if s["cell"] == cell_id
-            and s["variant"] == variant and s.get("ok") and not s.get("warmup")
-            and s.get("superseded_by") is None and s.get("kind", "time") == "time"]
+    """The metrics of one cell and variant's counted, successful samples (RunDoc.counted), from
+    the document as a suite's summarise() gets it: what it takes medians of."""
+    mine = (Sample.from_json(s) for s in doc.get("samples", [])
+            if s["cell"] == cell_id and s["variant"] == variant)
+    return [s.metrics for s in mine if s.counted and s.ok]
 
 
 def resolve_path(arg: str | Path) -> Path:
@@ -86,7 +89,7 @@ def resolve_path(arg: str | Path) -> Path:
 REQUIRED = ("schema", "schema_version", "suite", "complete", "settings", "variants", "cells", "samples")
 
 
-def load(arg: str | Path) -> dict:
+def load(arg: str | Path) -> RunDoc:
     """Load and validate a results.json (or a run directory holding one)."""
     p = resolve_path(arg)
     if not p.is_file():
@@ -111,5 +114,13 @@ def load(arg: str | Path) -> dict:
             raise LabError(f"corrupt results file {p}: sample {i} names an unknown cell or variant")
         if s.get("ok") and not isinstance(s.get("metrics"), dict):
             raise LabError(f"corrupt results file {p}: sample {i} is ok but has no metrics")
-    doc["_path"] = str(p)
-    return doc
+    try:
+        return RunDoc.from_json(doc, path=str(p))
+    except TypeError as e:  # a key the model requires is missing, or one it does not know
+        raise LabError(f"corrupt results file {p}: {e}") from None
+
+
+def for_suite(doc: RunDoc) -> dict:
+    """The document as a suite's summarise() takes it: the JSON, and `_path` (where it lies, for
+    the plots a suite writes beside it)."""
+    return {**doc.to_json(), "_path": doc.path}

@@ -21,6 +21,7 @@ from typing import Callable
 
 from . import __version__, machine, results
 from .allocators import Allocator
+from .model import RunDoc, Sample
 from .suite import Cell, Suite
 
 RSS_INTERVAL_S = 0.010
@@ -372,17 +373,17 @@ def instruction_cells(cells: list[Cell]) -> list[Cell]:
     return [c for c in cells if c.threads == 1 and c.preload == "env"]
 
 
-def cell_ratios(doc: dict, cell: Cell, variants: list[Variant], baseline: str) -> dict:
+def cell_ratios(doc: RunDoc, cell: Cell, variants: list[Variant], baseline: str) -> dict:
     """Paired ratio (stats.PairedRatio or None) of every non-baseline variant of a cell so far."""
     from . import analysis, stats
 
-    rb = analysis.by_round([s for s in analysis.counted(doc, cell.id, baseline) if s.get("ok")])
+    rb = analysis.by_round(doc.counted(cell.id, baseline))
     out = {}
     for v in variants:
         if v.name == baseline:
             continue
-        rv = analysis.by_round([s for s in analysis.counted(doc, cell.id, v.name) if s.get("ok")])
-        pv, pb = analysis.paired(rv, rb, lambda s: s["metrics"].get(cell.metric))
+        rv = analysis.by_round(doc.counted(cell.id, v.name))
+        pv, pb = analysis.paired(rv, rb, lambda s: s.metric(cell.metric))
         out[v.name] = stats.paired_speedup(pv, pb, cell.higher_is_better) if pv else None
     return out
 
@@ -448,19 +449,15 @@ class Clock:
         return self.budget_s <= 0 or seconds is None or self.elapsed() + seconds <= self.budget_s
 
 
-def _lost(rec: dict) -> float:
-    return max(rec.get("steal_frac") or 0.0, rec.get("other_cpu_frac") or 0.0)
-
-
 def execute(suite: Suite, cells: list[Cell], variants: list[Variant], *, rounds: int, warmup: int,
             cpus: list[int], out_dir: Path, baseline: str, settings: dict, command: list[str],
-            on_sample: Callable[[int, int, dict], None] | None = None,
+            on_sample: Callable[[int, int, Sample], None] | None = None,
             on_start: Callable[[int, int, Cell, Variant, int | None], None] | None = None,
             seed: int | None = None, noise_threshold: float | None = NOISE_THRESHOLD,
             max_reruns: int = MAX_RERUNS, target_width: float = TARGET_WIDTH,
             time_budget_s: float = 0.0, max_rounds: int = MAX_ROUNDS,
             converge: list[str] | None = None, instructions: bool = False,
-            now: Callable[[], float] = time.monotonic) -> dict:
+            now: Callable[[], float] = time.monotonic) -> RunDoc:
     """Run everything, writing out_dir/results.json after every sample.  Returns the document.
 
     1. The planned samples: warm-ups, then `rounds` interleaved rounds, round after round over all
@@ -485,34 +482,35 @@ def execute(suite: Suite, cells: list[Cell], variants: list[Variant], *, rounds:
     if not goal:
         goal = [n for n in names if n != baseline]
     focus = [v for v in variants if v.name == baseline or v.name in goal]  # adaptive rounds run these
-    doc = {
-        "schema": results.SCHEMA, "schema_version": results.SCHEMA_VERSION,
-        "run_id": out_dir.name, "suite": suite.name, "description": suite.description,
-        "created": now_iso(), "finished": None, "complete": False, "interrupted": None,
-        "command": command, "lab_version": __version__,
-        "git": machine.git_revision(), "machine": machine.describe(),
-        "settings": {**settings, "rounds": rounds, "warmup": warmup, "cpus": cpus,
-                     "baseline": baseline, "order_seed": seed,
-                     "planned_samples": len(order) + len(icells) * len(variants),
-                     "noise_threshold": noise_threshold, "max_reruns_per_cell": max_reruns,
-                     "target_width": target_width, "time_budget_s": time_budget_s,
-                     "max_rounds": max_rounds, "converge": goal, "instructions": bool(instructions)},
-        "variants": {v.name: v.info for v in variants},
-        "cells": [{**c.to_json(), "oversubscribed": oversubscribed(c, cpus)} for c in cells],
-        "samples": [],
-        "convergence": None,
-    }
+    doc = RunDoc(
+        schema=results.SCHEMA, schema_version=results.SCHEMA_VERSION,
+        run_id=out_dir.name, suite=suite.name, description=suite.description,
+        created=now_iso(), command=command, lab_version=__version__,
+        git=machine.git_revision(), machine=machine.describe(),
+        settings={**settings, "rounds": rounds, "warmup": warmup, "cpus": cpus,
+                  "baseline": baseline, "order_seed": seed,
+                  "planned_samples": len(order) + len(icells) * len(variants),
+                  "noise_threshold": noise_threshold, "max_reruns_per_cell": max_reruns,
+                  "target_width": target_width, "time_budget_s": time_budget_s,
+                  "max_rounds": max_rounds, "converge": goal, "instructions": bool(instructions)},
+        variants={v.name: v.info for v in variants},
+        cells=[{**c.to_json(), "oversubscribed": oversubscribed(c, cpus)} for c in cells],
+        samples=[])
     path = out_dir / results.FILENAME
-    results.write_atomic(path, doc)
+
+    def save() -> None:
+        results.write_atomic(path, doc.to_json())
+
+    save()
     stats_dir = out_dir / "strata-stats"
     reruns: dict[str, int] = {c.id: 0 for c in cells}
 
     def total() -> int:
-        return doc["settings"]["planned_samples"]
+        return doc.settings["planned_samples"]
 
     def one(cell: Cell, v: Variant, rnd: int | None, rerun_of: int | None = None,
-            kind: str = "time") -> dict:
-        i = len(doc["samples"])
+            kind: str = "time") -> Sample:
+        i = len(doc.samples)
         if on_start:
             on_start(i, total(), cell, v, rnd)
         stats_file = None
@@ -526,36 +524,34 @@ def execute(suite: Suite, cells: list[Cell], variants: list[Variant], *, rounds:
             rec = run_instructions(cell, v, run_cpus, extra, suite.parse)
         else:
             rec = run_sample(cell, v, run_cpus, extra, stats_file, suite.parse)
-        rec = {"index": i, "cell": cell.id, "variant": v.name, "round": rnd,
-               "warmup": rnd is None and kind == "time", **rec}
-        if kind == "time" and noise_threshold is not None and rnd is not None:
-            rec["noisy"] = _lost(rec) > noise_threshold
-        if rerun_of is not None:
-            rec["rerun_of"] = rerun_of
         if stats_file is not None and stats_file.is_file():
             try:
                 rec["strata_stats"] = json.loads(stats_file.read_text())
             except (json.JSONDecodeError, OSError) as e:
                 rec["strata_stats"] = {"error": f"unreadable STRATA_STATS_FILE: {e}"}
-        doc["samples"].append(rec)
-        results.write_atomic(path, doc)
+        s = Sample.from_json({"index": i, "cell": cell.id, "variant": v.name, "round": rnd,
+                              "warmup": rnd is None and kind == "time", "rerun_of": rerun_of, **rec})
+        if kind == "time" and noise_threshold is not None and rnd is not None:
+            s = replace(s, noisy=s.lost > noise_threshold)
+        doc.samples.append(s)
+        save()
         if on_sample:
-            on_sample(i, total(), rec)
-        return rec
+            on_sample(i, total(), s)
+        return s
 
     def measured(cell: Cell, v: Variant, rnd: int | None) -> None:
         t0 = clock.now()
-        rec = one(cell, v, rnd)
-        if rec.get("noisy") and rec["ok"] and reruns[cell.id] < max_reruns:
+        s = one(cell, v, rnd)
+        if s.noisy and s.ok and reruns[cell.id] < max_reruns:
             # Run it again at once (still next to the other variants of its round, so the
             # pairing holds); keep the one that lost less, never hide a failure.
             reruns[cell.id] += 1
-            doc["settings"]["planned_samples"] += 1
-            again = one(cell, v, rnd, rerun_of=rec["index"])
-            if again["ok"]:
-                keep, drop = (again, rec) if _lost(again) <= _lost(rec) else (rec, again)
-                drop["superseded_by"] = keep["index"]
-                results.write_atomic(path, doc)
+            doc.settings["planned_samples"] += 1
+            again = one(cell, v, rnd, rerun_of=s.index)
+            if again.ok:
+                keep, drop = (again, s) if again.lost <= s.lost else (s, again)
+                doc.samples[drop.index] = replace(drop, superseded_by=keep.index)
+                save()
         clock.record(cell.id, v.name, clock.now() - t0)
 
     with _sigterm_as_interrupt():
@@ -572,7 +568,7 @@ def execute(suite: Suite, cells: list[Cell], variants: list[Variant], *, rounds:
                     # Its next planned round would end past the budget: the cell stops here
                     # (later rounds would not fit either).
                     stopped[cell.id] = "budget"
-                    doc["settings"]["planned_samples"] -= len(variants) * (rounds - rnd)
+                    doc.settings["planned_samples"] -= len(variants) * (rounds - rnd)
                     continue
                 measured(cell, v, rnd)
                 if rnd is not None:
@@ -584,18 +580,18 @@ def execute(suite: Suite, cells: list[Cell], variants: list[Variant], *, rounds:
                              target_width, max_rounds, seed)
             _record_convergence(doc, cells, variants, goal, baseline, clock, done, stopped,
                                 target_width, max_rounds)
-            results.write_atomic(path, doc)
+            save()
         except KeyboardInterrupt:
-            doc["interrupted"] = "SIGINT"
-            results.write_atomic(path, doc)
+            doc.interrupted = "SIGINT"
+            save()
             raise
         except Interrupted as e:
-            doc["interrupted"] = e.signame
-            results.write_atomic(path, doc)
+            doc.interrupted = e.signame
+            save()
             raise
-    doc["complete"] = True
-    doc["finished"] = now_iso()
-    results.write_atomic(path, doc)
+    doc.complete = True
+    doc.finished = now_iso()
+    save()
     return doc
 
 
@@ -645,7 +641,7 @@ def _adaptive_rounds(doc, cells, focus, goal, baseline, clock, done, stopped, me
                 continue  # not this pass; time freed by cells that converge may come back to it
             vs = list(focus)
             rng.shuffle(vs)
-            doc["settings"]["planned_samples"] += len(vs)
+            doc.settings["planned_samples"] += len(vs)
             for v in vs:
                 measured(c, v, done[c.id])
             done[c.id] += 1
@@ -676,6 +672,6 @@ def _record_convergence(doc, cells, variants, goal, baseline, clock, done, stopp
                        "spent_s": round(clock.cell_spent(c.id), 1),
                        "half_width": {v: (p.half_width if p is not None else None)
                                       for v, p in ratios.items()}}
-    doc["convergence"] = {"target_width": target_width, "time_budget_s": clock.budget_s,
+    doc.convergence = {"target_width": target_width, "time_budget_s": clock.budget_s,
                           "max_rounds": max_rounds, "converge": goal,
                           "elapsed_s": round(clock.elapsed(), 1), "cells": state}

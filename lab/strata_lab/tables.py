@@ -7,6 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import stats
+from .model import RunDoc
 
 
 def si(x: float | None, unit: str = "") -> str:
@@ -200,8 +201,8 @@ def latency_table(an: dict) -> Table | None:
     return t
 
 
-def print_analysis(an: dict, console: Console, doc: dict) -> None:
-    console.print(throughput_table(an, title=f"{doc['suite']}: median ± half 95 % interval; "
+def print_analysis(an: dict, console: Console, doc: RunDoc) -> None:
+    console.print(throughput_table(an, title=f"{doc.suite}: median ± half 95 % interval; "
                                               f"speedup vs {an['baseline']} [95 % interval], > 1 is better"))
     console.print(rss_table(an))
     ft = faults_table(an)
@@ -243,28 +244,28 @@ def compare_table(cmp: dict, a_name: str, b_name: str) -> Table:
     return t
 
 
-def _rounds_text(an: dict, doc: dict) -> str:
+def _rounds_text(an: dict, doc: RunDoc) -> str:
     ns = [c["by_variant"][v]["n"] for c in an["cells"] for v in an["variants"] if c["by_variant"][v]["n"]]
-    planned = doc["settings"].get("rounds")
+    planned = doc.settings.get("rounds")
     if not ns or min(ns) == max(ns) == planned:
         return str(planned)
     return f"{planned} minimum, {min(ns)}–{max(ns)} successful per cell and variant"
 
 
-def markdown(an: dict, doc: dict, extra: str = "") -> str:
+def markdown(an: dict, doc: RunDoc, extra: str = "") -> str:
     base = an["baseline"]
-    m = doc["machine"]
-    out = [f"# strata-lab: {doc['suite']} — {doc['run_id']}", ""]
-    if not doc.get("complete"):
-        out += [f"**INCOMPLETE RUN** ({doc.get('interrupted') or 'not finished'}): the numbers below "
+    m = doc.machine
+    out = [f"# strata-lab: {doc.suite} — {doc.run_id}", ""]
+    if not doc.complete:
+        out += [f"**INCOMPLETE RUN** ({doc.interrupted or 'not finished'}): the numbers below "
                 "cover only the samples that finished.", ""]
     out += [f"- machine: {m.get('cpu_model')}, {m.get('cores')} cores, kernel {m.get('kernel')}, "
             f"THP {m.get('thp_enabled')}, governor {m.get('cpu_governor')}, CONFIG_HZ {m.get('config_hz')}",
-            f"- git: {doc['git'].get('revision', '?')[:12]}{' (dirty)' if doc['git'].get('dirty') else ''}",
+            f"- git: {doc.git.get('revision', '?')[:12]}{' (dirty)' if doc.git.get('dirty') else ''}",
             f"- {noise_line(an)}",
-            f"- rounds: {_rounds_text(an, doc)}, warm-up: {doc['settings'].get('warmup')}, "
-            f"CPUs: {doc['settings'].get('cpus')}, baseline: {base}",
-            "- variants: " + "; ".join(f"{v} {doc['variants'][v].get('version', '')}".strip()
+            f"- rounds: {_rounds_text(an, doc)}, warm-up: {doc.settings.get('warmup')}, "
+            f"CPUs: {doc.settings.get('cpus')}, baseline: {base}",
+            "- variants: " + "; ".join(f"{v} {(doc.variants[v] or {}).get('version', '')}".strip()
                                        for v in an["variants"]), "",
             f"## Primary metric: median ± half 95 % interval, speedup vs {base} (> 1 is better)", "",
             f"Speedups are medians of the per-round ratios (round k of a variant against round k of "

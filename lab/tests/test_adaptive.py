@@ -32,16 +32,16 @@ def execute(tmp_path: Path, cells, **kw):
     doc = runner.execute(fake_suite(), cells, VARIANTS, rounds=kw.pop("rounds", 3), warmup=0,
                          cpus=sorted(os.sched_getaffinity(0)), out_dir=out, baseline="base", settings={}, command=["test"],
                          seed=1, **kw)
-    assert results.load(out)["samples"] == doc["samples"]  # what is on disk is what ran
+    assert results.load(out).to_json() == doc.to_json()  # what is on disk is what ran
     return doc
 
 
 def test_every_sample_records_what_it_lost(tmp_path):
     doc = execute(tmp_path, [STEADY], time_budget_s=0, noise_threshold=0.1, max_reruns=0)
-    for s in doc["samples"]:
-        assert s["steal_s"] >= 0 and s["other_cpu_s"] >= 0 and s["noise_cpus"] >= 1
-        assert 0 <= s["steal_frac"] and 0 <= s["other_cpu_frac"]
-        assert s["minor_faults"] > 0 and isinstance(s["noisy"], bool)
+    for s in doc.samples:
+        assert s.extra["steal_s"] >= 0 and s.extra["other_cpu_s"] >= 0 and s.extra["noise_cpus"] >= 1
+        assert 0 <= s.steal_frac and 0 <= s.other_cpu_frac
+        assert s.minor_faults > 0 and isinstance(s.noisy, bool)
 
 
 def test_noisy_samples_are_run_again_and_the_worse_one_is_left_out(tmp_path, monkeypatch):
@@ -55,17 +55,17 @@ def test_noisy_samples_are_run_again_and_the_worse_one_is_left_out(tmp_path, mon
 
     monkeypatch.setattr(machine, "cpu_jiffies", fake_jiffies)
     doc = execute(tmp_path, [STEADY], rounds=3, max_reruns=2, time_budget_s=0, noise_threshold=0.1)
-    samples = doc["samples"]
-    assert len(samples) == 3 * 2 + 2 == doc["settings"]["planned_samples"]
-    assert all(s["noisy"] for s in samples)
-    reruns = [s for s in samples if s.get("rerun_of") is not None]
+    samples = doc.samples
+    assert len(samples) == 3 * 2 + 2 == doc.settings["planned_samples"]
+    assert all(s.noisy for s in samples)
+    reruns = [s for s in samples if s.rerun_of is not None]
     assert len(reruns) == 2
     for r in reruns:
-        orig = samples[r["rerun_of"]]
-        assert (orig["cell"], orig["variant"], orig["round"]) == (r["cell"], r["variant"], r["round"])
+        orig = samples[r.rerun_of]
+        assert (orig.cell, orig.variant, orig.round) == (r.cell, r.variant, r.round)
         # one of the pair is superseded by the other, never both
-        assert (orig.get("superseded_by") == r["index"]) != (r.get("superseded_by") == orig["index"])
-        assert r["index"] == orig["index"] + 1  # at once, next to its round
+        assert (orig.superseded_by == r.index) != (r.superseded_by == orig.index)
+        assert r.index == orig.index + 1  # at once, next to its round
     an = analysis.analyse(doc)
     assert an["noise"]["reruns"] == 2 and an["noise"]["noisy"] == len(samples)
     for v in ("base", "x"):
@@ -77,15 +77,15 @@ def test_converged_cells_get_no_more_rounds_unconverged_ones_stop_at_the_limit(t
     # spread: x's per-round ratio wanders by up to 20 % and never gets within ±3 %.
     doc = execute(tmp_path, [STEADY, SPREAD], rounds=3, time_budget_s=3600, max_rounds=7,
                   target_width=0.03)
-    conv = doc["convergence"]["cells"]
+    conv = doc.convergence["cells"]
     assert {k: v for k, v in conv["steady/t1"].items() if k != "spent_s"} == {
         "rounds": 3, "converged": True, "reason": None, "rounds_needed": None, "half_width": {"x": 0.0}}
     assert conv["spread/t1"]["rounds"] == 7 and not conv["spread/t1"]["converged"]
     assert conv["spread/t1"]["reason"] == "max_rounds"
-    rounds = lambda cid: sorted(s["round"] for s in doc["samples"] if s["cell"] == cid and s["variant"] == "x")  # noqa: E731
+    rounds = lambda cid: sorted(s.round for s in doc.samples if s.cell == cid and s.variant == "x")  # noqa: E731
     assert rounds("steady/t1") == [0, 1, 2] and rounds("spread/t1") == list(range(7))
     # every added round runs both variants (the pairs stay complete)
-    assert len([s for s in doc["samples"] if s["cell"] == "spread/t1"]) == 14
+    assert len([s for s in doc.samples if s.cell == "spread/t1"]) == 14
     an = analysis.analyse(doc)
     assert "spread/t1" in an["convergence"]["not_converged"]
     assert "round limit" in an["convergence"]["not_converged"]["spread/t1"]
@@ -97,26 +97,26 @@ def test_a_spent_budget_is_named_as_the_reason(tmp_path):
     # the spread cell: ratios 20/10 22/10 -> interval [2.0, 2.2] around sqrt(4.4), ±4.77 %; the
     # log ratios' MAD gives sigma 0.0707, so ±3 % would take (2.456 * 0.0707 / 0.03)^2 -> 34 rounds.
     doc = execute(tmp_path, [SPREAD], rounds=3, time_budget_s=1e-6, max_rounds=100)
-    cell = doc["convergence"]["cells"]["spread/t1"]
+    cell = doc.convergence["cells"]["spread/t1"]
     assert (cell["rounds"], cell["reason"], cell["rounds_needed"]) == (2, "budget", 34)
     assert cell["half_width"]["x"] == pytest.approx(0.1 / 4.4 ** 0.5)
     assert "time budget spent, ~34 rounds needed" in analysis.analyse(doc)["convergence"]["not_converged"]["spread/t1"]
     # past the round limit, more time would not have helped: the spread is named instead
     (tmp_path / "run").rename(tmp_path / "first")
     doc = execute(tmp_path, [SPREAD], rounds=3, time_budget_s=1e-6, max_rounds=20)
-    assert doc["convergence"]["cells"]["spread/t1"]["reason"] == "spread"
+    assert doc.convergence["cells"]["spread/t1"]["reason"] == "spread"
     assert "too spread" in analysis.analyse(doc)["convergence"]["not_converged"]["spread/t1"]
 
 
 @pytest.mark.skipif(not shutil.which("valgrind"), reason="valgrind is not installed")
 def test_instruction_counts_under_cachegrind(tmp_path):
     doc = execute(tmp_path, [STEADY], rounds=1, time_budget_s=0, instructions=True)
-    ins = [s for s in doc["samples"] if s.get("kind") == "instructions"]
-    assert len(ins) == 2 and all(s["ok"] for s in ins), [s.get("failure") for s in ins]
+    ins = [s for s in doc.samples if s.kind == "instructions"]
+    assert len(ins) == 2 and all(s.ok for s in ins), [s.failure for s in ins]
     for s in ins:
-        assert s["instructions"] > 10000  # a shell's start alone runs far more
-        assert s["instructions_per_op"] == s["instructions"] / 1000
-        assert s["round"] is None and not s["warmup"]
+        assert s.instructions > 10000  # a shell's start alone runs far more
+        assert s.instructions_per_op == s.instructions / 1000
+        assert s.round is None and not s.warmup
     an = analysis.analyse(doc)
     [row] = an["instructions"]
     assert row["by_variant"]["base"]["ratio"] == 1.0 and row["by_variant"]["x"]["unit"] == "per op"

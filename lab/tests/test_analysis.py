@@ -3,6 +3,7 @@
 import pytest
 
 from strata_lab import analysis, results
+from strata_lab.model import RunDoc
 
 
 def doc_with(values: dict, cells=None, complete=True, failures=()):
@@ -24,6 +25,8 @@ def doc_with(values: dict, cells=None, complete=True, failures=()):
         samples.append({"cell": cell, "variant": variant, "round": 0, "warmup": False, "ok": False,
                         "failure": {"kind": "crash", "message": "killed by signal SIGSEGV",
                                     "exit_status": -11, "stderr_tail": "boom"}})
+    for i, s in enumerate(samples):
+        s["index"] = i
     return {"schema": results.SCHEMA, "schema_version": 1, "run_id": "t", "suite": "s",
             "complete": complete, "interrupted": None if complete else "SIGINT",
             "settings": {"rounds": 5, "cpus": [0, 1], "baseline": "base", "planned_samples": 99},
@@ -34,7 +37,7 @@ def doc_with(values: dict, cells=None, complete=True, failures=()):
 def test_ratios_geomean_and_warnings():
     d = doc_with({("a/t1", "base"): [10, 10, 10, 10, 10], ("a/t1", "x"): [20, 20, 20, 20, 20],
                   ("b/t4", "base"): [8, 8, 8, 8, 8], ("b/t4", "x"): [4, 4, 4, 4, 4]})
-    an = analysis.analyse(d)
+    an = analysis.analyse(RunDoc.from_json(d))
     a, b = an["cells"]
     assert a["by_variant"]["x"]["speedup"] == 2.0          # 20 / 10 ops/s
     assert b["by_variant"]["x"]["speedup"] == 2.0          # 8 ms / 4 ms, lower is better
@@ -50,7 +53,7 @@ def test_ratios_geomean_and_warnings():
 def test_failures_are_counted_never_averaged():
     d = doc_with({("a/t1", "base"): [10, 11, 12, 10, 11], ("a/t1", "x"): [20, 21, 22, 20, 21],
                   ("b/t4", "base"): [8] * 5, ("b/t4", "x"): []}, failures=[("b/t4", "x")] * 5)
-    an = analysis.analyse(d)
+    an = analysis.analyse(RunDoc.from_json(d))
     e = an["cells"][1]["by_variant"]["x"]
     assert e["n"] == 0 and e["failures"] == 5 and e["summary"] is None and e["speedup"] is None
     assert any("failure — crash: killed by signal SIGSEGV" in w for w in an["warnings"])
@@ -60,7 +63,7 @@ def test_failures_are_counted_never_averaged():
 def test_wide_spread_and_incomplete_are_flagged():
     d = doc_with({("a/t1", "base"): [10, 10, 10, 10, 10], ("a/t1", "x"): [5, 10, 20, 10, 15],
                   ("b/t4", "base"): [8] * 5, ("b/t4", "x"): [8] * 5}, complete=False)
-    an = analysis.analyse(d)
+    an = analysis.analyse(RunDoc.from_json(d))
     assert any(w.startswith("INCOMPLETE") for w in an["warnings"])
     # 5 10 20 10 15: mean 12, sample std sqrt(32.5) = 5.70 -> CV 48 %
     assert "a/t1: wide spread (CV > 10 %) for x 48 %" in an["warnings"]
@@ -71,7 +74,7 @@ def test_compare_says_which_differences_are_significant():
                   ("b/t4", "base"): [8] * 5, ("b/t4", "x"): [8] * 5})
     b = doc_with({("a/t1", "base"): [6, 7, 8, 9, 10], ("a/t1", "x"): [10, 12, 11, 14, 13],
                   ("b/t4", "base"): [8] * 5, ("b/t4", "x"): [8] * 5})
-    cmp = analysis.compare(a, b)
+    cmp = analysis.compare(RunDoc.from_json(a), RunDoc.from_json(b))
     rows = {(r["cell"], r["variant"]): r for r in cmp["rows"]}
     base = rows[("a/t1", "base")]
     assert base["significant"] and base["p_value"] == pytest.approx(2 / 252)
@@ -85,7 +88,7 @@ def test_unknown_baseline_is_an_error():
 
     d = doc_with({("a/t1", "base"): [1], ("a/t1", "x"): [2], ("b/t4", "base"): [1], ("b/t4", "x"): [1]})
     with pytest.raises(LabError, match="baseline 'nope'"):
-        analysis.analyse(d, "nope")
+        analysis.analyse(RunDoc.from_json(d), "nope")
 
 
 def test_busy_machine_is_flagged():
@@ -93,8 +96,8 @@ def test_busy_machine_is_flagged():
                   ("b/t4", "base"): [8] * 5, ("b/t4", "x"): [8] * 5})
     for s in d["samples"]:
         s["other_cpu_frac"] = 0.02
-    assert not any("BUSY" in w for w in analysis.analyse(d)["warnings"])
+    assert not any("BUSY" in w for w in analysis.analyse(RunDoc.from_json(d))["warnings"])
     for s in d["samples"]:
         s["other_cpu_frac"] = 0.5
-    an = analysis.analyse(d)
+    an = analysis.analyse(RunDoc.from_json(d))
     assert an["other_cpu_frac"] == 0.5 and an["warnings"][0].startswith("BUSY MACHINE: other processes used a median 50 %")

@@ -57,13 +57,13 @@ def run(tmp_path, monkeypatch, budget, *, cells=CELLS, variants=VARIANTS[:2], co
                          cpus=sorted(os.sched_getaffinity(0)), out_dir=out, baseline="base", settings={},
                          command=["test"], seed=1, noise_threshold=None, target_width=0.05,
                          time_budget_s=budget, max_rounds=max_rounds, converge=converge, now=fake.now)
-    assert results.load(out)["samples"] == doc["samples"]
+    assert results.load(out).to_json() == doc.to_json()
     return doc, fake
 
 
 def rounds_of(doc, cell, variant="x"):
-    return sorted(s["round"] for s in doc["samples"] if s["cell"] == cell and s["variant"] == variant
-                  and s["round"] is not None)
+    return sorted(s.round for s in doc.samples if s.cell == cell and s.variant == variant
+                  and s.round is not None)
 
 
 def test_divide_serves_the_cells_that_can_finish_first():
@@ -81,8 +81,8 @@ def test_the_run_ends_within_its_budget(tmp_path, monkeypatch):
         doc, fake = run(tmp_path, monkeypatch, budget, name=f"b{budget}")
         # the two rounds every cell runs cost 3 cells x 2 variants x 2 rounds = 12 s
         assert fake.t <= budget, budget
-        assert doc["convergence"]["elapsed_s"] == pytest.approx(fake.t, abs=0.05)
-        assert doc["settings"]["planned_samples"] == len(doc["samples"])
+        assert doc.convergence["elapsed_s"] == pytest.approx(fake.t, abs=0.05)
+        assert doc.settings["planned_samples"] == len(doc.samples)
 
 
 def test_planned_rounds_past_the_budget_are_left_out_and_named(tmp_path, monkeypatch):
@@ -91,7 +91,7 @@ def test_planned_rounds_past_the_budget_are_left_out_and_named(tmp_path, monkeyp
     doc, fake = run(tmp_path, monkeypatch, 20)
     assert fake.t == 20
     assert [rounds_of(doc, c.id) for c in CELLS] == [[0, 1, 2, 3], [0, 1, 2], [0, 1, 2]]
-    conv = doc["convergence"]["cells"]
+    conv = doc.convergence["cells"]
     assert conv["steady"]["converged"] and conv["steady"]["rounds"] == 4
     # 3 rounds, two of them outliers: its spread looks wide (~48 rounds needed, over the limit)
     assert (conv["close"]["converged"], conv["close"]["reason"], conv["close"]["rounds"]) == (False, "spread", 3)
@@ -101,7 +101,7 @@ def test_planned_rounds_past_the_budget_are_left_out_and_named(tmp_path, monkeyp
     assert "after 3 rounds; per-round ratios too spread" in an["convergence"]["not_converged"]["close"]
     # with a higher round limit the same cut is the budget's
     doc, fake = run(tmp_path, monkeypatch, 20, max_rounds=100, name="limit100")
-    assert doc["convergence"]["cells"]["close"]["reason"] == "budget"
+    assert doc.convergence["cells"]["close"]["reason"] == "budget"
     assert "time budget spent" in analysis.analyse(doc)["convergence"]["not_converged"]["close"]
     # and the table says so under the ratio intervals
     lines = tables.convergence_lines(an)
@@ -113,7 +113,7 @@ def test_a_cell_that_can_finish_gets_the_time_before_one_that_cannot(tmp_path, m
     # 30 s of planned rounds leave 8 s: 4 more rounds of `close` (9 in all) bring it within ±5 %;
     # `hopeless` would need ~60 rounds and gets nothing (an even split would have left both short).
     doc, fake = run(tmp_path, monkeypatch, 38)
-    conv = doc["convergence"]["cells"]
+    conv = doc.convergence["cells"]
     assert rounds_of(doc, "close") == list(range(9)) and conv["close"]["converged"]
     assert rounds_of(doc, "hopeless") == list(range(5))
     assert not conv["hopeless"]["converged"] and conv["hopeless"]["reason"] == "spread"
@@ -123,7 +123,7 @@ def test_a_cell_that_can_finish_gets_the_time_before_one_that_cannot(tmp_path, m
     # with time to spare, the hopeless cell gets rounds too, up to the round limit
     doc, fake = run(tmp_path, monkeypatch, 200, name="more")
     assert rounds_of(doc, "hopeless") == list(range(30))
-    assert doc["convergence"]["cells"]["hopeless"]["reason"] == "max_rounds"
+    assert doc.convergence["cells"]["hopeless"]["reason"] == "max_rounds"
     assert rounds_of(doc, "close") == list(range(9))
 
 
@@ -133,15 +133,15 @@ def test_adaptive_rounds_run_only_the_variants_that_must_converge(tmp_path, monk
     doc, fake = run(tmp_path, monkeypatch, 200, variants=VARIANTS, cells=[CELLS[1]], converge=["x"])
     assert rounds_of(doc, "close", "x") == rounds_of(doc, "close", "base") == list(range(9))
     assert rounds_of(doc, "close", "y") == list(range(5))
-    assert doc["settings"]["converge"] == ["x"] and doc["convergence"]["converge"] == ["x"]
-    assert doc["convergence"]["cells"]["close"]["converged"]
+    assert doc.settings["converge"] == ["x"] and doc.convergence["converge"] == ["x"]
+    assert doc.convergence["cells"]["close"]["converged"]
     an = analysis.analyse(doc)
     assert an["convergence"]["cells"]["close"]["converged"] and not an["convergence"]["not_converged"]
     assert "y" in an["convergence"]["widest"]  # still shown
     # without `converge`, every variant must: y holds the cell back
     doc, _ = run(tmp_path, monkeypatch, 200, variants=VARIANTS, cells=[CELLS[1]], name="all")
-    assert doc["settings"]["converge"] == ["x", "y"]
-    assert not doc["convergence"]["cells"]["close"]["converged"]
+    assert doc.settings["converge"] == ["x", "y"]
+    assert not doc.convergence["cells"]["close"]["converged"]
     assert rounds_of(doc, "close", "y") == rounds_of(doc, "close", "x")
 
 
@@ -157,12 +157,12 @@ def test_time_is_divided_by_what_a_round_costs(tmp_path, monkeypatch):
     finally:
         del RATIOS["dear"]
     assert rounds_of(doc, "close") == list(range(9)) and rounds_of(doc, "dear") == list(range(5))
-    assert doc["convergence"]["cells"]["dear"]["reason"] == "budget"
-    assert doc["convergence"]["cells"]["dear"]["spent_s"] == pytest.approx(100)
+    assert doc.convergence["cells"]["dear"]["reason"] == "budget"
+    assert doc.convergence["cells"]["dear"]["spent_s"] == pytest.approx(100)
     assert fake.t <= planned + 13
 
 
 def test_no_budget_runs_the_planned_rounds_only(tmp_path, monkeypatch):
     doc, fake = run(tmp_path, monkeypatch, 0)
     assert all(rounds_of(doc, c.id) == list(range(5)) for c in CELLS)
-    assert doc["convergence"]["cells"]["close"]["reason"] == "rounds"
+    assert doc.convergence["cells"]["close"]["reason"] == "rounds"

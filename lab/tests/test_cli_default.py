@@ -10,7 +10,7 @@ def test_run_without_suite_runs_the_default_suite(built, tmp_path):
             "--out", str(tmp_path), "--no-progress")
     assert r.returncode == 0, r.stderr
     [d] = list(tmp_path.iterdir())
-    doc = results.load(d)
+    doc = results.load(d).to_json()
     assert doc["suite"] == "default" and d.name.endswith("-default")
     assert doc["samples"] and all(s["ok"] for s in doc["samples"])
     # smoke runs add no adaptive rounds and no re-runs

@@ -65,6 +65,10 @@ def test_tables_and_verdict():
         samples.append(_sample("policy", r, 0.1 + r / 100, 0.358))
         samples.append(_sample("be_idle", r, 5.0, 0.30))
     samples.append(_sample("policy", 10, 0, 0, ok=False))
+    samples.append({**_sample("native", 3, 1e6, 1e6), "superseded_by": 0})  # replaced by a re-run
+    samples.append({**_sample("policy", None, 0, 0, ok=False), "warmup": False, "kind": "instructions"})
+    for i, s in enumerate(samples):
+        s["index"] = i
     t = e3.mode_table(samples)
     assert t["native"]["rounds"] == 10 and t["policy"]["failures"] == 1
     assert t["native"]["lc_p99_us"]["mean"] == pytest.approx(14500.0)

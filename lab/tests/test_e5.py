@@ -132,6 +132,12 @@ def test_summarise_table():
                 "metrics": {**metrics, "requests_per_sec": rps}}
                for v, rps in (("glibc", 900.0), ("glibc", 1100.0), ("glibc", 1000.0), ("mimalloc", 2000.0))]
     samples.append({"cell": cell["id"], "variant": "mimalloc", "warmup": False, "ok": False})
+    # Replaced by a re-run, and an instruction count: never counted, neither as a value nor a failure.
+    samples.append({"cell": cell["id"], "variant": "glibc", "warmup": False, "ok": True, "superseded_by": 0,
+                    "metrics": {**metrics, "requests_per_sec": 1e9}})
+    samples.append({"cell": cell["id"], "variant": "mimalloc", "warmup": False, "ok": False, "kind": "instructions"})
+    for i, s in enumerate(samples):
+        s.update(index=i, round=i)
     doc = {"cells": [cell], "variants": {"glibc": {}, "mimalloc": {}}, "samples": samples,
            "settings": {"cpus": [0, 1]}}
     rows = e5.cell_table(doc)

@@ -12,7 +12,7 @@ def test_smoke_run_glibc_and_strata(built, tmp_path):
             "--rounds", "2", "--warmup", "1", "--threads", "1,4", "--out", str(tmp_path), "--report")
     assert r.returncode == 0, r.stderr
     [run_dir] = list(tmp_path.iterdir())
-    doc = results.load(run_dir)
+    doc = results.load(run_dir).to_json()
     assert doc["complete"] and doc["interrupted"] is None and doc["suite"] == "e1"
     assert set(doc["variants"]) == {"glibc", "strata"}
     assert doc["variants"]["strata"]["library"].endswith("libstrata.so")

@@ -27,7 +27,7 @@ def wait_for_samples(tmp_path, n, proc, limit=60):
         dirs = list(tmp_path.iterdir())
         if dirs and (dirs[0] / "results.json").exists():
             try:
-                doc = results.load(dirs[0])
+                doc = results.load(dirs[0]).to_json()
                 if len(doc["samples"]) >= n:
                     return dirs[0]
             except Exception:
@@ -44,7 +44,7 @@ def test_interrupted_run_keeps_valid_partial_results(built, tmp_path, sig, code)
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == code, err
-    doc = results.load(run_dir)
+    doc = results.load(run_dir).to_json()
     assert doc["complete"] is False
     assert doc["interrupted"] == (None if sig == signal.SIGKILL else sig.name)
     assert 2 <= len(doc["samples"]) < 20

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from strata_lab import analysis, stats
+from strata_lab.model import RunDoc
 
 from .test_analysis import doc_with
 
@@ -76,7 +77,7 @@ def test_analysis_pairs_round_k_with_round_k():
     base = [10, 20, 30, 40, 50, 60]
     d = doc_with({("a/t1", "base"): base, ("a/t1", "x"): [b * 1.5 for b in base],
                   ("b/t4", "base"): [8] * 6, ("b/t4", "x"): [4] * 6})
-    an = analysis.analyse(d)
+    an = analysis.analyse(RunDoc.from_json(d))
     e = an["cells"][0]["by_variant"]["x"]
     assert e["speedup"] == 1.5 and e["speedup_ci"] == (1.5, 1.5)
     assert an["geomean"]["x"]["speedup"] == pytest.approx(math.sqrt(1.5 * 2))
@@ -95,7 +96,7 @@ def test_superseded_samples_and_failed_rounds_are_left_out_of_the_pairs():
         if s["cell"] == "a/t1" and s["variant"] == "base" and s["round"] == 3:
             s.update(ok=False, failure={"kind": "crash", "message": "killed", "exit_status": -11})
             s.pop("metrics")
-    an = analysis.analyse(d)
+    an = analysis.analyse(RunDoc.from_json(d))
     e = an["cells"][0]["by_variant"]["x"]
     assert e["paired"].n == 5 and e["speedup"] == 2.0       # rounds 0 1 2 4 5, the re-run's value
     assert e["n"] == 6 and 1.0 not in e["values"]

@@ -97,7 +97,7 @@ def test_values_reach_the_workload_and_results_json(probe, tmp_path, monkeypatch
     assert rc == 0, capsys.readouterr().err
     assert "parameters: size=300 (command line), modes=b,c (command line)" in capsys.readouterr().err
     [run] = list(tmp_path.iterdir())
-    doc = results.load(run)
+    doc = results.load(run).to_json()
     assert doc["settings"]["params"] == {"size": 300, "modes": ["b", "c"]}
     assert doc["settings"]["params_source"] == {"size": "command line", "modes": "command line"}
     assert [c["id"] for c in doc["cells"]] == ["probe-b/t1", "probe-c/t1"]

@@ -18,7 +18,7 @@ def minimal_doc():
         "variants": {"glibc": {"kind": "allocator", "library": None, "version": "2.36"}},
         "cells": [{"id": "larson/t1", "workload": "larson", "threads": 1, "metric": "ops_per_sec"}],
         "samples": [{"index": 0, "cell": "larson/t1", "variant": "glibc", "round": 0, "warmup": False,
-                     "ok": True, "metrics": {"ops_per_sec": 1.5e6, "nested": {"a": [1, 2]}},
+                     "ok": True, "failure": None, "metrics": {"ops_per_sec": 1.5e6, "nested": {"a": [1, 2]}},
                      "peak_rss_kb": 3000}],
     }
 
@@ -27,8 +27,8 @@ def test_round_trip(tmp_path):
     doc = minimal_doc()
     results.write_atomic(tmp_path / "results.json", doc)
     back = results.load(tmp_path)
-    back.pop("_path")
-    assert back == doc
+    assert back.path == str(tmp_path / "results.json")
+    assert back.to_json() == doc
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
 
 

@@ -45,7 +45,7 @@ def test_suite_smoke(built, tmp_path, name):
     r = lab(*args, timeout=600)
     assert r.returncode == 0, r.stderr
     [d] = list(tmp_path.iterdir())
-    doc = results.load(d)
+    doc = results.load(d).to_json()
     assert doc["complete"] and doc["samples"]
     bad = [(s["cell"], s["variant"], s["failure"]) for s in doc["samples"] if not s["ok"]]
     assert not bad, bad

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from strata_lab import paths, stats
 from strata_lab.drivers.e3_round import BE_PROCS, KERNELS, LC_BURST_US, LC_PROCS, STREAMS
+from strata_lab.model import Sample
 from strata_lab.suite import Cell
 
 DESCRIPTION = "E3: latency-critical vs best-effort tenants (2 LC + 4 BE processes), native vs scheduler policy"
@@ -70,13 +71,13 @@ def mode_table(samples: list[dict]) -> dict:
     """Per mode (variant): E3's statistics across the counted, successful rounds."""
     by_mode: dict[str, list[dict]] = {}
     failures: dict[str, int] = {}
-    for s in samples:
-        if s.get("warmup"):
+    for s in map(Sample.from_json, samples):
+        if not s.counted:
             continue
-        if not s.get("ok"):
-            failures[s["variant"]] = failures.get(s["variant"], 0) + 1
+        if not s.ok:
+            failures[s.variant] = failures.get(s.variant, 0) + 1
             continue
-        by_mode.setdefault(s["variant"], []).append({**s["metrics"], "_round": s.get("round")})
+        by_mode.setdefault(s.variant, []).append({**s.metrics, "_round": s.round})
     out = {}
     for mode, rounds in by_mode.items():
         p99s = [m["lc_launch_p99_ms"] * 1000.0 for m in rounds]
@@ -202,9 +203,9 @@ def _plot(results: dict, table: dict) -> str | None:
     except ImportError:
         return None
     by_mode: dict[str, list] = {}
-    for s in results.get("samples", []):
-        if s.get("ok") and not s.get("warmup"):
-            by_mode.setdefault(s["variant"], []).append((s["round"], s["metrics"]))
+    for s in map(Sample.from_json, results.get("samples", [])):
+        if s.counted and s.ok:
+            by_mode.setdefault(s.variant, []).append((s.round, s.metrics))
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
     for mode, pts in by_mode.items():
         pts.sort(key=lambda x: x[0])

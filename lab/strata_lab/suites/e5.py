@@ -32,6 +32,7 @@ from pathlib import Path
 
 from strata_lab import machine, stats
 from strata_lab.drivers.e5_server import CONNECTIONS, DEFAULT_SECONDS, SERVERS, WARMUP_S
+from strata_lab.model import Sample
 from strata_lab.results import counted_metrics
 from strata_lab.suite import Cell, Param, cpu_list, integer, list_of, one_of
 
@@ -145,9 +146,9 @@ def cell_table(results: dict) -> list[dict]:
     for c in results.get("cells", []):
         for v in results.get("variants", {}):
             ok = counted_metrics(results, c["id"], v)
-            counted = sum(1 for s in results.get("samples", []) if s["cell"] == c["id"]
-                          and s["variant"] == v and not s.get("warmup"))
-            row = {"cell": c["id"], "variant": v, "n": len(ok), "failures": counted - len(ok),
+            failed = sum(1 for s in map(Sample.from_json, results.get("samples", []))
+                         if s.cell == c["id"] and s.variant == v and s.counted and not s.ok)
+            row = {"cell": c["id"], "variant": v, "n": len(ok), "failures": failed,
                    **{k: c.get("params", {}).get(k) for k in ("server", "server_cpus", "client_cpus",
                                                               "client_threads")}}
             for k in keys:
