@@ -34,6 +34,9 @@ class Allocator:
     version: str
     source: str  # how it was found: "system", "debian:<pkg>", "wheel:<dist>", "crate:<name>", "build", "user"
     extra: dict = field(default_factory=dict)
+    # The environment variable naming a file the library writes its statistics to at exit
+    # (results.json keeps them with each sample); None when it writes none.
+    stats_env: str | None = None
 
     def to_json(self) -> dict:
         return {"kind": "allocator", "library": self.library, "version": self.version,
@@ -179,7 +182,7 @@ def locate(name: str) -> Allocator | None:
         lib = paths.build_dir() / "lib" / "libstrata.so"
         if not lib.is_file():
             return None
-        return Allocator(name, str(lib), _strata_version(str(lib)), "build")
+        return Allocator(name, str(lib), _strata_version(str(lib)), "build", stats_env="STRATA_STATS_FILE")
     lib = _find_system_lib(b.sonames[0])
     if not lib:
         return None

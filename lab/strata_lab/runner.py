@@ -42,10 +42,11 @@ class Variant:
     args: tuple = ()
     env: tuple = ()  # (key, value) pairs
     info: dict | None = None  # what results.json records about it
+    stats_env: str | None = None  # the library writes its statistics to the file this names
 
     @classmethod
     def from_allocator(cls, a: Allocator) -> "Variant":
-        return cls(a.name, a.library, info=a.to_json())
+        return cls(a.name, a.library, info=a.to_json(), stats_env=a.stats_env)
 
     @classmethod
     def from_suite(cls, name: str, spec: dict) -> "Variant":
@@ -118,136 +119,147 @@ def _read_launcher(prefix: Path, suffix: str) -> str | None:
         return None
 
 
-def run_sample(cell: Cell, variant: Variant, cpus: list[int] | None, extra_env: dict,
-               stats_file: Path | None, parse: Callable[[Cell, str], dict]) -> dict:
-    """Run one process and describe it.  Never raises for a workload's failure: a crash, a
-    timeout or unparsable output comes back as {"ok": False, "failure": {...}}."""
+@dataclass
+class Ran:
+    """What one process did, as the lab watched it (run_sample turns it into a sample)."""
+
+    code: int                   # exit code, or -signal
+    timed_out: bool
+    wall_s: float
+    usage: dict                 # maxrss, utime, stime, nvcsw, nivcsw, minflt, majflt
+    rusage_source: str
+    stdout: str
+    stderr_tail: str
+    t_ms: list                  # RSS the lab sampled: times and values
+    rss_kb: list
+    noise: dict                 # what the sample lost on its CPUs; empty without /proc/stat
+
+
+def _command(cell: Cell, variant: Variant, extra_env: dict, stats_file: Path | None,
+             launcher: str | None, prefix: Path) -> tuple[list[str], list[str], dict]:
+    """(the command as recorded, what is spawned, its environment).  The variant's library goes
+    into LD_PRELOAD of the command, or to a driver cell's command as STRATA_LAB_PRELOAD; with the
+    launcher, the launcher sets LD_PRELOAD for the command only, so it never runs under the
+    allocator it measures."""
     argv = [str(a) for a in cell.argv] + list(variant.args)
     env = dict(os.environ)
     env.pop("LD_PRELOAD", None)
     env.update({k: str(v) for k, v in cell.env.items()})
     env.update(dict(variant.env))
     env.update(extra_env)
-    preload_env = {}
+    if stats_file is not None and variant.stats_env:
+        env[variant.stats_env] = str(stats_file)
     if cell.preload == "driver":
         env["STRATA_LAB_PRELOAD"] = variant.library or ""
     elif variant.library:
-        preload_env["LD_PRELOAD"] = variant.library
-    if stats_file is not None:
-        env["STRATA_STATS_FILE"] = str(stats_file)
+        env["STRATA_LAB_SPAWN_PRELOAD" if launcher else "LD_PRELOAD"] = variant.library
+    return argv, ([launcher, str(prefix)] + argv) if launcher else argv, env
 
-    rec: dict = {"started": now_iso(), "argv": argv, "cpus": cpus, "ok": False, "failure": None}
-    launcher = spawner()
-    with tempfile.TemporaryDirectory(prefix="strata-lab-") as tmp:
-        out_p, err_p, prefix = Path(tmp) / "stdout", Path(tmp) / "stderr", Path(tmp) / "sample"
-        full = ([launcher, str(prefix)] + argv) if launcher else argv
-        if launcher and preload_env:
-            # The launcher must not run under the allocator it measures: it sets LD_PRELOAD for
-            # the command only.
-            env["STRATA_LAB_SPAWN_PRELOAD"] = preload_env["LD_PRELOAD"]
-        else:
-            env.update(preload_env)
-        with open(out_p, "wb") as fo, open(err_p, "wb") as fe:
-            noise_cpus = cpus if cpus and len(cpus) < (os.cpu_count() or 1) else None
-            jiffies0, self0 = machine.cpu_jiffies(noise_cpus), machine.self_cpu_s()
-            t0 = time.perf_counter()
-            try:
-                with machine.pinned(cpus):
-                    proc = subprocess.Popen(full, stdin=subprocess.DEVNULL, stdout=fo, stderr=fe,
-                                            env=env, start_new_session=True)
-            except OSError as e:
-                rec["failure"] = {"kind": "spawn", "message": str(e), "exit_status": None,
-                                  "stderr_tail": ""}
-                return rec
-            t_ms, rss = [], []
-            timed_out = False
-            target = None if launcher else proc.pid
-            try:
-                while True:
-                    pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
-                    if pid:
-                        break
-                    el = time.perf_counter() - t0
-                    if target is None:
-                        text = _read_launcher(prefix, ".pid")
-                        target = int(text) if text and text.strip().isdigit() else None
-                    r = machine.rss_kb(target) if target else None
-                    if r is not None:
-                        t_ms.append(round(el * 1000, 1))
-                        rss.append(r)
-                    if el > cell.timeout_s:
-                        timed_out = True
-                        _kill_group(proc.pid)
-                        pid, status, ru = os.wait4(proc.pid, 0)
-                        break
-                    time.sleep(RSS_INTERVAL_S)
-            except BaseException:
-                # Interrupted (Ctrl-C, SIGTERM): take the workload down with us, then re-raise.
-                _kill_group(proc.pid)
-                try:
-                    os.wait4(proc.pid, 0)
-                except ChildProcessError:
-                    pass
-                proc.returncode = -9
-                raise
-            wall = time.perf_counter() - t0
-            jiffies1, self1 = machine.cpu_jiffies(noise_cpus), machine.self_cpu_s()
-            _kill_group(proc.pid)  # stragglers the workload left in its group
-            proc.returncode = os.waitstatus_to_exitcode(status)
-        usage = {"maxrss": ru.ru_maxrss, "utime": ru.ru_utime, "stime": ru.ru_stime,
-                 "nvcsw": ru.ru_nvcsw, "nivcsw": ru.ru_nivcsw, "minflt": ru.ru_minflt,
-                 "majflt": ru.ru_majflt}
-        rusage_source = "direct (peak RSS includes the lab's own image: an upper bound)"
-        text = _read_launcher(prefix, ".rusage") if launcher else None
-        if text:
-            f = text.split()
-            status = int(f[0])
-            usage = {"maxrss": int(f[1]), "utime": float(f[2]), "stime": float(f[3]),
-                     "nvcsw": int(f[4]), "nivcsw": int(f[5]), "minflt": int(f[6]), "majflt": int(f[7])}
-            rusage_source = "launcher"
-        elif launcher:
-            rusage_source = "launcher killed before the command ended: usage of the launcher"
-        code = os.waitstatus_to_exitcode(status)
-        stdout = out_p.read_text("utf-8", "replace")
-        stderr_tail = _tail(err_p)
 
-    rec.update({
-        "wall_s": wall, "user_s": usage["utime"], "sys_s": usage["stime"],
-        "peak_rss_kb": usage["maxrss"], "voluntary_ctx_switches": usage["nvcsw"],
-        "involuntary_ctx_switches": usage["nivcsw"], "minor_faults": usage["minflt"],
-        "major_faults": usage["majflt"], "exit_status": code, "rusage_source": rusage_source,
-    })
-    # What the sample lost on its CPUs while it ran: time stolen by the hypervisor, and CPU used by
-    # everything else (busy time minus the sample's own CPU and the lab's polling).  A noisy
-    # neighbour shows here before it shows as a wide spread.
-    if jiffies0 is not None and jiffies1 is not None and wall > 0:
-        ncpu = len(noise_cpus) if noise_cpus else (os.cpu_count() or 1)
-        busy = (jiffies1[0] - jiffies0[0]) / machine.CLK_TCK
-        steal = (jiffies1[1] - jiffies0[1]) / machine.CLK_TCK
-        other = max(0.0, busy - usage["utime"] - usage["stime"] - (self1 - self0))
-        rec["noise_cpus"] = ncpu
-        rec["steal_s"] = round(steal, 3)
-        rec["steal_frac"] = round(steal / (wall * ncpu), 4)
-        rec["other_cpu_s"] = round(other, 3)
-        rec["other_cpu_frac"] = round(other / (wall * ncpu), 4)
-    ts, vs = _downsample(t_ms, rss)
-    rec["rss_timeline"] = {"interval_ms": RSS_INTERVAL_S * 1000, "source": "lab", "t_ms": ts, "rss_kb": vs}
+def _watch(full: list[str], env: dict, cpus: list[int] | None, timeout_s: float,
+           launcher: str | None, prefix: Path) -> Ran:
+    """Spawn the command pinned to `cpus` and wait for it, sampling its RSS every ~10 ms and
+    killing its process group past `timeout_s`.  OSError when it cannot be spawned; an interrupt
+    (Ctrl-C, SIGTERM) takes the workload down and is raised again."""
+    out_p, err_p = prefix.with_name("stdout"), prefix.with_name("stderr")
+    with open(out_p, "wb") as fo, open(err_p, "wb") as fe:
+        noise_cpus = cpus if cpus and len(cpus) < (os.cpu_count() or 1) else None
+        jiffies0, self0 = machine.cpu_jiffies(noise_cpus), machine.self_cpu_s()
+        t0 = time.perf_counter()
+        with machine.pinned(cpus):
+            proc = subprocess.Popen(full, stdin=subprocess.DEVNULL, stdout=fo, stderr=fe,
+                                    env=env, start_new_session=True)
+        t_ms, rss = [], []
+        timed_out = False
+        target = None if launcher else proc.pid
+        try:
+            while True:
+                pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
+                if pid:
+                    break
+                el = time.perf_counter() - t0
+                if target is None:
+                    text = _read_launcher(prefix, ".pid")
+                    target = int(text) if text and text.strip().isdigit() else None
+                r = machine.rss_kb(target) if target else None
+                if r is not None:
+                    t_ms.append(round(el * 1000, 1))
+                    rss.append(r)
+                if el > timeout_s:
+                    timed_out = True
+                    _kill_group(proc.pid)
+                    pid, status, ru = os.wait4(proc.pid, 0)
+                    break
+                time.sleep(RSS_INTERVAL_S)
+        except BaseException:
+            _kill_group(proc.pid)
+            try:
+                os.wait4(proc.pid, 0)
+            except ChildProcessError:
+                pass
+            proc.returncode = -9
+            raise
+        wall = time.perf_counter() - t0
+        jiffies1, self1 = machine.cpu_jiffies(noise_cpus), machine.self_cpu_s()
+        _kill_group(proc.pid)  # stragglers the workload left in its group
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    status, usage, source = _usage(status, ru, launcher, prefix)
+    return Ran(code=os.waitstatus_to_exitcode(status), timed_out=timed_out, wall_s=wall, usage=usage,
+               rusage_source=source, stdout=out_p.read_text("utf-8", "replace"),
+               stderr_tail=_tail(err_p), t_ms=t_ms, rss_kb=rss,
+               noise=_noise(jiffies0, jiffies1, self1 - self0, usage, wall, noise_cpus))
+
+
+def _usage(status: int, ru, launcher: str | None, prefix: Path) -> tuple[int, dict, str]:
+    """(wait status, resource usage, where it came from): the launcher's exact figures for the
+    command alone when it wrote them, else wait4's for what the lab spawned."""
+    text = _read_launcher(prefix, ".rusage") if launcher else None
+    if text:
+        f = text.split()
+        return int(f[0]), {"maxrss": int(f[1]), "utime": float(f[2]), "stime": float(f[3]),
+                           "nvcsw": int(f[4]), "nivcsw": int(f[5]), "minflt": int(f[6]),
+                           "majflt": int(f[7])}, "launcher"
+    usage = {"maxrss": ru.ru_maxrss, "utime": ru.ru_utime, "stime": ru.ru_stime, "nvcsw": ru.ru_nvcsw,
+             "nivcsw": ru.ru_nivcsw, "minflt": ru.ru_minflt, "majflt": ru.ru_majflt}
+    if launcher:
+        return status, usage, "launcher killed before the command ended: usage of the launcher"
+    return status, usage, "direct (peak RSS includes the lab's own image: an upper bound)"
+
+
+def _noise(jiffies0, jiffies1, lab_cpu_s: float, usage: dict, wall: float,
+           noise_cpus: list[int] | None) -> dict:
+    """What the sample lost on its CPUs while it ran: time stolen by the hypervisor, and CPU used
+    by everything else (busy time minus the sample's own CPU and the lab's polling).  A noisy
+    neighbour shows here before it shows as a wide spread."""
+    if jiffies0 is None or jiffies1 is None or wall <= 0:
+        return {}
+    ncpu = len(noise_cpus) if noise_cpus else (os.cpu_count() or 1)
+    busy = (jiffies1[0] - jiffies0[0]) / machine.CLK_TCK
+    steal = (jiffies1[1] - jiffies0[1]) / machine.CLK_TCK
+    other = max(0.0, busy - usage["utime"] - usage["stime"] - lab_cpu_s)
+    return {"noise_cpus": ncpu, "steal_s": round(steal, 3), "steal_frac": round(steal / (wall * ncpu), 4),
+            "other_cpu_s": round(other, 3), "other_cpu_frac": round(other / (wall * ncpu), 4)}
+
+
+def _outcome(rec: dict, cell: Cell, ran: Ran, parse: Callable[[Cell, str], dict]) -> dict:
+    """The sample's verdict: a failure (timeout, exit, crash, unreadable output) or its metrics,
+    with a driver's own figures (timeline, the program's peak RSS and faults) in place of the
+    lab's."""
+    code = ran.code
 
     def fail(kind: str, message: str) -> dict:
         rec["failure"] = {"kind": kind, "message": message, "exit_status": code,
-                          "signal": signal.Signals(-code).name if code < 0 and -code in
-                          signal.Signals._value2member_map_ else None,
-                          "stderr_tail": stderr_tail, "stdout_tail": stdout[-STDERR_TAIL:]}
+                          "signal": _signal_name(code), "stderr_tail": ran.stderr_tail,
+                          "stdout_tail": ran.stdout[-STDERR_TAIL:]}
         return rec
 
-    if timed_out:
+    if ran.timed_out:
         return fail("timeout", f"killed after {cell.timeout_s:g} s (per-sample timeout)")
     if code != 0:
-        how = (f"killed by signal {signal.Signals(-code).name}" if code < 0 and -code in
-               signal.Signals._value2member_map_ else f"exited with status {code}")
-        return fail("crash" if code < 0 else "exit", how)
+        return fail("crash" if code < 0 else "exit",
+                    f"killed by signal {_signal_name(code)}" if _signal_name(code) else f"exited with status {code}")
     try:
-        metrics = parse(cell, stdout)
+        metrics = parse(cell, ran.stdout)
     except (ValueError, KeyError, TypeError) as e:
         return fail("parse", f"could not read the workload's output: {e}")
     value = metrics.get(cell.metric)
@@ -271,6 +283,38 @@ def run_sample(cell: Cell, variant: Variant, cpus: list[int] | None, extra_env: 
     rec["metrics"] = metrics
     rec["ok"] = True
     return rec
+
+
+def _signal_name(code: int) -> str | None:
+    return signal.Signals(-code).name if code < 0 and -code in signal.Signals._value2member_map_ else None
+
+
+def run_sample(cell: Cell, variant: Variant, cpus: list[int] | None, extra_env: dict,
+               stats_file: Path | None, parse: Callable[[Cell, str], dict]) -> dict:
+    """Run one process and describe it.  Never raises for a workload's failure: a crash, a
+    timeout or unparsable output comes back as {"ok": False, "failure": {...}}."""
+    launcher = spawner()
+    with tempfile.TemporaryDirectory(prefix="strata-lab-") as tmp:
+        prefix = Path(tmp) / "sample"
+        argv, full, env = _command(cell, variant, extra_env, stats_file, launcher, prefix)
+        rec: dict = {"started": now_iso(), "argv": argv, "cpus": cpus, "ok": False, "failure": None}
+        try:
+            ran = _watch(full, env, cpus, cell.timeout_s, launcher, prefix)
+        except OSError as e:
+            rec["failure"] = {"kind": "spawn", "message": str(e), "exit_status": None,
+                              "stderr_tail": ""}
+            return rec
+    u = ran.usage
+    rec.update({
+        "wall_s": ran.wall_s, "user_s": u["utime"], "sys_s": u["stime"],
+        "peak_rss_kb": u["maxrss"], "voluntary_ctx_switches": u["nvcsw"],
+        "involuntary_ctx_switches": u["nivcsw"], "minor_faults": u["minflt"],
+        "major_faults": u["majflt"], "exit_status": ran.code, "rusage_source": ran.rusage_source,
+        **ran.noise,
+    })
+    ts, vs = _downsample(ran.t_ms, ran.rss_kb)
+    rec["rss_timeline"] = {"interval_ms": RSS_INTERVAL_S * 1000, "source": "lab", "t_ms": ts, "rss_kb": vs}
+    return _outcome(rec, cell, ran, parse)
 
 
 def _kill_group(pid: int) -> None:
@@ -514,7 +558,7 @@ def execute(suite: Suite, cells: list[Cell], variants: list[Variant], *, rounds:
         if on_start:
             on_start(i, total(), cell, v, rnd)
         stats_file = None
-        if v.name == "strata" and v.library:
+        if v.stats_env and v.library:
             stats_dir.mkdir(exist_ok=True)
             stats_file = stats_dir / f"{i:05d}.json"
         extra = {"STRATA_LAB_VARIANT": v.name, "STRATA_LAB_CELL": cell.id,

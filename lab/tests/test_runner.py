@@ -115,3 +115,22 @@ def test_plan_interleaves_variants_within_rounds():
     # the order within rounds is shuffled (not always the same permutation)
     perms = {tuple(v for cid, v, rr in counted if rr == r and cid == "a/t1") for r in range(5)}
     assert len(perms) > 1
+
+
+def test_the_statistics_file_goes_to_the_variable_the_variant_names(tmp_path):
+    f = tmp_path / "stats.json"
+    script = 'printf \'{"v": 1, "mine": "%s", "strata": "%s"}\\n\' "$MY_STATS" "$STRATA_STATS_FILE"'
+    cell = Cell(workload="sh", threads=1, argv=["/bin/sh", "-c", script], metric="v")
+    rec = runner.run_sample(cell, runner.Variant("other", stats_env="MY_STATS"), None,
+                            {"STRATA_STATS_FILE": ""}, f, lambda c, o: parse_last_json(o))
+    assert rec["metrics"]["mine"] == str(f) and rec["metrics"]["strata"] == ""
+    rec = runner.run_sample(cell, runner.Variant("strata"), None, {"STRATA_STATS_FILE": ""}, f,
+                            lambda c, o: parse_last_json(o))
+    assert rec["metrics"]["mine"] == "" and rec["metrics"]["strata"] == ""  # a name alone asks for none
+
+
+def test_strata_is_the_allocator_that_writes_statistics(built, monkeypatch):
+    monkeypatch.setenv("STRATA_BUILD", str(built))
+    assert allocators.locate("strata").stats_env == "STRATA_STATS_FILE"
+    assert runner.Variant.from_allocator(allocators.locate("strata")).stats_env == "STRATA_STATS_FILE"
+    assert allocators.locate("glibc").stats_env is None
