@@ -1,7 +1,8 @@
 /* strata — public C API.
  *
  * Every function here is also reachable when strata replaces malloc (LD_PRELOAD or static link):
- * the standard names (malloc, free, ...) forward to the strata_* functions below.
+ * the standard names (malloc, free, ...) behave as the strata_* functions below (malloc and free
+ * run the same inline fast paths, the others call the strata_* function).
  * Statistics and options are process-wide.
  */
 #ifndef STRATA_STRATA_H

@@ -320,5 +320,5 @@ STRATA_EXPORT void* strata_pvalloc(size_t size) {
 STRATA_EXPORT void strata_collect(bool force) {
   heap* h = force ? heap_get_or_create() : tl_heap;
   if (h == nullptr || h == &empty_heap) return;
-  heap_collect(h, force);
+  heap_trim(h, force);
 }

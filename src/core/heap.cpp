@@ -1,5 +1,5 @@
-// Thread heaps: creation and exit, page queues, and the slow paths behind malloc's and free's
-// fast paths (alloc.cpp).
+// Thread heaps: creation and exit, page queues, the adoption of abandoned segments' pages, the
+// batching of remote frees, and the slow paths behind malloc's and free's fast paths (alloc.h).
 //
 // Each heap keeps, per size class, a queue of pages that may have free blocks (the first is
 // `direct`, the page malloc pops from) and a list of pages found full.  Other threads' frees land
@@ -428,7 +428,7 @@ void* malloc_slow(size_t cls) noexcept {
   return heap_alloc_slow(h, cls);
 }
 
-void heap_collect(heap* h, bool force) noexcept {
+void heap_trim(heap* h, bool force) noexcept {
   remote_flush(h);
   if (force) {
     while (segment* seg = segment_take_abandoned()) heap_adopt_segment(h, seg);

@@ -14,9 +14,10 @@ void remote_free_batched(heap* h, page* pg, block* b) noexcept;
 void remote_flush(heap* h) noexcept;
 // The calling thread's heap, creating it if needed (nullptr when out of memory).
 heap* heap_get_or_create() noexcept;
-// Collects remote frees on every page of h, frees empty pages, purges; with force also
-// reclaims abandoned segments and purges at once.
-void heap_collect(heap* h, bool force) noexcept;
+// Gives back what h does not use (strata_collect): collects the frees of every page, gives the
+// spans of empty pages back to their segments and purges what is due; with force also takes
+// over the abandoned segments first and purges everything free at once.
+void heap_trim(heap* h, bool force) noexcept;
 
 // pthread key destructor: the exiting thread's heap is given back or abandoned.
 void heap_thread_done(void* h) noexcept;

@@ -1,6 +1,8 @@
 // strata options: one table (X-macro) declares every option once — its enum name, its
-// STRATA_* environment variable, its type, default, bounds and help text.  Everything else
-// (parsing, the README's table, strata_options_json) is generated from it.
+// STRATA_* environment variable, its type, default, bounds and help text.  Parsing, the
+// warnings for bad values (which quote the help text) and strata_options_json are generated
+// from it; the README's table is written by hand and checked against it (options_doc_test: each
+// row starts with the variable, its default and its help text).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -13,16 +15,16 @@ namespace strata {
 //   text values are taken verbatim (a path may end in a space).
 #define STRATA_OPTIONS(X)                                                                          \
   X(show_stats, SHOW_STATS, flag, 0, 0, 1, "print statistics to stderr at exit")                  \
-  X(stats_file, STATS_FILE, text, 0, 0, 0, "write statistics as JSON to this path at exit (%p: the process id)")        \
+  X(stats_file, STATS_FILE, text, 0, 0, 0, "write statistics as JSON to this path at exit")        \
   X(verbose, VERBOSE, flag, 0, 0, 1, "print diagnostics about the allocator's decisions")          \
   X(purge_delay, PURGE_DELAY, integer, 10, -1, 3600000,                                            \
     "milliseconds before free memory goes back to the OS (0: at once, -1: never)")                 \
   X(huge_pages, HUGE_PAGES, flag, 0, 0, 1,                                                        \
-    "back huge blocks (over 4 MiB) with transparent huge pages where the kernel allows (madvise)")  \
-  X(segment_cache, SEGMENT_CACHE, integer, 4, 0, 1024, "empty segments kept mapped for reuse")     \
+    "back huge blocks (over 4 MiB) with transparent huge pages where the kernel allows")  \
+  X(segment_cache, SEGMENT_CACHE, integer, 4, 0, 1024, "empty 32 MiB segments kept mapped for reuse")     \
   X(abort_on_error, ABORT_ON_ERROR, flag, 0, 0, 1,                                                 \
     "abort on an invalid or double free instead of reporting it and going on")                    \
-  X(numa, NUMA, text, 0, 0, 0, "NUMA placement of strata's memory: local | interleave | bind:<nodes>")
+  X(numa, NUMA, text, 0, 0, 0, "NUMA placement of strata's memory")
 
 enum class option : int {
 #define STRATA_X(name, env, kind, def, lo, hi, help) name,

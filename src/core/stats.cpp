@@ -17,7 +17,7 @@
 
 namespace strata::detail {
 
-void stats_collect(strata_stats_t* out, uint64_t* class_allocs, uint64_t* class_frees) noexcept {
+void stats_sum(strata_stats_t* out, uint64_t* class_allocs, uint64_t* class_frees) noexcept {
   *out = strata_stats_t{};
   uint64_t allocs[size_class_count], frees[size_class_count];
   uint64_t remote = g_retired.remote_frees.load(std::memory_order_relaxed);
@@ -69,7 +69,7 @@ void stats_collect(strata_stats_t* out, uint64_t* class_allocs, uint64_t* class_
 static size_t stats_json(char* buf, size_t len) noexcept {
   strata_stats_t s;
   uint64_t allocs[size_class_count], frees[size_class_count];
-  stats_collect(&s, allocs, frees);
+  stats_sum(&s, allocs, frees);
   report::json_writer w(buf, len);
   w.open();
   w.field_text("allocator", "strata");
@@ -111,7 +111,7 @@ static size_t stats_json(char* buf, size_t len) noexcept {
 static void stats_print_to(int fd) noexcept {
   strata_stats_t s;
   uint64_t allocs[size_class_count], frees[size_class_count];
-  stats_collect(&s, allocs, frees);
+  stats_sum(&s, allocs, frees);
   auto mib = [](uint64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); };
   report::to_fd(fd, "strata %s statistics (pid %d)\n", STRATA_VERSION_STRING, static_cast<int>(getpid()));
   report::to_fd(fd, "  in use     %10.2f MiB   committed %10.2f MiB (peak %.2f MiB)   reserved %.2f MiB\n",
@@ -205,7 +205,7 @@ void stats_report_at_exit() noexcept {
 
 using namespace strata::detail;
 
-STRATA_EXPORT void strata_stats_get(strata_stats_t* out) { stats_collect(out, nullptr, nullptr); }
+STRATA_EXPORT void strata_stats_get(strata_stats_t* out) { stats_sum(out, nullptr, nullptr); }
 STRATA_EXPORT void strata_stats_print(void) { stats_print_to(2); }
 STRATA_EXPORT size_t strata_stats_json(char* buf, size_t len) { return stats_json(buf, len); }
 STRATA_EXPORT size_t strata_options_json(char* buf, size_t len) { return strata::options::to_json(buf, len); }

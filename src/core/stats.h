@@ -7,6 +7,6 @@
 #include "strata/strata.h"
 
 namespace strata::detail {
-void stats_collect(strata_stats_t* out, uint64_t* class_allocs, uint64_t* class_frees) noexcept;
+void stats_sum(strata_stats_t* out, uint64_t* class_allocs, uint64_t* class_frees) noexcept;
 void stats_report_at_exit() noexcept;
 }  // namespace strata::detail

@@ -1,15 +1,19 @@
 // strata's core types.
 //
-// Glossary (each noun means one thing everywhere in src/core):
+// Glossary (each noun and verb means one thing everywhere in src/core):
+//   OS page  — the kernel's unit of memory (4 KiB here): what a fault brings in and a purge
+//              gives back.  Never called just "page" in strata's code.
 //   block    — one allocation handed to the user; while free it holds the next-free link and a
 //              canary that marks it as free (double-free detection).
 //   size class — the rounded block size a request is served with (size_class.h).
 //   slice    — the 64 KiB unit a segment is cut into.
-//   page     — a run of slices (a span) holding blocks of one size class; its metadata lives in
-//              the segment header, in the entry of the span's first slice.
+//   span     — a run of consecutive slices of one segment, free or in use by one page.
+//   page     — a span in use, holding blocks of one size class; its metadata lives in the
+//              segment header, in the entry of the span's first slice.
 //   segment  — a 32 MiB-aligned mapping: a header (slice 0: the page table) and 511 slices.
-//              A pointer's segment is found by masking its low 25 bits, its page by indexing
-//              the header: free() finds its metadata in O(1).
+//              free() finds a pointer's page with one load from the page map (below), which
+//              names the page of every slice in use; the segment is the pointer with its low 25
+//              bits cleared.
 //   huge     — a request above 4 MiB (huge_min), or a block realloc grew past 1 MiB: a mapping
 //              of its own, segment-aligned; freed ones wait in a small cache for reuse.
 //   heap     — one thread's allocator state: the pages it allocates from, by size class, and
@@ -18,6 +22,16 @@
 //   abandoned — a segment whose owner thread exited while blocks in it were live; any thread
 //              needing a span may reclaim it (and with it the frees other threads made in the
 //              meantime); a thread freeing into it sweeps it now and then (segment_sweep).
+// Verbs:
+//   collect  — move the frees made into a page (its local_free and thread_free lists) onto its
+//              free list (page_collect).  strata_collect() and heap_trim collect every page,
+//              then give back.
+//   release  — give a span back to its segment (span_free), or a segment back to the cache
+//              or the OS (segment_release).
+//   purge    — give the physical memory of free slices back to the OS, keeping the mapping.
+//   sweep    — collect an abandoned segment's pages and release the emptied spans, leaving it
+//              abandoned (segment_sweep).
+//   reclaim  — take an abandoned segment over into a heap (heap_adopt_segment).
 #pragma once
 #include <atomic>
 #include <cstddef>
