@@ -530,7 +530,9 @@ replay_result replay(plan& pl, long program_file_kib = 0) {
   memset(static_cast<void*>(slots.p), 0, slots.bytes());  // resident from the start
   size_t tables = slots.bytes();
   for (auto& s : pl.threads) {
-    tables += s.ops.bytes();
+    // Only the operations written are resident (the table was sized for every word, samples
+    // and extensions included).
+    tables += (s.n_ops * sizeof(replay_op) + 4095) & ~size_t{4095};
     res.ops += s.n_ops;
   }
   res.tables_kib = static_cast<long>(tables / 1024);
