@@ -73,6 +73,7 @@ struct config {
   bool cap_serial = false;  // the bound is the serial one (one thread after another)
   bool fragment_in_turns = false;  // the threads take the fragment step one at a time
   bool strata_wait = false;  // strata_options::wait_before_growth
+  std::size_t strata_cache = strata_options{}.cache_bytes;  // strata_options::cache_bytes
   std::uint64_t seed = 20240601;
   std::string replay;
   std::string trace;
@@ -85,8 +86,8 @@ struct config {
                "         [--threads 1,4,8,16] [--smoke] [--iterations N] [--long-factor K]\n"
                "         [--kernel-ns NS] [--max-size BYTES] [--pool-mib MIB] [--seed S]\n"
                "         [--device-mib MIB | --cap-factor F [--cap-basis concurrent|serial]]\n"
-               "         [--fragment-in-turns] [--strata-wait-before-growth] [--table]\n"
-               "         [--trace OUT.csv]\n"
+               "         [--fragment-in-turns] [--strata-wait-before-growth]\n"
+               "         [--strata-cache-mib MIB] [--table] [--trace OUT.csv]\n"
                "         [--replay TRACE.csv]\n"
                "resources: cuda async pool arena strata\n",
                why.c_str());
@@ -151,6 +152,7 @@ config parse(int argc, char** argv) {
     }
     else if (a == "--fragment-in-turns") c.fragment_in_turns = true;
     else if (a == "--strata-wait-before-growth") c.strata_wait = true;
+    else if (a == "--strata-cache-mib") c.strata_cache = std::size_t(number()) << 20;
     else if (a == "--replay") c.replay = value();
     else if (a == "--trace") c.trace = value();
     else if (a == "-h" || a == "--help") usage("help");
@@ -404,6 +406,7 @@ cell_result run_cell(const std::string& name, int nthreads, const config& c,
     stack_options so;
     so.initial_size = c.pool_bytes;
     so.strata.wait_before_growth = c.strata_wait;
+    so.strata.cache_bytes = c.strata_cache;
     resource_stack stack(name, dev, so);
     std::unique_ptr<logging_adaptor> logger;
     if (trace_this) logger = std::make_unique<logging_adaptor>(stack.top(), c.trace);
@@ -626,10 +629,11 @@ int main(int argc, char** argv) {
               c.smoke ? "true" : "false");
   std::printf("  \"config\": {\"iterations\": %zu, \"long_factor\": %zu, \"kernel_ns\": %llu, "
               "\"min_size\": %zu, \"max_size\": %zu, \"initial_pool_bytes\": %zu, \"seed\": %llu, "
-              "\"window\": 8, \"fragment_in_turns\": %s, \"strata_wait_before_growth\": %s, \"device_bytes\": %s, \"cap_factor\": %s, \"cap_basis\": %s, \"threads\": [",
+              "\"window\": 8, \"fragment_in_turns\": %s, \"strata_wait_before_growth\": %s, \"strata_cache_bytes\": %s, \"device_bytes\": %s, \"cap_factor\": %s, \"cap_basis\": %s, \"threads\": [",
               c.iterations, c.long_factor, static_cast<unsigned long long>(c.kernel_ns), c.min_size,
               c.max_size, c.pool_bytes, static_cast<unsigned long long>(c.seed),
               c.fragment_in_turns ? "true" : "false", c.strata_wait ? "true" : "false",
+              c.strata_cache == strata_options{}.cache_bytes ? "null" : std::to_string(c.strata_cache).c_str(),
               c.capped && c.cap_factor == 0 ? std::to_string(c.sim_capacity).c_str() : "null",
               c.cap_factor > 0 ? json_number(c.cap_factor).c_str() : "null",
               c.cap_factor > 0 ? (c.cap_serial ? "\"serial\"" : "\"concurrent\"") : "null");
