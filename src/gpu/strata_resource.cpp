@@ -67,9 +67,9 @@ namespace {
 // large_per_octave per power of two up to 64 MiB.  Large blocks are single page-heap ranges, so
 // their rounding is memory the device loses while they live: at four per octave it was about
 // 9 % of E2's large bytes, and under a device cap of 1.1 x the live bound that was the
-// difference between finishing and out of memory.  Eight per octave (about 4 %) finishes there;
-// sixteen cost the per-heap caches hits (E2 at 16 threads: 3.3x the time in allocate and
-// deallocate), eight about none (docs/gpu.md).
+// difference between finishing and out of memory.  Eight per octave (about 4 %) finishes there.
+// Finer classes cost per-heap cache hits: eight cost 15-25 ns a call at 1-4 threads and about
+// 0.9 us at 16; sixteen cost twice that at 16 threads (docs/results/e2-live-sim).
 constexpr std::size_t max_class_size = std::size_t{64} << 20;
 constexpr unsigned large_per_octave = 8;
 constexpr unsigned first_large = 4 + 4 * (16 - 10);  // the first class above 64 KiB
