@@ -269,15 +269,15 @@ def cmd_compare(a: argparse.Namespace) -> int:
     da, db = results.load(a.a), results.load(a.b)
     cmp = analysis.compare(da, db, a.alpha)
     console = _console()
-    if not cmp["rows"]:
+    if not cmp.rows:
         raise LabError("the two result sets share no cell and variant with successful samples")
     console.print(tables.compare_table(cmp, da.run_id, db.run_id))
-    sig = [r for r in cmp["rows"] if r["significant"]]
-    console.print(f"{len(sig)} of {len(cmp['rows'])} differences are significant at α = {a.alpha}.")
+    sig = [r for r in cmp.rows if r.significant]
+    console.print(f"{len(sig)} of {len(cmp.rows)} differences are significant at α = {a.alpha}.")
     for r in sig:
-        console.print(f"  • {r['cell']} / {r['variant']}: B is {r['speedup']:.2f}× "
-                      f"{'better' if r['speedup'] > 1 else 'worse'} (p = {r['p_value']:.3g})")
-    for n in cmp["notes"]:
+        console.print(f"  • {r.cell} / {r.variant}: B is {r.speedup:.2f}× "
+                      f"{'better' if r.speedup > 1 else 'worse'} (p = {r.p_value:.3g})")
+    for n in cmp.notes:
         console.print(f"  [yellow]note:[/] {n}")
     if da.machine.get("cpu_model") != db.machine.get("cpu_model") or \
             da.machine.get("hostname") != db.machine.get("hostname"):

@@ -17,6 +17,7 @@ import numpy as np  # noqa: E402
 from matplotlib.colors import TwoSlopeNorm  # noqa: E402
 
 from . import tables  # noqa: E402
+from .analysis import Analysis, CellResult  # noqa: E402
 from .model import RunDoc, Sample  # noqa: E402
 
 COLORS = plt.get_cmap("tab10").colors
@@ -43,14 +44,14 @@ def _color(variants, v):
     return COLORS[variants.index(v) % len(COLORS)]
 
 
-def plot_throughput(an: dict) -> str:
-    cells = an["cells"]
+def plot_throughput(an: Analysis) -> str:
+    cells = an.cells
     fig, axes = _grid(len(cells))
-    vs = an["variants"]
+    vs = an.variants
     for ax, c in zip(axes, cells):
         med, lo, hi = [], [], []
         for v in vs:
-            s = c["by_variant"][v]["summary"]
+            s = c.by_variant[v].summary
             m = s.median if s else np.nan
             med.append(m)
             lo.append(m - s.ci_low if s and s.ci_low is not None else 0)
@@ -58,24 +59,24 @@ def plot_throughput(an: dict) -> str:
         x = np.arange(len(vs))
         ax.bar(x, med, yerr=[lo, hi], capsize=3, color=[_color(vs, v) for v in vs])
         for i, v in enumerate(vs):
-            if not c["by_variant"][v]["n"]:
+            if not c.by_variant[v].n:
                 ax.text(i, 0, "failed", rotation=90, ha="center", va="bottom", color="red")
         ax.set_xticks(x, vs, rotation=45, ha="right", fontsize=8)
-        title = c["id"] + (" (oversubscribed)" if c.get("oversubscribed") else "")
-        ax.set_title(title, fontsize=9, color="darkorange" if c.get("oversubscribed") else "black")
-        ax.set_ylabel(f"{c['metric']} ({c.get('unit', '')}){'' if c.get('higher_is_better', True) else ' ↓'}",
+        title = c.id + (" (oversubscribed)" if c.oversubscribed else "")
+        ax.set_title(title, fontsize=9, color="darkorange" if c.oversubscribed else "black")
+        ax.set_ylabel(f"{c.metric} ({c.unit}){'' if c.higher_is_better else ' ↓'}",
                       fontsize=8)
         ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 4))
     fig.suptitle("primary metric: median with bootstrap 95 % interval")
     return _png(fig)
 
 
-def plot_heatmap(an: dict, key: str = "speedup", title: str = "") -> str:
-    cells, vs = an["cells"], an["variants"]
+def plot_heatmap(an: Analysis, key: str = "speedup", title: str = "") -> str:
+    cells, vs = an.cells, an.variants
     data = np.full((len(cells), len(vs)), np.nan)
     for i, c in enumerate(cells):
         for j, v in enumerate(vs):
-            x = c["by_variant"][v][key]
+            x = getattr(c.by_variant[v], key)
             if x is not None:
                 data[i, j] = x
     fig, ax = plt.subplots(figsize=(1.3 * len(vs) + 3, 0.45 * len(cells) + 1.5), layout="constrained")
@@ -90,54 +91,54 @@ def plot_heatmap(an: dict, key: str = "speedup", title: str = "") -> str:
             ax.text(j, i, "fail" if np.isnan(data[i, j]) else f"{data[i, j]:.2f}", ha="center",
                     va="center", fontsize=8)
     ax.set_xticks(range(len(vs)), vs, rotation=30, ha="right")
-    ax.set_yticks(range(len(cells)), [c["id"] + (" ⚠" if c.get("oversubscribed") else "") for c in cells])
+    ax.set_yticks(range(len(cells)), [c.id + (" ⚠" if c.oversubscribed else "") for c in cells])
     cb = fig.colorbar(im, ax=ax)
     cb.set_label("log2 of the ratio")
     ax.set_title(title)
     return _png(fig)
 
 
-def plot_rss(an: dict) -> str:
-    cells, vs = an["cells"], an["variants"]
+def plot_rss(an: Analysis) -> str:
+    cells, vs = an.cells, an.variants
     fig, axes = _grid(len(cells))
     for ax, c in zip(axes, cells):
-        med = [c["by_variant"][v]["rss"].median / 1024 if c["by_variant"][v]["rss"] else np.nan for v in vs]
+        med = [c.by_variant[v].rss.median / 1024 if c.by_variant[v].rss else np.nan for v in vs]
         ax.bar(range(len(vs)), med, color=[_color(vs, v) for v in vs])
         ax.set_xticks(range(len(vs)), vs, rotation=45, ha="right", fontsize=8)
-        ax.set_title(c["id"], fontsize=9)
+        ax.set_title(c.id, fontsize=9)
         ax.set_ylabel("peak RSS (MiB)", fontsize=8)
     fig.suptitle("peak RSS, median over rounds")
     return _png(fig)
 
 
-def plot_pareto(an: dict) -> str | None:
+def plot_pareto(an: Analysis) -> str | None:
     """Per cell: primary metric against peak RSS for every variant (medians), the Pareto frontier
     (variants no other beats on both) joined by a line.  Better is up and to the left."""
-    cells = [c for c in an["cells"] if len(c["pareto"]["frontier"]) + len(c["pareto"]["dominating"]) > 0]
+    cells = [c for c in an.cells if len(c.pareto.frontier) + len(c.pareto.dominating) > 0]
     if not cells:
         return None
-    vs = an["variants"]
+    vs = an.variants
     fig, axes = _grid(len(cells))
     for ax, c in zip(axes, cells):
-        hib = c.get("higher_is_better", True)
+        hib = c.higher_is_better
         pts = {}
         for v in vs:
-            e = c["by_variant"][v]
-            if e.get("summary") and e.get("rss"):
-                pts[v] = (e["rss"].median / 1024, e["summary"].median)
+            e = c.by_variant[v]
+            if e.summary and e.rss:
+                pts[v] = (e.rss.median / 1024, e.summary.median)
         for v, (x, y) in pts.items():
-            dominated = v in c["pareto"]["dominating"]
+            dominated = v in c.pareto.dominating
             ax.scatter([x], [y], s=70 if v == "strata" else 40, marker="*" if v == "strata" else "o",
                        color=_color(vs, v), edgecolors="black" if not dominated else "none",
                        alpha=0.5 if dominated else 1.0, label=v, zorder=3)
-        front = sorted((pts[v] for v in c["pareto"]["frontier"] if v in pts), key=lambda p: p[0])
+        front = sorted((pts[v] for v in c.pareto.frontier if v in pts), key=lambda p: p[0])
         if len(front) > 1:
             ax.plot([p[0] for p in front], [p[1] for p in front], color="grey", lw=1, ls="--", zorder=2)
         if not hib:
             ax.invert_yaxis()  # better stays up
-        ax.set_title(c["id"], fontsize=9)
+        ax.set_title(c.id, fontsize=9)
         ax.set_xlabel("peak RSS (MiB)", fontsize=8)
-        ax.set_ylabel(f"{c['metric']} ({c.get('unit', '')}){'' if hib else ', axis inverted'}", fontsize=8)
+        ax.set_ylabel(f"{c.metric} ({c.unit}){'' if hib else ', axis inverted'}", fontsize=8)
         ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 4))
     axes[0].legend(fontsize=7)
     fig.suptitle("speed against memory (medians): better is up and to the left; dashed: Pareto frontier, "
@@ -145,17 +146,17 @@ def plot_pareto(an: dict) -> str | None:
     return _png(fig)
 
 
-def _representative(doc: RunDoc, cell: dict, v: str) -> Sample | None:
+def _representative(doc: RunDoc, cell: CellResult, v: str) -> Sample | None:
     """The counted sample whose primary metric is closest to the median: a typical curve."""
-    ok = [s for s in doc.counted(cell["id"], v) if (s.rss_timeline or {}).get("t_ms")]
+    ok = [s for s in doc.counted(cell.id, v) if (s.rss_timeline or {}).get("t_ms")]
     if not ok:
         return None
-    med = float(np.median([s.metrics[cell["metric"]] for s in ok]))
-    return min(ok, key=lambda s: abs(s.metrics[cell["metric"]] - med))
+    med = float(np.median([s.metrics[cell.metric] for s in ok]))
+    return min(ok, key=lambda s: abs(s.metrics[cell.metric] - med))
 
 
-def plot_rss_timelines(doc: RunDoc, an: dict) -> str | None:
-    cells, vs = an["cells"], an["variants"]
+def plot_rss_timelines(doc: RunDoc, an: Analysis) -> str | None:
+    cells, vs = an.cells, an.variants
     drawn = [c for c in cells if any(_representative(doc, c, v) for v in vs)]
     if not drawn:
         return None
@@ -167,7 +168,7 @@ def plot_rss_timelines(doc: RunDoc, an: dict) -> str | None:
                 tl = s.rss_timeline
                 ax.plot(np.asarray(tl["t_ms"]) / 1000, np.asarray(tl["rss_kb"]) / 1024, label=v,
                         color=_color(vs, v), lw=1.2)
-        ax.set_title(c["id"], fontsize=9)
+        ax.set_title(c.id, fontsize=9)
         ax.set_xlabel("seconds", fontsize=8)
         ax.set_ylabel("RSS (MiB)", fontsize=8)
     axes[0].legend(fontsize=7)
@@ -175,35 +176,35 @@ def plot_rss_timelines(doc: RunDoc, an: dict) -> str | None:
     return _png(fig)
 
 
-def plot_scaling(doc: RunDoc, an: dict) -> str | None:
+def plot_scaling(doc: RunDoc, an: Analysis) -> str | None:
     by_workload: dict[str, list] = {}
-    for c in an["cells"]:
-        by_workload.setdefault(c["workload"], []).append(c)
-    groups = {w: sorted(cs, key=lambda c: c["threads"]) for w, cs in by_workload.items()
-              if len({c["threads"] for c in cs}) > 1}
+    for c in an.cells:
+        by_workload.setdefault(c.workload, []).append(c)
+    groups = {w: sorted(cs, key=lambda c: c.threads) for w, cs in by_workload.items()
+              if len({c.threads for c in cs}) > 1}
     if not groups:
         return None
-    vs = an["variants"]
+    vs = an.variants
     ncpu = len(doc.settings.get("cpus") or []) or os.cpu_count()
     fig, axes = _grid(len(groups))
     for ax, (w, cs) in zip(axes, groups.items()):
         for v in vs:
             xs, ys, lo, hi = [], [], [], []
             for c in cs:
-                s = c["by_variant"][v]["summary"]
+                s = c.by_variant[v].summary
                 if s:
-                    xs.append(c["threads"])
+                    xs.append(c.threads)
                     ys.append(s.median)
                     lo.append(s.median - (s.ci_low if s.ci_low is not None else s.median))
                     hi.append((s.ci_high if s.ci_high is not None else s.median) - s.median)
             if xs:
                 ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=v, color=_color(vs, v))
-        ax.axvspan(ncpu + 0.5, max(c["threads"] for c in cs) + 0.5, color="orange", alpha=0.12,
-                   label="oversubscribed") if max(c["threads"] for c in cs) > ncpu else None
+        ax.axvspan(ncpu + 0.5, max(c.threads for c in cs) + 0.5, color="orange", alpha=0.12,
+                   label="oversubscribed") if max(c.threads for c in cs) > ncpu else None
         ax.set_title(w, fontsize=9)
         ax.set_xlabel("threads", fontsize=8)
-        ax.set_ylabel(f"{cs[0]['metric']} ({cs[0].get('unit', '')})", fontsize=8)
-        ax.set_xticks(sorted({c["threads"] for c in cs}))
+        ax.set_ylabel(f"{cs[0].metric} ({cs[0].unit})", fontsize=8)
+        ax.set_xticks(sorted({c.threads for c in cs}))
     axes[0].legend(fontsize=7)
     fig.suptitle("thread scaling (median, 95 % interval)")
     return _png(fig)
@@ -252,7 +253,7 @@ text-align:right}td:first-child,th:first-child{text-align:left}img{max-width:100
 .warn{background:#fff4e0;border-left:4px solid orange;padding:.5em 1em}.bad{color:#b00;font-weight:bold}"""
 
 
-def render_html(doc: RunDoc, an: dict, extra_md: str) -> str:
+def render_html(doc: RunDoc, an: Analysis, extra_md: str) -> str:
     md = tables.markdown(an, doc, extra_md)
     m = doc.machine
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>strata-lab {html.escape(doc.run_id)}"
@@ -268,10 +269,10 @@ def render_html(doc: RunDoc, an: dict, extra_md: str) -> str:
         f"<td>{html.escape(str(i.get('source', i.get('kind', ''))))}</td></tr>"
         for v, i in doc.variants.items()) + "</table>")
     figs = [("Throughput with intervals", plot_throughput(an)),
-            (f"Speedup against {an['baseline']} (> 1 is better)",
-             plot_heatmap(an, "speedup", f"speedup vs {an['baseline']}")),
-            (f"Peak RSS against {an['baseline']} (< 1 is smaller)",
-             plot_heatmap(an, "rss_ratio", f"peak RSS ratio vs {an['baseline']}")),
+            (f"Speedup against {an.baseline} (> 1 is better)",
+             plot_heatmap(an, "speedup", f"speedup vs {an.baseline}")),
+            (f"Peak RSS against {an.baseline} (< 1 is smaller)",
+             plot_heatmap(an, "rss_ratio", f"peak RSS ratio vs {an.baseline}")),
             ("Peak RSS", plot_rss(an)),
             ("Speed against memory (Pareto frontier)", plot_pareto(an)),
             ("RSS over time", plot_rss_timelines(doc, an)),
@@ -296,7 +297,7 @@ def render_html(doc: RunDoc, an: dict, extra_md: str) -> str:
     return "\n".join(parts)
 
 
-def write(doc: RunDoc, an: dict, run_dir: Path, extra_md: str = "") -> tuple[Path, Path]:
+def write(doc: RunDoc, an: Analysis, run_dir: Path, extra_md: str = "") -> tuple[Path, Path]:
     run_dir = Path(run_dir)
     md_path, html_path = run_dir / "summary.md", run_dir / "report.html"
     for path, text in ((md_path, tables.markdown(an, doc, extra_md)), (html_path, render_html(doc, an, extra_md))):

@@ -7,6 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import stats
+from .analysis import Analysis, CellResult, Comparison, Instructions
 from .model import RunDoc
 
 
@@ -35,161 +36,161 @@ def ci_text(ci) -> str:
     return "" if not ci else f"[{ci[0]:.2f}–{ci[1]:.2f}]"
 
 
-def cell_label(c: dict) -> str:
-    return c["id"] + (" ⚠ oversubscribed" if c.get("oversubscribed") else "")
+def cell_label(c: CellResult) -> str:
+    return c.id + (" ⚠ oversubscribed" if c.oversubscribed else "")
 
 
-def throughput_table(an: dict, title: str | None = None) -> Table:
-    base = an["baseline"]
+def throughput_table(an: Analysis, title: str | None = None) -> Table:
+    base = an.baseline
     t = Table(title=title, show_lines=True, header_style="bold")
     t.add_column("cell (metric)", no_wrap=True)
-    for v in an["variants"]:
+    for v in an.variants:
         t.add_column(v + (" (baseline)" if v == base else ""), justify="right")
-    for c in an["cells"]:
-        hib = c.get("higher_is_better", True)
-        row = [Text(cell_label(c) + f"\n{c['metric']} {'↑' if hib else '↓'}",
-                    style="yellow" if c.get("oversubscribed") else "")]
-        for v in an["variants"]:
-            e = c["by_variant"][v]
-            if not e["n"]:
-                row.append(Text(f"FAILED ×{e['failures']}" if e["failures"] else "–", style="bold red"))
+    for c in an.cells:
+        hib = c.higher_is_better
+        row = [Text(cell_label(c) + f"\n{c.metric} {'↑' if hib else '↓'}",
+                    style="yellow" if c.oversubscribed else "")]
+        for v in an.variants:
+            e = c.by_variant[v]
+            if not e.n:
+                row.append(Text(f"FAILED ×{e.failures}" if e.failures else "–", style="bold red"))
                 continue
-            s = e["summary"]
-            line1 = f"{si(s.median, c.get('unit', ''))} {spread_pct(s)}"
+            s = e.summary
+            line1 = f"{si(s.median, c.unit)} {spread_pct(s)}"
             if v == base:
                 line2 = "1.00×"
             else:
-                line2 = f"{stats.fmt_ratio(e['speedup'])} {ci_text(e['speedup_ci'])}"
+                line2 = f"{stats.fmt_ratio(e.speedup)} {ci_text(e.speedup_ci)}"
             style = ""
-            if v != base and e["speedup_ci"]:
-                lo, hi = e["speedup_ci"]
+            if v != base and e.speedup_ci:
+                lo, hi = e.speedup_ci
                 style = "green" if lo > 1 else ("red" if hi < 1 else "")
-            warn = " !" if e["warnings"] else ""
+            warn = " !" if e.warnings else ""
             row.append(Text(f"{line1}{warn}\n{line2}", style=style))
         t.add_row(*row)
     geo = ["geometric mean of speedups"]
-    for v in an["variants"]:
-        g = an["geomean"].get(v)
-        geo.append("–" if not g else f"{stats.fmt_ratio(g['speedup'])} {ci_text(g['ci'])}"
-                   + (f"\n({g['cells']}/{g['of']} cells)" if g["cells"] != g["of"] else ""))
+    for v in an.variants:
+        g = an.geomean.get(v)
+        geo.append("–" if not g else f"{stats.fmt_ratio(g.speedup)} {ci_text(g.ci)}"
+                   + (f"\n({g.cells}/{g.of} cells)" if g.cells != g.of else ""))
     t.add_row(*[Text(x, style="bold") for x in geo])
     return t
 
 
-def rss_table(an: dict) -> Table:
-    base = an["baseline"]
+def rss_table(an: Analysis) -> Table:
+    base = an.baseline
     t = Table(title="peak RSS (median; ratio to the baseline, < 1 is smaller)", show_lines=False,
               header_style="bold")
     t.add_column("cell", no_wrap=True)
-    for v in an["variants"]:
+    for v in an.variants:
         t.add_column(v, justify="right")
-    for c in an["cells"]:
+    for c in an.cells:
         row = [cell_label(c)]
-        for v in an["variants"]:
-            e = c["by_variant"][v]
-            if not e.get("rss"):
+        for v in an.variants:
+            e = c.by_variant[v]
+            if not e.rss:
                 row.append("–")
                 continue
-            r = "" if v == base else f" {stats.fmt_ratio(e['rss_ratio'])}"
-            row.append(f"{mib(e['rss'].median)}{r}")
+            r = "" if v == base else f" {stats.fmt_ratio(e.rss_ratio)}"
+            row.append(f"{mib(e.rss.median)}{r}")
         t.add_row(*row)
     return t
 
 
-def faults_table(an: dict) -> Table | None:
-    if not any(c["by_variant"][v].get("minor_faults") is not None for c in an["cells"] for v in an["variants"]):
+def faults_table(an: Analysis) -> Table | None:
+    if not any(c.by_variant[v].minor_faults is not None for c in an.cells for v in an.variants):
         return None
     t = Table(title="minor page faults per sample (median)", header_style="bold")
     t.add_column("cell", no_wrap=True)
-    for v in an["variants"]:
+    for v in an.variants:
         t.add_column(v, justify="right")
-    for c in an["cells"]:
-        t.add_row(cell_label(c), *[si(c["by_variant"][v].get("minor_faults")) for v in an["variants"]])
+    for c in an.cells:
+        t.add_row(cell_label(c), *[si(c.by_variant[v].minor_faults) for v in an.variants])
     return t
 
 
-def instructions_table(an: dict) -> Table | None:
-    rows = an.get("instructions") or []
+def instructions_table(an: Analysis) -> Table | None:
+    rows = an.instructions or []
     if not rows:
         return None
-    t = Table(title=f"instructions under cachegrind (deterministic; ratio to {an['baseline']}, < 1 is fewer)",
+    t = Table(title=f"instructions under cachegrind (deterministic; ratio to {an.baseline}, < 1 is fewer)",
               header_style="bold")
     t.add_column("cell", no_wrap=True)
-    for v in an["variants"]:
+    for v in an.variants:
         t.add_column(v, justify="right")
     for r in rows:
-        t.add_row(r["cell"], *[instructions_text(r["by_variant"].get(v), v == an["baseline"])
-                               for v in an["variants"]])
+        t.add_row(r.cell, *[instructions_text(r.by_variant.get(v), v == an.baseline)
+                               for v in an.variants])
     return t
 
 
-def instructions_text(x: dict | None, is_base: bool) -> str:
+def instructions_text(x: Instructions | None, is_base: bool) -> str:
     if not x:
         return "–"
-    if "failed" in x:
-        return f"FAILED ×{x['failed']}"
-    val = f"{si(x['value'])} {x['unit']}"
-    return val if is_base or x.get("ratio") is None else f"{val} {x['ratio']:.3f}×"
+    if x.failed:
+        return f"FAILED ×{x.failed}"
+    val = f"{si(x.value)} {x.unit}"
+    return val if is_base or x.ratio is None else f"{val} {x.ratio:.3f}×"
 
 
-def noise_line(an: dict) -> str:
-    n = an.get("noise") or {}
-    if not n.get("samples"):
+def noise_line(an: Analysis) -> str:
+    n = an.noise
+    if not n.samples:
         return "noise: no counted samples"
     pct = lambda x: "unknown" if x is None else f"{x * 100:.1f} %"  # noqa: E731
-    thr = n.get("threshold")
-    return (f"noise per sample (median share of its CPUs): other processes {pct(n.get('other_cpu_frac'))}, "
-            f"steal {pct(n.get('steal_frac'))}; {n['noisy']} of {n['samples']} counted samples lost more "
+    thr = n.threshold
+    return (f"noise per sample (median share of its CPUs): other processes {pct(n.other_cpu_frac)}, "
+            f"steal {pct(n.steal_frac)}; {n.noisy} of {n.samples} counted samples lost more "
             f"than {'the threshold' if thr is None else format(thr * 100, 'g') + ' %'}, "
-            f"{n['reruns']} re-run{'s' if n['reruns'] != 1 else ''}")
+            f"{n.reruns} re-run{'s' if n.reruns != 1 else ''}")
 
 
-def convergence_lines(an: dict) -> list[str]:
-    conv = an.get("convergence") or {}
-    if not conv.get("cells"):
+def convergence_lines(an: Analysis) -> list[str]:
+    conv = an.convergence
+    if not conv.cells:
         return []
-    t = conv["target"]
-    ok = sum(1 for x in conv["cells"].values() if x["converged"])
-    goal = conv.get("converge") or []
-    which = ("" if set(goal) >= set(an["variants"]) - {an["baseline"]}
-             else ", ".join(f"{v}/{an['baseline']}" for v in goal) + " ")
-    out = [f"{which}ratio intervals within ±{t * 100:g} %: {ok} of {len(conv['cells'])} cells"]
-    for v, (cid, hw) in conv.get("widest", {}).items():
-        out.append(f"widest {v}/{an['baseline']} interval: ±{hw * 100:.1f} % ({cid})")
-    for cid, why in conv.get("not_converged", {}).items():
+    t = conv.target
+    ok = sum(1 for x in conv.cells.values() if x.converged)
+    goal = conv.converge
+    which = ("" if set(goal) >= set(an.variants) - {an.baseline}
+             else ", ".join(f"{v}/{an.baseline}" for v in goal) + " ")
+    out = [f"{which}ratio intervals within ±{t * 100:g} %: {ok} of {len(conv.cells)} cells"]
+    for v, (cid, hw) in conv.widest.items():
+        out.append(f"widest {v}/{an.baseline} interval: ±{hw * 100:.1f} % ({cid})")
+    for cid, why in conv.not_converged.items():
         out.append(f"not converged: {cid}: {why}")
     return out
 
 
-def pareto_lines(an: dict, who: str = "strata") -> list[str]:
+def pareto_lines(an: Analysis, who: str = "strata") -> list[str]:
     """Cells where some peer is both faster and leaner than `who` (medians)."""
-    if who not in an["variants"]:
+    if who not in an.variants:
         return []
     out = []
-    for c in an["cells"]:
-        e = c["by_variant"][who]
-        for p in c["pareto"]["dominating"].get(who, []):
-            q = c["by_variant"][p]
-            vs = c["pareto"].get("versus", {}).get(f"{p}/{who}") or {}
-            sp, mem = vs.get("speed"), vs.get("rss")
+    for c in an.cells:
+        e = c.by_variant[who]
+        for p in c.pareto.dominating.get(who, []):
+            q = c.by_variant[p]
+            vs = c.pareto.versus.get(f"{p}/{who}")
+            sp, mem = (vs.speed, vs.rss) if vs else (None, None)
             speed = (f"{sp.ratio:.2f}× {ci_text((sp.ci_low, sp.ci_high) if sp.ci_low is not None else None)}"
                      if sp else "faster")
             rss = (f"{mem.ratio:.2f}× {ci_text((mem.ci_low, mem.ci_high) if mem.ci_low is not None else None)}"
                    if mem else "less")
-            sure = ("both intervals clear of 1" if vs.get("clear")
+            sure = ("both intervals clear of 1" if vs.clear
                     else "within the noise: an interval includes 1")
-            out.append(f"{c['id']}: {p} is {speed} as fast as {who} with {rss} its peak RSS "
-                       f"({mib(q['rss'].median)} vs {mib(e['rss'].median)}; {sure})")
+            out.append(f"{c.id}: {p} is {speed} as fast as {who} with {rss} its peak RSS "
+                       f"({mib(q.rss.median)} vs {mib(e.rss.median)}; {sure})")
     return out
 
 
-def latency_table(an: dict) -> Table | None:
+def latency_table(an: Analysis) -> Table | None:
     rows = []
-    for c in an["cells"]:
-        for v in an["variants"]:
-            for key, lat in c["by_variant"][v]["latency"].items():
+    for c in an.cells:
+        for v in an.variants:
+            for key, lat in c.by_variant[v].latency.items():
                 if lat:
-                    rows.append((c["id"], v, key, lat))
+                    rows.append((c.id, v, key, lat))
     if not rows:
         return None
     t = Table(title="per-round P99 (P99 within each round, then across rounds)", header_style="bold")
@@ -201,9 +202,9 @@ def latency_table(an: dict) -> Table | None:
     return t
 
 
-def print_analysis(an: dict, console: Console, doc: RunDoc) -> None:
+def print_analysis(an: Analysis, console: Console, doc: RunDoc) -> None:
     console.print(throughput_table(an, title=f"{doc.suite}: median ± half 95 % interval; "
-                                              f"speedup vs {an['baseline']} [95 % interval], > 1 is better"))
+                                              f"speedup vs {an.baseline} [95 % interval], > 1 is better"))
     console.print(rss_table(an))
     ft = faults_table(an)
     if ft is not None:
@@ -218,42 +219,42 @@ def print_analysis(an: dict, console: Console, doc: RunDoc) -> None:
     for line in convergence_lines(an):
         console.print(line, highlight=False, markup=False)
     dom = pareto_lines(an)
-    if "strata" in an["variants"]:
+    if "strata" in an.variants:
         n = len({line.split(":", 1)[0] for line in dom})
         console.print(f"speed against memory: {n} cell{'s' if n != 1 else ''} where a peer is both faster "
                       "and leaner than strata (medians)" + (":" if dom else ""), markup=False)
         for line in dom:
             console.print(f"  • {line}", markup=False, highlight=False)
-    if an["warnings"]:
+    if an.warnings:
         console.print("[bold yellow]warnings:[/]")
-        for w in an["warnings"]:
+        for w in an.warnings:
             console.print(f"  [yellow]•[/] {w}", markup=True, highlight=False)
 
 
-def compare_table(cmp: dict, a_name: str, b_name: str) -> Table:
-    t = Table(title=f"B = {b_name} against A = {a_name} (two-sided Mann–Whitney U, α = {cmp['alpha']})",
+def compare_table(cmp: Comparison, a_name: str, b_name: str) -> Table:
+    t = Table(title=f"B = {b_name} against A = {a_name} (two-sided Mann–Whitney U, α = {cmp.alpha})",
               header_style="bold")
     for col in ("cell", "variant", "A median", "B median", "B vs A", "p", "verdict"):
         t.add_column(col, justify="left" if col in ("cell", "variant", "verdict") else "right")
-    for r in cmp["rows"]:
-        style = ("green" if r["speedup"] > 1 else "red") if r["significant"] else ""
-        verdict = r["verdict"] + (" (too few rounds to ever be significant)" if r["underpowered"] else "")
-        t.add_row(r["cell"], r["variant"], si(r["a"].median, r["unit"]), si(r["b"].median, r["unit"]),
-                  f"{stats.fmt_ratio(r['speedup'])} {ci_text(r['speedup_ci'])}",
-                  "–" if r["p_value"] is None else f"{r['p_value']:.3g}", Text(verdict, style=style))
+    for r in cmp.rows:
+        style = ("green" if r.speedup > 1 else "red") if r.significant else ""
+        verdict = r.verdict + (" (too few rounds to ever be significant)" if r.underpowered else "")
+        t.add_row(r.cell, r.variant, si(r.a.median, r.unit), si(r.b.median, r.unit),
+                  f"{stats.fmt_ratio(r.speedup)} {ci_text(r.speedup_ci)}",
+                  "–" if r.p_value is None else f"{r.p_value:.3g}", Text(verdict, style=style))
     return t
 
 
-def _rounds_text(an: dict, doc: RunDoc) -> str:
-    ns = [c["by_variant"][v]["n"] for c in an["cells"] for v in an["variants"] if c["by_variant"][v]["n"]]
+def _rounds_text(an: Analysis, doc: RunDoc) -> str:
+    ns = [c.by_variant[v].n for c in an.cells for v in an.variants if c.by_variant[v].n]
     planned = doc.settings.get("rounds")
     if not ns or min(ns) == max(ns) == planned:
         return str(planned)
     return f"{planned} minimum, {min(ns)}–{max(ns)} successful per cell and variant"
 
 
-def markdown(an: dict, doc: RunDoc, extra: str = "") -> str:
-    base = an["baseline"]
+def markdown(an: Analysis, doc: RunDoc, extra: str = "") -> str:
+    base = an.baseline
     m = doc.machine
     out = [f"# strata-lab: {doc.suite} — {doc.run_id}", ""]
     if not doc.complete:
@@ -266,67 +267,67 @@ def markdown(an: dict, doc: RunDoc, extra: str = "") -> str:
             f"- rounds: {_rounds_text(an, doc)}, warm-up: {doc.settings.get('warmup')}, "
             f"CPUs: {doc.settings.get('cpus')}, baseline: {base}",
             "- variants: " + "; ".join(f"{v} {(doc.variants[v] or {}).get('version', '')}".strip()
-                                       for v in an["variants"]), "",
+                                       for v in an.variants), "",
             f"## Primary metric: median ± half 95 % interval, speedup vs {base} (> 1 is better)", "",
             f"Speedups are medians of the per-round ratios (round k of a variant against round k of "
             f"{base}), with the exact order-statistic interval of that median.", "",
-            "| cell | " + " | ".join(an["variants"]) + " |",
-            "|---|" + "---:|" * len(an["variants"])]
-    for c in an["cells"]:
+            "| cell | " + " | ".join(an.variants) + " |",
+            "|---|" + "---:|" * len(an.variants)]
+    for c in an.cells:
         cols = []
-        for v in an["variants"]:
-            e = c["by_variant"][v]
-            if not e["n"]:
-                cols.append(f"FAILED ×{e['failures']}" if e["failures"] else "–")
+        for v in an.variants:
+            e = c.by_variant[v]
+            if not e.n:
+                cols.append(f"FAILED ×{e.failures}" if e.failures else "–")
                 continue
-            s = e["summary"]
-            sp = "" if v == base else f" **{stats.fmt_ratio(e['speedup'])}** {ci_text(e['speedup_ci'])}"
-            cols.append(f"{si(s.median, c.get('unit', ''))} {spread_pct(s)}{sp}{' ⚠' if e['warnings'] else ''}")
-        label = c["id"] + (" ⚠ oversubscribed" if c.get("oversubscribed") else "")
-        out.append(f"| {label} ({c['metric']}{' ↓' if not c.get('higher_is_better', True) else ''}) | "
+            s = e.summary
+            sp = "" if v == base else f" **{stats.fmt_ratio(e.speedup)}** {ci_text(e.speedup_ci)}"
+            cols.append(f"{si(s.median, c.unit)} {spread_pct(s)}{sp}{' ⚠' if e.warnings else ''}")
+        label = c.id + (" ⚠ oversubscribed" if c.oversubscribed else "")
+        out.append(f"| {label} ({c.metric}{' ↓' if not c.higher_is_better else ''}) | "
                    + " | ".join(cols) + " |")
     geo = []
-    for v in an["variants"]:
-        g = an["geomean"].get(v)
-        geo.append("–" if not g else f"**{stats.fmt_ratio(g['speedup'])}** {ci_text(g['ci'])}")
+    for v in an.variants:
+        g = an.geomean.get(v)
+        geo.append("–" if not g else f"**{stats.fmt_ratio(g.speedup)}** {ci_text(g.ci)}")
     out += ["| geometric mean | " + " | ".join(geo) + " |", "",
             "## Peak RSS (median, ratio to the baseline: < 1 is smaller)", "",
-            "| cell | " + " | ".join(an["variants"]) + " |", "|---|" + "---:|" * len(an["variants"])]
-    for c in an["cells"]:
+            "| cell | " + " | ".join(an.variants) + " |", "|---|" + "---:|" * len(an.variants)]
+    for c in an.cells:
         cols = []
-        for v in an["variants"]:
-            e = c["by_variant"][v]
-            if not e.get("rss"):
+        for v in an.variants:
+            e = c.by_variant[v]
+            if not e.rss:
                 cols.append("–")
             else:
-                cols.append(mib(e["rss"].median) + ("" if v == base else f" {stats.fmt_ratio(e['rss_ratio'])}"))
-        out.append(f"| {c['id']} | " + " | ".join(cols) + " |")
-    if any(c["by_variant"][v].get("minor_faults") is not None for c in an["cells"] for v in an["variants"]):
+                cols.append(mib(e.rss.median) + ("" if v == base else f" {stats.fmt_ratio(e.rss_ratio)}"))
+        out.append(f"| {c.id} | " + " | ".join(cols) + " |")
+    if any(c.by_variant[v].minor_faults is not None for c in an.cells for v in an.variants):
         out += ["", "## Minor page faults per sample (median)", "",
-                "| cell | " + " | ".join(an["variants"]) + " |", "|---|" + "---:|" * len(an["variants"])]
-        for c in an["cells"]:
-            out.append(f"| {c['id']} | " + " | ".join(si(c["by_variant"][v].get("minor_faults"))
-                                                      for v in an["variants"]) + " |")
-    if an.get("instructions"):
+                "| cell | " + " | ".join(an.variants) + " |", "|---|" + "---:|" * len(an.variants)]
+        for c in an.cells:
+            out.append(f"| {c.id} | " + " | ".join(si(c.by_variant[v].minor_faults)
+                                                      for v in an.variants) + " |")
+    if an.instructions:
         out += ["", f"## Instructions under cachegrind (ratio to {base}: < 1 is fewer)", "",
-                "| cell | " + " | ".join(an["variants"]) + " |", "|---|" + "---:|" * len(an["variants"])]
-        for r in an["instructions"]:
-            out.append(f"| {r['cell']} | " + " | ".join(instructions_text(r["by_variant"].get(v), v == base)
-                                                        for v in an["variants"]) + " |")
+                "| cell | " + " | ".join(an.variants) + " |", "|---|" + "---:|" * len(an.variants)]
+        for r in an.instructions:
+            out.append(f"| {r.cell} | " + " | ".join(instructions_text(r.by_variant.get(v), v == base)
+                                                        for v in an.variants) + " |")
     conv = convergence_lines(an)
     if conv:
         out += ["", "## Ratio intervals", ""] + [f"- {x}" for x in conv]
-    if "strata" in an["variants"]:
+    if "strata" in an.variants:
         dom = pareto_lines(an)
         out += ["", "## Speed against memory", "",
                 f"Cells where a peer is both faster and leaner than strata (medians): "
                 f"{len({line.split(':', 1)[0] for line in dom})}."
                 + ("" if dom else " None."), ""] + [f"- {x}" for x in dom]
         out += ["", "| cell | Pareto frontier (no other variant both faster and leaner) |", "|---|---|"]
-        for c in an["cells"]:
-            out.append(f"| {c['id']} | {', '.join(c['pareto']['frontier']) or '–'} |")
-    lat_rows = [(c["id"], v, k, lat) for c in an["cells"] for v in an["variants"]
-                for k, lat in c["by_variant"][v]["latency"].items() if lat]
+        for c in an.cells:
+            out.append(f"| {c.id} | {', '.join(c.pareto.frontier) or '–'} |")
+    lat_rows = [(c.id, v, k, lat) for c in an.cells for v in an.variants
+                for k, lat in c.by_variant[v].latency.items() if lat]
     if lat_rows:
         out += ["", "## Per-round P99", "", "| cell | variant | metric | rounds | mean | median | std |",
                 "|---|---|---|---:|---:|---:|---:|"]
@@ -335,6 +336,6 @@ def markdown(an: dict, doc: RunDoc, extra: str = "") -> str:
                        f"{'–' if lat['std'] is None else format(lat['std'], '.3g')} |")
     if extra:
         out += ["", extra.strip()]
-    if an["warnings"]:
-        out += ["", "## Warnings", ""] + [f"- {w}" for w in an["warnings"]]
+    if an.warnings:
+        out += ["", "## Warnings", ""] + [f"- {w}" for w in an.warnings]
     return "\n".join(out) + "\n"

@@ -67,9 +67,9 @@ def test_noisy_samples_are_run_again_and_the_worse_one_is_left_out(tmp_path, mon
         assert (orig.superseded_by == r.index) != (r.superseded_by == orig.index)
         assert r.index == orig.index + 1  # at once, next to its round
     an = analysis.analyse(doc)
-    assert an["noise"]["reruns"] == 2 and an["noise"]["noisy"] == len(samples)
+    assert an.noise.reruns == 2 and an.noise.noisy == len(samples)
     for v in ("base", "x"):
-        assert an["cells"][0]["by_variant"][v]["n"] == 3  # one value per round
+        assert an.cells[0].by_variant[v].n == 3  # one value per round
 
 
 def test_converged_cells_get_no_more_rounds_unconverged_ones_stop_at_the_limit(tmp_path):
@@ -87,9 +87,9 @@ def test_converged_cells_get_no_more_rounds_unconverged_ones_stop_at_the_limit(t
     # every added round runs both variants (the pairs stay complete)
     assert len([s for s in doc.samples if s.cell == "spread/t1"]) == 14
     an = analysis.analyse(doc)
-    assert "spread/t1" in an["convergence"]["not_converged"]
-    assert "round limit" in an["convergence"]["not_converged"]["spread/t1"]
-    assert an["convergence"]["cells"]["steady/t1"]["converged"]
+    assert "spread/t1" in an.convergence.not_converged
+    assert "round limit" in an.convergence.not_converged["spread/t1"]
+    assert an.convergence.cells["steady/t1"].converged
 
 
 def test_a_spent_budget_is_named_as_the_reason(tmp_path):
@@ -100,12 +100,12 @@ def test_a_spent_budget_is_named_as_the_reason(tmp_path):
     cell = doc.convergence["cells"]["spread/t1"]
     assert (cell["rounds"], cell["reason"], cell["rounds_needed"]) == (2, "budget", 34)
     assert cell["half_width"]["x"] == pytest.approx(0.1 / 4.4 ** 0.5)
-    assert "time budget spent, ~34 rounds needed" in analysis.analyse(doc)["convergence"]["not_converged"]["spread/t1"]
+    assert "time budget spent, ~34 rounds needed" in analysis.analyse(doc).convergence.not_converged["spread/t1"]
     # past the round limit, more time would not have helped: the spread is named instead
     (tmp_path / "run").rename(tmp_path / "first")
     doc = execute(tmp_path, [SPREAD], rounds=3, time_budget_s=1e-6, max_rounds=20)
     assert doc.convergence["cells"]["spread/t1"]["reason"] == "spread"
-    assert "too spread" in analysis.analyse(doc)["convergence"]["not_converged"]["spread/t1"]
+    assert "too spread" in analysis.analyse(doc).convergence.not_converged["spread/t1"]
 
 
 @pytest.mark.skipif(not shutil.which("valgrind"), reason="valgrind is not installed")
@@ -118,7 +118,7 @@ def test_instruction_counts_under_cachegrind(tmp_path):
         assert s.instructions_per_op == s.instructions / 1000
         assert s.round is None and not s.warmup
     an = analysis.analyse(doc)
-    [row] = an["instructions"]
-    assert row["by_variant"]["base"]["ratio"] == 1.0 and row["by_variant"]["x"]["unit"] == "per op"
+    [row] = an.instructions
+    assert row.by_variant["base"].ratio == 1.0 and row.by_variant["x"].unit == "per op"
     # instruction runs are not timed samples: the time statistics do not see them
-    assert an["cells"][0]["by_variant"]["x"]["n"] == 1
+    assert an.cells[0].by_variant["x"].n == 1

@@ -38,35 +38,35 @@ def test_ratios_geomean_and_warnings():
     d = doc_with({("a/t1", "base"): [10, 10, 10, 10, 10], ("a/t1", "x"): [20, 20, 20, 20, 20],
                   ("b/t4", "base"): [8, 8, 8, 8, 8], ("b/t4", "x"): [4, 4, 4, 4, 4]})
     an = analysis.analyse(RunDoc.from_json(d))
-    a, b = an["cells"]
-    assert a["by_variant"]["x"]["speedup"] == 2.0          # 20 / 10 ops/s
-    assert b["by_variant"]["x"]["speedup"] == 2.0          # 8 ms / 4 ms, lower is better
-    assert a["by_variant"]["x"]["rss_ratio"] == 2.0         # 2000 / 1000 KiB
-    assert an["geomean"]["x"]["speedup"] == pytest.approx(2.0)
-    assert an["geomean"]["base"]["speedup"] == 1.0
-    assert a["by_variant"]["x"]["summary"].median == 20     # warm-up 1e12 excluded
+    a, b = an.cells
+    assert a.by_variant["x"].speedup == 2.0          # 20 / 10 ops/s
+    assert b.by_variant["x"].speedup == 2.0          # 8 ms / 4 ms, lower is better
+    assert a.by_variant["x"].rss_ratio == 2.0         # 2000 / 1000 KiB
+    assert an.geomean["x"].speedup == pytest.approx(2.0)
+    assert an.geomean["base"].speedup == 1.0
+    assert a.by_variant["x"].summary.median == 20     # warm-up 1e12 excluded
     # per-round P99 of the latency metric: p99 = 2 * ms = 8 in every round for x
-    assert b["by_variant"]["x"]["latency"]["p99"]["mean"] == 8.0
-    assert any("oversubscribed" in w for w in an["warnings"])
+    assert b.by_variant["x"].latency["p99"]["mean"] == 8.0
+    assert any("oversubscribed" in w for w in an.warnings)
 
 
 def test_failures_are_counted_never_averaged():
     d = doc_with({("a/t1", "base"): [10, 11, 12, 10, 11], ("a/t1", "x"): [20, 21, 22, 20, 21],
                   ("b/t4", "base"): [8] * 5, ("b/t4", "x"): []}, failures=[("b/t4", "x")] * 5)
     an = analysis.analyse(RunDoc.from_json(d))
-    e = an["cells"][1]["by_variant"]["x"]
-    assert e["n"] == 0 and e["failures"] == 5 and e["summary"] is None and e["speedup"] is None
-    assert any("failure — crash: killed by signal SIGSEGV" in w for w in an["warnings"])
-    assert an["geomean"]["x"]["cells"] == 1  # only the cell where both succeeded
+    e = an.cells[1].by_variant["x"]
+    assert e.n == 0 and e.failures == 5 and e.summary is None and e.speedup is None
+    assert any("failure — crash: killed by signal SIGSEGV" in w for w in an.warnings)
+    assert an.geomean["x"].cells == 1  # only the cell where both succeeded
 
 
 def test_wide_spread_and_incomplete_are_flagged():
     d = doc_with({("a/t1", "base"): [10, 10, 10, 10, 10], ("a/t1", "x"): [5, 10, 20, 10, 15],
                   ("b/t4", "base"): [8] * 5, ("b/t4", "x"): [8] * 5}, complete=False)
     an = analysis.analyse(RunDoc.from_json(d))
-    assert any(w.startswith("INCOMPLETE") for w in an["warnings"])
+    assert any(w.startswith("INCOMPLETE") for w in an.warnings)
     # 5 10 20 10 15: mean 12, sample std sqrt(32.5) = 5.70 -> CV 48 %
-    assert "a/t1: wide spread (CV > 10 %) for x 48 %" in an["warnings"]
+    assert "a/t1: wide spread (CV > 10 %) for x 48 %" in an.warnings
 
 
 def test_compare_says_which_differences_are_significant():
@@ -75,12 +75,12 @@ def test_compare_says_which_differences_are_significant():
     b = doc_with({("a/t1", "base"): [6, 7, 8, 9, 10], ("a/t1", "x"): [10, 12, 11, 14, 13],
                   ("b/t4", "base"): [8] * 5, ("b/t4", "x"): [8] * 5})
     cmp = analysis.compare(RunDoc.from_json(a), RunDoc.from_json(b))
-    rows = {(r["cell"], r["variant"]): r for r in cmp["rows"]}
+    rows = {(r.cell, r.variant): r for r in cmp.rows}
     base = rows[("a/t1", "base")]
-    assert base["significant"] and base["p_value"] == pytest.approx(2 / 252)
-    assert base["speedup"] == 8 / 3 and base["verdict"] == "faster"
-    assert not rows[("a/t1", "x")]["significant"]
-    assert rows[("b/t4", "x")]["verdict"] == "no significant difference"
+    assert base.significant and base.p_value == pytest.approx(2 / 252)
+    assert base.speedup == 8 / 3 and base.verdict == "faster"
+    assert not rows[("a/t1", "x")].significant
+    assert rows[("b/t4", "x")].verdict == "no significant difference"
 
 
 def test_unknown_baseline_is_an_error():
@@ -96,8 +96,8 @@ def test_busy_machine_is_flagged():
                   ("b/t4", "base"): [8] * 5, ("b/t4", "x"): [8] * 5})
     for s in d["samples"]:
         s["other_cpu_frac"] = 0.02
-    assert not any("BUSY" in w for w in analysis.analyse(RunDoc.from_json(d))["warnings"])
+    assert not any("BUSY" in w for w in analysis.analyse(RunDoc.from_json(d)).warnings)
     for s in d["samples"]:
         s["other_cpu_frac"] = 0.5
     an = analysis.analyse(RunDoc.from_json(d))
-    assert an["other_cpu_frac"] == 0.5 and an["warnings"][0].startswith("BUSY MACHINE: other processes used a median 50 %")
+    assert an.other_cpu_frac == 0.5 and an.warnings[0].startswith("BUSY MACHINE: other processes used a median 50 %")

@@ -97,12 +97,12 @@ def test_planned_rounds_past_the_budget_are_left_out_and_named(tmp_path, monkeyp
     assert (conv["close"]["converged"], conv["close"]["reason"], conv["close"]["rounds"]) == (False, "spread", 3)
     assert conv["hopeless"]["reason"] == "spread"
     an = analysis.analyse(doc)
-    assert set(an["convergence"]["not_converged"]) == {"close", "hopeless"}
-    assert "after 3 rounds; per-round ratios too spread" in an["convergence"]["not_converged"]["close"]
+    assert set(an.convergence.not_converged) == {"close", "hopeless"}
+    assert "after 3 rounds; per-round ratios too spread" in an.convergence.not_converged["close"]
     # with a higher round limit the same cut is the budget's
     doc, fake = run(tmp_path, monkeypatch, 20, max_rounds=100, name="limit100")
     assert doc.convergence["cells"]["close"]["reason"] == "budget"
-    assert "time budget spent" in analysis.analyse(doc)["convergence"]["not_converged"]["close"]
+    assert "time budget spent" in analysis.analyse(doc).convergence.not_converged["close"]
     # and the table says so under the ratio intervals
     lines = tables.convergence_lines(an)
     assert any(line.startswith("not converged: close:") for line in lines)
@@ -136,8 +136,8 @@ def test_adaptive_rounds_run_only_the_variants_that_must_converge(tmp_path, monk
     assert doc.settings["converge"] == ["x"] and doc.convergence["converge"] == ["x"]
     assert doc.convergence["cells"]["close"]["converged"]
     an = analysis.analyse(doc)
-    assert an["convergence"]["cells"]["close"]["converged"] and not an["convergence"]["not_converged"]
-    assert "y" in an["convergence"]["widest"]  # still shown
+    assert an.convergence.cells["close"].converged and not an.convergence.not_converged
+    assert "y" in an.convergence.widest  # still shown
     # without `converge`, every variant must: y holds the cell back
     doc, _ = run(tmp_path, monkeypatch, 200, variants=VARIANTS, cells=[CELLS[1]], name="all")
     assert doc.settings["converge"] == ["x", "y"]

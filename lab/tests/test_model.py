@@ -54,11 +54,11 @@ def test_committed_documents_are_analysed_by_their_versions_rules(path):
     doc = results.load(path)
     an = analysis.analyse(doc)
     md = tables.markdown(an, doc)
-    for c in an["cells"]:
-        assert f"| {c['id']} " in md
-        for v in an["variants"]:
-            assert c["by_variant"][v]["n"] == _counted_by_the_schema(raw, c["id"], v)
-            assert len(results.counted_metrics(raw, c["id"], v)) == c["by_variant"][v]["n"]
+    for c in an.cells:
+        assert f"| {c.id} " in md
+        for v in an.variants:
+            assert c.by_variant[v].n == _counted_by_the_schema(raw, c.id, v)
+            assert len(results.counted_metrics(raw, c.id, v)) == c.by_variant[v].n
 
 
 def _sample(**kw) -> Sample:

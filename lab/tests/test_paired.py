@@ -78,10 +78,10 @@ def test_analysis_pairs_round_k_with_round_k():
     d = doc_with({("a/t1", "base"): base, ("a/t1", "x"): [b * 1.5 for b in base],
                   ("b/t4", "base"): [8] * 6, ("b/t4", "x"): [4] * 6})
     an = analysis.analyse(RunDoc.from_json(d))
-    e = an["cells"][0]["by_variant"]["x"]
-    assert e["speedup"] == 1.5 and e["speedup_ci"] == (1.5, 1.5)
-    assert an["geomean"]["x"]["speedup"] == pytest.approx(math.sqrt(1.5 * 2))
-    assert an["convergence"]["cells"]["a/t1"]["converged"]
+    e = an.cells[0].by_variant["x"]
+    assert e.speedup == 1.5 and e.speedup_ci == (1.5, 1.5)
+    assert an.geomean["x"].speedup == pytest.approx(math.sqrt(1.5 * 2))
+    assert an.convergence.cells["a/t1"].converged
 
 
 def test_superseded_samples_and_failed_rounds_are_left_out_of_the_pairs():
@@ -97,22 +97,23 @@ def test_superseded_samples_and_failed_rounds_are_left_out_of_the_pairs():
             s.update(ok=False, failure={"kind": "crash", "message": "killed", "exit_status": -11})
             s.pop("metrics")
     an = analysis.analyse(RunDoc.from_json(d))
-    e = an["cells"][0]["by_variant"]["x"]
-    assert e["paired"].n == 5 and e["speedup"] == 2.0       # rounds 0 1 2 4 5, the re-run's value
-    assert e["n"] == 6 and 1.0 not in e["values"]
-    assert an["cells"][0]["by_variant"]["base"]["failures"] == 1
+    e = an.cells[0].by_variant["x"]
+    assert e.paired.n == 5 and e.speedup == 2.0       # rounds 0 1 2 4 5, the re-run's value
+    assert e.n == 6 and 1.0 not in e.values
+    assert an.cells[0].by_variant["base"].failures == 1
 
 
 def test_pareto_frontier_and_the_peers_both_faster_and_leaner():
     def entry(m, rss):
-        return {"summary": stats.summarize([m]), "rss": stats.summarize([rss])}
+        return analysis.VariantResult(n=1, failures=0, failure_messages=[], values=[m],
+                                      summary=stats.summarize([m]), rss=stats.summarize([rss]))
 
     # throughput: a is fastest but fat, b slower and lean, strata slower than c and fatter than c
     per = {"a": entry(100, 50), "b": entry(60, 10), "strata": entry(70, 30), "c": entry(80, 20)}
     p = analysis.pareto(per, True)
-    assert sorted(p["frontier"]) == ["a", "b", "c"]
-    assert p["dominating"] == {"strata": ["c"]}
+    assert sorted(p.frontier) == ["a", "b", "c"]
+    assert p.dominating == {"strata": ["c"]}
     # times: lower is better -> the fastest is the smallest value
     per = {"strata": entry(10, 30), "c": entry(8, 20)}
-    assert analysis.pareto(per, False)["dominating"] == {"strata": ["c"]}
-    assert analysis.pareto(per, True)["dominating"] == {}
+    assert analysis.pareto(per, False).dominating == {"strata": ["c"]}
+    assert analysis.pareto(per, True).dominating == {}
