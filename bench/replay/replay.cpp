@@ -643,8 +643,9 @@ int smoke() {
   uint64_t reallocs = (n + 6) / 7;
   bool ok = pl.objects == n + reallocs && pl.cross_thread_frees == n / 2 && pl.unmatched_frees == 1 &&
             r.ops == uint64_t(n) + reallocs + n && t.complete;
-  printf("{\"smoke\": true, \"ok\": %s, \"ops\": %" PRIu64 ", \"seconds\": %.6f, ", ok ? "true" : "false", r.ops,
-         r.seconds);
+  printf("{\"smoke\": true, \"ok\": %s, \"ops\": %" PRIu64 ", \"seconds\": %.6f, \"ops_per_sec\": %.1f, "
+         "\"peak_rss_kib\": %ld, ",
+         ok ? "true" : "false", r.ops, r.seconds, r.seconds > 0 ? double(r.ops) / r.seconds : 0.0, r.peak_kib);
   print_counts(t, pl);
   printf("}\n");
   return ok ? 0 : 1;
