@@ -92,6 +92,32 @@ TEST_F(plugin, out_of_memory_returns_null_and_says_how_much_was_free) {
   unsetenv("STRATA_GPU_INITIAL_MIB");
 }
 
+// STRATA_GPU_CACHE_MIB=0: a freed large block is not cached, so past a release threshold of 0
+// its chunk goes straight back to the device.
+TEST_F(plugin, cache_and_release_threshold_come_from_the_environment) {
+  constexpr int dev = 9;
+  setenv("STRATA_GPU_INITIAL_MIB", "0", 1);
+  setenv("STRATA_GPU_RELEASE_THRESHOLD_MIB", "0", 1);
+  setenv("STRATA_GPU_CACHE_MIB", "0", 1);
+  setenv("STRATA_GPU_WAIT_BEFORE_GROWTH", "1", 1);
+  void* p = strata_torch_malloc(std::size_t{8} << 20, dev, nullptr);
+  ASSERT_NE(p, nullptr) << strata_gpu_last_error();
+  EXPECT_GE(stats(dev).reserved, std::size_t{8} << 20);
+  strata_torch_free(p, std::size_t{8} << 20, dev, nullptr);
+  EXPECT_EQ(stats(dev).reserved, 0u);
+  for (const char* v : {"STRATA_GPU_INITIAL_MIB", "STRATA_GPU_RELEASE_THRESHOLD_MIB",
+                        "STRATA_GPU_CACHE_MIB", "STRATA_GPU_WAIT_BEFORE_GROWTH"})
+    unsetenv(v);
+}
+
+TEST_F(plugin, a_bad_flag_is_refused_with_its_name) {
+  setenv("STRATA_GPU_WAIT_BEFORE_GROWTH", "yes", 1);
+  EXPECT_EQ(strata_torch_malloc(256, 10, nullptr), nullptr);
+  EXPECT_NE(std::string(strata_gpu_last_error()).find("STRATA_GPU_WAIT_BEFORE_GROWTH"), std::string::npos)
+      << strata_gpu_last_error();
+  unsetenv("STRATA_GPU_WAIT_BEFORE_GROWTH");
+}
+
 TEST_F(plugin, trim_returns_free_memory_to_the_device) {
   constexpr int dev = 4;
   void* p = strata_torch_malloc(std::size_t{100} << 20, dev, nullptr);  // beyond the first chunk

@@ -15,6 +15,8 @@
  *   STRATA_GPU_INITIAL_MIB        strata_options::initial_size (default 64)
  *   STRATA_GPU_MAXIMUM_MIB        strata_options::maximum_size (default: no cap)
  *   STRATA_GPU_RELEASE_THRESHOLD_MIB  strata_options::release_threshold (default: keep all)
+ *   STRATA_GPU_CACHE_MIB          strata_options::cache_bytes (default: no cap)
+ *   STRATA_GPU_WAIT_BEFORE_GROWTH strata_options::wait_before_growth, 0 or 1 (default 0)
  *
  * Streams are the framework's own (cudaStream_t == CUstream); 0 is the legacy default stream.
  * A block must be freed with the size and stream it was allocated with, as both frameworks do.

@@ -32,6 +32,14 @@ std::size_t env_mib(const char* name, std::size_t fallback) {
   return static_cast<std::size_t>(n) << 20;
 }
 
+bool env_flag(const char* name, bool fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  const std::string s = v;
+  if (s == "0" || s == "1") return s == "1";
+  throw std::invalid_argument(std::string(name) + " must be 0 or 1, not '" + s + "'");
+}
+
 // One device's stack, upstream first.
 struct device_stack {
   std::shared_ptr<device_backend> backend;
@@ -58,6 +66,8 @@ struct device_stack {
     o.initial_size = env_mib("STRATA_GPU_INITIAL_MIB", o.initial_size);
     o.maximum_size = env_mib("STRATA_GPU_MAXIMUM_MIB", o.maximum_size);
     o.release_threshold = env_mib("STRATA_GPU_RELEASE_THRESHOLD_MIB", o.release_threshold);
+    o.cache_bytes = env_mib("STRATA_GPU_CACHE_MIB", o.cache_bytes);
+    o.wait_before_growth = env_flag("STRATA_GPU_WAIT_BEFORE_GROWTH", o.wait_before_growth);
     device_memory = std::make_unique<cuda_resource>(backend);
     strata = std::make_unique<strata_resource>(*device_memory, o);
     stats = std::make_unique<statistics_adaptor>(*strata);
