@@ -5,64 +5,19 @@ Each program runs twice, without and with strata; the outputs must match, and st
 statistics (STRATA_STATS_FILE) must show it served the allocations.  Usage:
     preload_test.py <libstrata.so> <cxx_workload>
 """
-import json
 import os
 import random
 import subprocess
 import sys
 import tempfile
 
+from preload_check import Checker
+
 LIB, CXX = sys.argv[1], sys.argv[2]
-failures = []
-
-
-def run(cmd, preload, stdin=None):
-    env = dict(os.environ)
-    env.pop("LD_PRELOAD", None)
-    stats = None
-    if preload:
-        fd, stats = tempfile.mkstemp(suffix=".json")
-        os.close(fd)
-        env.update(LD_PRELOAD=LIB, STRATA_STATS_FILE=stats)
-    proc = subprocess.run(cmd, env=env, input=stdin, capture_output=True, timeout=240)
-    doc = None
-    if stats:
-        with open(stats) as f:
-            text = f.read()
-        os.unlink(stats)
-        doc = json.loads(text) if text else None
-    return proc, doc
-
-
-def check(name, cmd, stdin=None, min_mallocs=1000):
-    plain, _ = run(cmd, False, stdin)
-    strata, stats = run(cmd, True, stdin)
-    problems = []
-    if strata.returncode != 0:
-        problems.append(f"exit status {strata.returncode}: {strata.stderr[-500:]!r}")
-    if strata.stdout != plain.stdout:
-        problems.append("output differs from the run without strata")
-    if b"strata: error" in strata.stderr:
-        problems.append(f"strata reported errors: {strata.stderr[-500:]!r}")
-    if stats is None:
-        problems.append("no statistics written at exit")
-    else:
-        if stats.get("allocator") != "strata":
-            problems.append(f"statistics not strata's: {stats}")
-        if stats["malloc_count"] < min_mallocs:
-            problems.append(f"only {stats['malloc_count']} mallocs went through strata")
-        if stats["bad_free_count"] != 0:
-            problems.append(f"{stats['bad_free_count']} bad frees")
-    status = "ok" if not problems else "FAILED"
-    mallocs = stats["malloc_count"] if stats else 0
-    print(f"{name}: {status} ({mallocs} mallocs through strata)")
-    for p in problems:
-        print("   ", p)
-    if problems:
-        failures.append(name)
 
 
 def main():
+    checker = Checker(LIB)
     out = subprocess.run(["ldd", LIB], capture_output=True, text=True).stdout
     deps = [line.split()[0] for line in out.splitlines() if line.strip()]
     allowed = ("linux-vdso", "libc.so", "/lib64/ld-linux", "ld-linux")
@@ -70,7 +25,7 @@ def main():
     print(f"ldd {LIB}: {' '.join(deps)}")
     if extra:
         print("   FAILED: run-time dependencies beyond the C library:", extra)
-        failures.append("ldd")
+        checker.failed.append("ldd")
 
     py = ("import json, collections\n"
           "d = [{'id': i, 'name': 'x' * (i % 300), 'tags': list(range(i % 17))} for i in range(120000)]\n"
@@ -79,7 +34,7 @@ def main():
           "print(len(s), sum(c.values()), sorted(c.items())[:5])\n")
     # PYTHONMALLOC=malloc routes every Python object through malloc, not only large ones.
     os.environ["PYTHONMALLOC"] = "malloc"
-    check("python3 json workload", [sys.executable, "-c", py], min_mallocs=100000)
+    checker.check("python3 json workload", [sys.executable, "-c", py], min_mallocs=100000)
     os.environ.pop("PYTHONMALLOC")
 
     rng = random.Random(7)
@@ -88,11 +43,11 @@ def main():
         f.write(lines)
         path = f.name
     try:
-        check("sort of a 300k-line file", ["sort", "-S", "64M", path], min_mallocs=100)
+        checker.check("sort of a 300k-line file", ["sort", "-S", "64M", path], min_mallocs=100)
     finally:
         os.unlink(path)
 
-    check("C++ containers and threads", [CXX], min_mallocs=100000)
+    checker.check("C++ containers and threads", [CXX], min_mallocs=100000)
 
     # "%p" in STRATA_STATS_FILE is the process id: each process of a pipeline writes its own.
     with tempfile.TemporaryDirectory() as d:
@@ -102,11 +57,8 @@ def main():
         names = sorted(os.listdir(d))
         ok = names == [f"s.{proc.pid}.json"]
         print(f"STRATA_STATS_FILE with %p: {'ok' if ok else 'FAILED'} ({names})")
-        if not ok:
-            failures.append("stats file %p")
-
-    print(f"{3 + 2 - len(failures)} passed, {len(failures)} failed")
-    return 1 if failures else 0
+        (checker.passed if ok else checker.failed).append("stats file %p")
+    return checker.summary()
 
 
 if __name__ == "__main__":
