@@ -10,14 +10,13 @@ docs/results/ of both versions are read in lab/tests/test_model.py.
 from __future__ import annotations
 
 import json
-import math
 import os
 import tempfile
 import time
 from pathlib import Path
 
 from .errors import LabError
-from .model import RunDoc, Sample
+from .model import RunDoc, Sample, dumps
 
 SCHEMA = "strata-lab/results"
 SCHEMA_VERSION = 2
@@ -39,25 +38,16 @@ def new_run_dir(parent: Path, suite: str) -> Path:
     raise LabError(f"could not create a new run directory under {parent}")
 
 
-def _clean(obj):
-    """JSON has no NaN/inf: store them as null rather than writing an invalid document."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    return obj
-
-
-def write_atomic(path: Path, doc: dict) -> None:
+def write_atomic(path: Path, doc: dict | RunDoc) -> None:
     """Write to a temporary file in the same directory, fsync, then rename over the target:
-    a reader (or a run killed mid-write) sees the old document or the new one, never half."""
+    a reader (or a run killed mid-write) sees the old document or the new one, never half.
+    Non-finite numbers are written as null."""
     path = Path(path)
+    text = doc.json_text() if isinstance(doc, RunDoc) else dumps(doc)
     fd, tmp = tempfile.mkstemp(prefix=".results-", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(_clean(doc), f, separators=(",", ":"), allow_nan=False)
+            f.write(text)
             f.write("\n")
             f.flush()
             os.fsync(f.fileno())

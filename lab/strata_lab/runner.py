@@ -543,7 +543,7 @@ def execute(suite: Suite, cells: list[Cell], variants: list[Variant], *, rounds:
     path = out_dir / results.FILENAME
 
     def save() -> None:
-        results.write_atomic(path, doc.to_json())
+        results.write_atomic(path, doc)
 
     save()
     stats_dir = out_dir / "strata-stats"

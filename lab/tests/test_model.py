@@ -107,3 +107,16 @@ def test_a_sample_missing_what_every_sample_has_is_a_corrupt_file(tmp_path):
 
     with pytest.raises(LabError, match="corrupt results file"):
         results.load(tmp_path)
+
+
+def test_a_run_is_written_from_each_samples_text_the_same_as_from_its_json(tmp_path):
+    raw = json.loads(COMMITTED[-1].read_text())
+    doc = RunDoc.from_json(raw)
+    doc.samples.append(_sample(index=len(doc.samples), cell=raw["cells"][0]["id"],
+                               variant=next(iter(raw["variants"])), metrics={"m": float("inf")}))
+    results.write_atomic(tmp_path / "a.json", doc)
+    results.write_atomic(tmp_path / "b.json", doc.to_json())
+    assert (tmp_path / "a.json").read_text() == (tmp_path / "b.json").read_text()
+    back = json.loads((tmp_path / "a.json").read_text())
+    assert back["samples"][-1]["metrics"]["m"] is None  # JSON has no inf
+    assert back["samples"][:-1] == raw["samples"]
