@@ -54,7 +54,7 @@ namespace {
 // takes 2-4 s of CPU (the checks cost more than the allocator); sanitizers and the Debug build's
 // invariant checkers cost 20-50x.
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || !defined(NDEBUG)
-constexpr uint64_t default_ops = 60'000;
+constexpr uint64_t default_ops = 150'000;
 constexpr uint64_t check_every = 2'000;
 #else
 constexpr uint64_t default_ops = 1'000'000;
