@@ -136,13 +136,17 @@ def test_record_and_replay_a_real_program(built, tmp_path):
     if not (built / "bin" / "strata-bench-replay").exists():
         pytest.skip("strata-bench-replay is not built")
     r = subprocess.run([sys.executable, "-m", "strata_lab", "replay", str(out), "--alloc", "glibc,strata",
-                        "--rounds", "1", "--warmup", "0", "--time-budget", "0", "--max-reruns", "0", "--no-progress", "--strict", "--out", str(tmp_path)],
+                        "--rounds", "1", "--warmup", "0", "--time-budget", "0", "--max-reruns", "0", "--no-progress", "--strict",
+                        "--report", "--out", str(tmp_path)],
                        env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     doc = json.loads(next(tmp_path.glob("*-replay/results.json")).read_text())
     samples = [x for x in doc["samples"] if not x.get("warmup")]
     assert len(samples) == 2 and all(x["ok"] for x in samples)
     assert all(x["metrics"]["ops"] >= 20000 and x["peak_rss_kb"] > 0 for x in samples)
+    run_dir = next(tmp_path.glob("*-replay"))
+    assert (run_dir / "trace-stats.png").stat().st_size > 1000  # the trace's plot in the report
+    assert "peak live" in (run_dir / "summary.md").read_text()
 
 
 def test_a_free_swapped_with_the_next_allocation_of_its_address(tmp_path):

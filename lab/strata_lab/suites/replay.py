@@ -39,3 +39,23 @@ def cells(ctx):
     return [Cell(workload=f"replay-{name}", threads=1, argv=argv, metric="ops_per_sec", unit="ops/s",
                  params={"trace": trace or "(built-in)"}, peak_rss_metric="peak_rss_kib",
                  timeout_s=600.0)]
+
+
+def summarise(results: dict) -> str:
+    """The trace's own numbers (strata-lab trace-stats) beside the replay's, and its plot written
+    into the run's directory as trace-stats.png."""
+    from strata_lab import trace as tr
+
+    path = ((results.get("settings") or {}).get("params") or {}).get("trace")
+    if not path:
+        return ""
+    try:
+        s = tr.stats(tr.read(path))
+    except LabError as e:
+        return f"### the trace\n{e}\n"
+    md = tr.markdown(s).replace("# trace ", "### trace ", 1).replace("\n## ", "\n#### ")
+    where = results.get("_path")
+    if where:
+        png = tr.plot(s, Path(where).parent / "trace-stats.png")
+        md += f"\n![sizes, lifetimes and live bytes of the trace]({png.name})\n"
+    return md
