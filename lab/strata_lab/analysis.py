@@ -32,7 +32,7 @@ class VariantResult:
     rss: stats.Summary | None = None        # peak RSS, KiB
     rss_values: list[float] = field(default_factory=list)
     minor_faults: float | None = None       # median per sample
-    latency: dict = field(default_factory=dict)  # latency metric -> stats.per_round_p99()
+    latency: dict[str, stats.PerRoundP99 | None] = field(default_factory=dict)  # per latency metric
     warnings: list[str] = field(default_factory=list)
     paired: stats.PairedRatio | None = None       # speed against the baseline, paired by round
     speedup: float | None = None                  # > 1 is better

@@ -333,7 +333,16 @@ def p99(values: Sequence[float]) -> float:
     return float(np.percentile(_arr(values), 99))
 
 
-def per_round_p99(rounds: Sequence) -> dict | None:
+@dataclass(frozen=True)
+class PerRoundP99:
+    rounds: int
+    values: list       # each round's P99
+    mean: float
+    median: float
+    std: float | None  # ddof=1; None for one round
+
+
+def per_round_p99(rounds: Sequence) -> PerRoundP99 | None:
     """Per-round P99: each round contributes its own P99 (a number it already computed, or the
     P99 of its raw latencies); then mean, median and std (ddof=1) across rounds.  A whole-run P99
     would hide a rare bad round."""
@@ -347,8 +356,8 @@ def per_round_p99(rounds: Sequence) -> dict | None:
     if not per:
         return None
     a = np.asarray(per)
-    return {"rounds": len(a), "values": [float(x) for x in a], "mean": float(a.mean()),
-            "median": float(np.median(a)), "std": std(a)}
+    return PerRoundP99(rounds=len(a), values=[float(x) for x in a], mean=float(a.mean()),
+                       median=float(np.median(a)), std=std(a))
 
 
 def spread_warnings(s: Summary, min_rounds: int = MIN_ROUNDS, cv_max: float = CV_WARN) -> list[str]:

@@ -197,8 +197,8 @@ def latency_table(an: Analysis) -> Table | None:
     for col in ("cell", "variant", "metric", "rounds", "mean", "median", "std"):
         t.add_column(col, justify="right" if col in ("rounds", "mean", "median", "std") else "left")
     for cid, v, key, lat in rows:
-        t.add_row(cid, v, key, str(lat["rounds"]), f"{lat['mean']:.4g}", f"{lat['median']:.4g}",
-                  "–" if lat["std"] is None else f"{lat['std']:.3g}")
+        t.add_row(cid, v, key, str(lat.rounds), f"{lat.mean:.4g}", f"{lat.median:.4g}",
+                  "–" if lat.std is None else f"{lat.std:.3g}")
     return t
 
 
@@ -332,8 +332,8 @@ def markdown(an: Analysis, doc: RunDoc, extra: str = "") -> str:
         out += ["", "## Per-round P99", "", "| cell | variant | metric | rounds | mean | median | std |",
                 "|---|---|---|---:|---:|---:|---:|"]
         for cid, v, k, lat in lat_rows:
-            out.append(f"| {cid} | {v} | {k} | {lat['rounds']} | {lat['mean']:.4g} | {lat['median']:.4g} | "
-                       f"{'–' if lat['std'] is None else format(lat['std'], '.3g')} |")
+            out.append(f"| {cid} | {v} | {k} | {lat.rounds} | {lat.mean:.4g} | {lat.median:.4g} | "
+                       f"{'–' if lat.std is None else format(lat.std, '.3g')} |")
     if extra:
         out += ["", extra.strip()]
     if an.warnings:

@@ -84,13 +84,13 @@ def test_p99_and_per_round_p99():
     assert stats.p99(range(1, 101)) == pytest.approx(99.01)
     # two rounds of raw latencies: P99s 99.01 and 199.01 -> mean = median 149.01, std 100/sqrt(2)
     r = stats.per_round_p99([list(range(1, 101)), list(range(101, 201))])
-    assert r["values"] == pytest.approx([99.01, 199.01])
-    assert r["mean"] == pytest.approx(149.01) and r["median"] == pytest.approx(149.01)
-    assert r["std"] == pytest.approx(100 / math.sqrt(2))
+    assert r.values == pytest.approx([99.01, 199.01])
+    assert r.mean == pytest.approx(149.01) and r.median == pytest.approx(149.01)
+    assert r.std == pytest.approx(100 / math.sqrt(2))
     # rounds that already computed their P99: 1, 2, 6 -> mean 3, median 2, std sqrt((4+1+9)/2)
     r = stats.per_round_p99([1.0, 2.0, 6.0])
-    assert (r["mean"], r["median"]) == (3.0, 2.0)
-    assert r["std"] == pytest.approx(math.sqrt(7))
+    assert (r.mean, r.median) == (3.0, 2.0)
+    assert r.std == pytest.approx(math.sqrt(7))
     assert stats.per_round_p99([None, []]) is None
 
 

@@ -189,11 +189,11 @@ def summarise(results: dict) -> str:
                    f"{_fmt(None if r['foreign_cpu_share'] is None else r['foreign_cpu_share'] * 100, '.0f')} % | "
                    f"{r['n']} ({r['failures']}) |")
     ncpu = len(results.get("settings", {}).get("cpus") or [])
-    out += ["", f"CPU columns are in cores (1.00 = one core busy). Client context switches come from wait4 "
-            f"over all of the client's threads, divided by the client threads; server ones are per thread "
-            f"from /proc: the mean over all server threads, and in brackets the busiest thread (most CPU). 'other CPU' is the share of the machine's CPU time that "
-            f"other processes used during the counted window (a shared machine's noise). redis cells "
-            f"show p95 where p90 is (redis-benchmark has no p90)."]
+    out += ["", "CPU columns are in cores (1.00 = one core busy). Client context switches come from wait4 "
+            "over all of the client's threads, divided by the client threads; server ones are per thread "
+            "from /proc: the mean over all server threads, and in brackets the busiest thread (most CPU). 'other CPU' is the share of the machine's CPU time that "
+            "other processes used during the counted window (a shared machine's noise). redis cells "
+            "show p95 where p90 is (redis-benchmark has no p90)."]
     if ncpu and ncpu < 8:
         out.append(f"This machine has {ncpu} CPUs: the pinning matrix is small (server and client on "
                    f"separate cores, or sharing one). Run the wider matrix on a 16-core machine.")
