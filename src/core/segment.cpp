@@ -111,13 +111,13 @@ size_t bits_next(const uint64_t* bits, size_t from, bool value) noexcept {
   return w * 64 + static_cast<size_t>(__builtin_ctzll(word));
 }
 
-// First fit: the start of a run of n free slices, or -1.
-long find_free_run(const segment* seg, size_t n) noexcept {
+// First fit: the start of a run of n set bits (past the header's), or -1.
+long find_run(const uint64_t* bits, size_t n) noexcept {
   size_t i = 1;
   while (i + n <= slices_per_segment) {
-    size_t start = bits_next(seg->free_bits, i, true);
+    size_t start = bits_next(bits, i, true);
     if (start + n > slices_per_segment) return -1;
-    size_t end = bits_next(seg->free_bits, start, false);
+    size_t end = bits_next(bits, start, false);
     if (end - start >= n) return static_cast<long>(start);
     i = end;
   }
@@ -184,19 +184,28 @@ void note_purge_pass(int64_t now) noexcept {
 }
 
 // Purges the runs of slices set in `which` (a subset of the free, dirty slices).
-void purge_runs(segment* seg, const uint64_t* which) noexcept {
-  size_t i = 0;
-  bool any = false;
-  while ((i = bits_next(which, i, true)) < slices_per_segment) {
+// With `want`, stops once that many bytes are purged (whole runs: it may purge more) and does
+// not mark the slices purged_bits: a purge forced by growth (purge_before_growth) says nothing
+// about the delay.  Returns the bytes purged.
+size_t purge_runs(segment* seg, const uint64_t* which, size_t want = SIZE_MAX) noexcept {
+  size_t i = 0, purged = 0;
+  while (purged < want && (i = bits_next(which, i, true)) < slices_per_segment) {
     size_t end = bits_next(which, i, false);
     os::purge(slice_address(seg, i), (end - i) * slice_size);
     os::commit_add(-static_cast<int64_t>((end - i) * slice_size));
     bits_assign(seg->dirty_bits, i, end - i, false);
-    bits_assign(seg->purged_bits, i, end - i, true);
-    any = true;
+    if (want == SIZE_MAX) bits_assign(seg->purged_bits, i, end - i, true);
+    purged += (end - i) * slice_size;
     i = end;
   }
-  if (any) seg->purged_ms = os::now_ms();
+  if (purged && want == SIZE_MAX) seg->purged_ms = os::now_ms();
+  return purged;
+}
+
+size_t purge_free_dirty_upto(segment* seg, size_t want) noexcept {
+  uint64_t both[bitmap_words];
+  for (size_t w = 0; w < bitmap_words; ++w) both[w] = seg->free_bits[w] & seg->dirty_bits[w];
+  return purge_runs(seg, both, want);
 }
 
 // Purges every free, dirty slice now.
@@ -287,18 +296,45 @@ void segment_reset_header(segment* seg) noexcept {
   seg->free_bits[0] &= ~uint64_t{1};  // slice 0 holds this header
 }
 
-segment* segment_new(heap* h) noexcept {
+}  // namespace
+
+void purge_before_growth(heap* h, size_t bytes) noexcept {
+  size_t got = 0;
+  if (h != nullptr && h != &empty_heap)
+    for (segment* seg = h->segments; seg && got < bytes; seg = seg->next) got += purge_free_dirty_upto(seg, bytes - got);
+  if (got >= bytes) return;
+  lock_guard g(cache_lock);
+  for (segment* seg = cache_list; seg && got < bytes; seg = seg->next) got += purge_free_dirty_upto(seg, bytes - got);
+}
+
+namespace {
+
+inline bool has_resident_slices(const segment* seg) noexcept {
+  return bits_count(seg->dirty_bits, 1, usable_slices) != 0;  // the header's does not count
+}
+
+// A segment for h: from the cache (with warm_only, only one whose free slices are still
+// resident; nullptr if none is), else newly mapped.
+segment* segment_new(heap* h, bool warm_only) noexcept {
   segment* seg = nullptr;
   {
     lock_guard g(cache_lock);
-    if (cache_list) {
-      seg = cache_list;
-      cache_list = seg->next;
+    for (segment** link = &cache_list; *link; link = &(*link)->next) {
+      if (warm_only && !has_resident_slices(*link)) continue;
+      seg = *link;
+      *link = seg->next;
       --cache_count;
+      break;
     }
   }
+  if (seg == nullptr && warm_only) return nullptr;
   if (seg == nullptr) {
+    purge_before_growth(h, segment_size);
     seg = static_cast<segment*>(os::map_aligned(segment_size, segment_size));
+    if (seg == nullptr) {  // out of address space or memory: give back cached huge mappings, retry
+      huge_cache_trim(true);
+      seg = static_cast<segment*>(os::map_aligned(segment_size, segment_size));
+    }
     if (seg == nullptr) return nullptr;
     numa_place(seg, segment_size);
     segment_reset_header(seg);
@@ -313,9 +349,13 @@ segment* segment_new(heap* h) noexcept {
   return seg;
 }
 
+size_t cache_limit() noexcept { return static_cast<size_t>(options::get(option::segment_cache)); }
+
 void segment_unmap(segment* seg) noexcept {
   map_mark(seg, segment_size, false);
-  os::commit_add(-static_cast<int64_t>(slice_size));
+  // Its resident slices (the header's among them) stop counting: a cached segment may still
+  // hold memory waiting for the purge delay.
+  os::commit_add(-static_cast<int64_t>(bits_count(seg->dirty_bits, 0, slices_per_segment) * slice_size));
   live_segments.fetch_sub(1, std::memory_order_relaxed);
   os::unmap(seg, segment_size);
 }
@@ -333,8 +373,10 @@ void segment_release(heap* h, segment* seg) noexcept {
   seg->owner.store(nullptr, std::memory_order_release);
   {
     lock_guard g(cache_lock);
-    if (cache_count < static_cast<size_t>(options::get(option::segment_cache))) {
-      purge_schedule_unowned(seg);
+    // Any number of segments wait in the cache while their memory waits for the purge delay;
+    // once purged, those beyond STRATA_SEGMENT_CACHE are unmapped (segments_purge_idle).
+    purge_schedule_unowned(seg);
+    if (seg->purge_due_ms != 0 || cache_count < cache_limit()) {
       seg->next = cache_list;
       cache_list = seg;
       ++cache_count;
@@ -388,20 +430,29 @@ page* span_init(segment* seg, size_t idx, size_t cls) noexcept {
 
 }  // namespace
 
-page* span_alloc_owned(heap* h, size_t cls) noexcept {
+// A run of n free slices of seg (with warm_only, of free slices still resident), or -1.
+long free_run(const segment* seg, size_t n, bool warm_only) noexcept {
+  if (usable_slices - seg->used_slices < n) return -1;
+  if (!warm_only) return find_run(seg->free_bits, n);
+  uint64_t warm[bitmap_words];
+  for (size_t w = 0; w < bitmap_words; ++w) warm[w] = seg->free_bits[w] & seg->dirty_bits[w];
+  return find_run(warm, n);
+}
+
+page* span_alloc_owned(heap* h, size_t cls, bool warm_only) noexcept {
   size_t n = page_slices(cls);
   for (segment* seg = h->segments; seg; seg = seg->next) {
-    if (usable_slices - seg->used_slices < n) continue;
-    long idx = find_free_run(seg, n);
+    long idx = free_run(seg, n, warm_only);
     if (idx >= 0) return span_init(seg, static_cast<size_t>(idx), cls);
   }
   return nullptr;
 }
 
-page* span_alloc_new(heap* h, size_t cls) noexcept {
-  segment* seg = segment_new(h);
+page* span_alloc_new(heap* h, size_t cls, bool warm_only) noexcept {
+  segment* seg = segment_new(h, warm_only);
   if (seg == nullptr) return nullptr;
-  return span_init(seg, 1, cls);
+  long idx = free_run(seg, page_slices(cls), true);  // its resident slices first
+  return span_init(seg, idx > 0 ? static_cast<size_t>(idx) : 1, cls);
 }
 
 void span_free(heap* h, page* pg, bool may_release_segment) noexcept {
@@ -429,10 +480,13 @@ void span_free(heap* h, page* pg, bool may_release_segment) noexcept {
     seg->purge_due_ms = os::now_ms() + delay;
     if (h->purge_due_ms == 0 || seg->purge_due_ms < h->purge_due_ms) h->purge_due_ms = seg->purge_due_ms;
   }
-  // An empty segment leaves at once only when memory is to be returned at once; otherwise the
-  // purge pass releases it once its slices have aged out (segments_purge), so a segment that
-  // empties and fills again (E1 big band: ten blocks to a segment) is not purged in between.
-  if (may_release_segment && delay == 0) segment_release_if_empty(h, seg);
+  // An empty segment leaves the heap at once (except the heap's last) for the segment cache,
+  // where every thread's next segment comes from: its memory stays resident there until the
+  // delay passes, so a segment that empties and fills again (E1 big band: ten blocks to a
+  // segment) comes back warm, and memory one thread emptied serves another thread's next
+  // segment.  Kept in the heap until its slices aged out, it served no other thread (under an
+  // address-space limit, a new thread got ENOMEM while another heap held 8 empty segments).
+  if (may_release_segment) segment_release_if_empty(h, seg);
 }
 
 void segment_release_if_empty(heap* h, segment* seg) noexcept {
@@ -532,10 +586,27 @@ void segments_purge_idle(int64_t now) noexcept {
     if (seg->purge_due_ms != 0 && (next == 0 || seg->purge_due_ms < next)) next = seg->purge_due_ms;
   };
   for (segment* seg = abandoned_list; seg; seg = seg->next) visit(seg);
-  for (segment* seg = cache_list; seg; seg = seg->next) visit(seg);
+  // Cached segments whose memory is all purged now are only address space: beyond the
+  // option's count, they are unmapped.
+  segment* unmap = nullptr;
+  for (segment** link = &cache_list; segment* seg = *link;) {
+    visit(seg);
+    if (seg->purge_due_ms == 0 && cache_count > cache_limit()) {
+      *link = seg->next;
+      --cache_count;
+      seg->next = unmap;
+      unmap = seg;
+    } else {
+      link = &seg->next;
+    }
+  }
   idle_purge_due.store(next, std::memory_order_relaxed);
   cache_lock.unlock();
   abandoned_lock.unlock();
+  while (segment* seg = unmap) {
+    unmap = seg->next;
+    segment_unmap(seg);
+  }
   // Cached huge mappings are unowned memory too; after the store above, so that a deadline
   // noted meanwhile by huge_free is found in the cache and noted again.
   if (int64_t huge_next = huge_cache_trim(false)) idle_due_note(huge_next);
@@ -726,7 +797,14 @@ void* huge_alloc(size_t size, size_t alignment, size_t* dirty) noexcept {
   size_t resident = 0;
   segment* seg = huge_cache_ms() > 0 ? huge_cache_take(offset, total, &resident) : nullptr;
   if (seg == nullptr) {
-    seg = static_cast<segment*>(os::map_aligned(total, align > segment_size ? align : segment_size));
+    size_t map_align = align > segment_size ? align : segment_size;
+    purge_before_growth(tl_heap, total);
+    seg = static_cast<segment*>(os::map_aligned(total, map_align));
+    if (seg == nullptr) {  // out of address space or memory: give back what the caches hold, retry
+      segment_cache_trim(0);
+      huge_cache_trim(true);
+      seg = static_cast<segment*>(os::map_aligned(total, map_align));
+    }
     if (seg == nullptr) return errno = ENOMEM, nullptr;
     numa_place(seg, total);
     // Opt-in: a big buffer is usually written whole, so 2 MiB pages cost little memory and save

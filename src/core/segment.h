@@ -7,9 +7,11 @@
 namespace strata::detail {
 
 // A page for `cls` (its span of page_slices(cls) slices) from h's own segments (nullptr when
-// none has room), or from a new segment of h's (nullptr when the OS refuses memory).
-page* span_alloc_owned(heap* h, size_t cls) noexcept;
-page* span_alloc_new(heap* h, size_t cls) noexcept;
+// none has room), or from a segment new to h: one from the segment cache, else a new mapping
+// (nullptr when the OS refuses memory).  With warm_only, only free slices still resident
+// serve (nullptr when none do): memory already touched goes before memory to fault in.
+page* span_alloc_owned(heap* h, size_t cls, bool warm_only) noexcept;
+page* span_alloc_new(heap* h, size_t cls, bool warm_only) noexcept;
 // Gives a page's span back to its segment; the segment may leave h if that emptied it (and
 // may_release_segment).
 void span_free(heap* h, page* pg, bool may_release_segment = true) noexcept;
@@ -62,6 +64,10 @@ bool segment_freed_into(segment* seg, size_t bytes) noexcept;
 // back to it (purged after the delay, like any unowned segment's), leaving it abandoned.  The
 // caller flushes its own pending remote frees first, so that those into seg are collected too.
 void segment_sweep(heap* h, segment* seg) noexcept;
+// Before strata maps `bytes` afresh from the OS: purges up to that much of the free, resident
+// slices of h's segments, then of the cached ones, so that memory held free is given back
+// rather than added to (a program going from small blocks to huge ones under a memory limit).
+void purge_before_growth(heap* h, size_t bytes) noexcept;
 // Empties the global segment cache (unmapping), e.g. for strata_collect(true).
 void segment_cache_trim(size_t keep) noexcept;
 

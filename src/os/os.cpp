@@ -1,5 +1,6 @@
 #include "os/os.h"
 
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <ctime>
@@ -12,9 +13,14 @@ namespace strata::os {
 counters stats;
 
 size_t page_size() noexcept {
-  static size_t cached = 0;
-  if (cached == 0) cached = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  return cached;
+  // Threads may race to fill it; they all store the same value (relaxed: no other data rides on it).
+  static std::atomic<size_t> cached{0};
+  size_t v = cached.load(std::memory_order_relaxed);
+  if (v == 0) {
+    v = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    cached.store(v, std::memory_order_relaxed);
+  }
+  return v;
 }
 
 void commit_add(int64_t bytes) noexcept {
