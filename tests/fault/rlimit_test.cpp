@@ -1,9 +1,8 @@
 // Address-space exhaustion (ulimit -v, RLIMIT_AS) with libstrata.a replacing malloc and operator
 // new (issue 13): every entry point answers NULL/ENOMEM (or std::bad_alloc, or nullptr for the
 // nothrow forms), nothing crashes, a failed realloc leaves its block intact, and once the blocks
-// are freed allocation of their size works again.  Not asserted yet: that blocks freed in one size
-// kind serve another (a huge block after small ones) or another thread's first allocation, which
-// fail today because strata keeps its emptied segments reserved until strata_collect(true).
+// are freed allocation works again: in their size, in another (a huge block after small ones),
+// and for another thread's first allocation.
 //
 // Each test runs in a forked child whose address space is limited to what it maps already plus
 // a margin, so that the limit cannot starve the test runner; the child reports its failures on a
@@ -15,11 +14,14 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <new>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "strata/strata.h"
@@ -145,6 +147,37 @@ TEST_P(EachSize, FailsWithEnomemAndWorksAgainAfterFrees) {
 
 INSTANTIATE_TEST_SUITE_P(AddressSpaceLimit, EachSize, ::testing::ValuesIn(sizes));
 
+TEST(AddressSpaceLimit, FreedSmallBlocksServeAHugeOneAndBack) {
+  in_limited_child([] {
+    // Half the margin in small blocks, freed, must leave room for a block of half the margin:
+    // what strata keeps for reuse must not hold the address space a huge block needs.
+    chain blocks;
+    for (size_t used = 0; used < margin / 2; used += 1000) {
+      void* p = malloc(1000);
+      if (p == nullptr) {
+        child_fail("malloc(1000) failed at " + std::to_string(used) + " bytes, below half the margin");
+        break;
+      }
+      blocks.push(p);
+    }
+    free_all(blocks);
+    strata_collect(false);
+    void* big = malloc(margin / 2);
+    CHILD_CHECK(big != nullptr, "malloc(margin / 2) after freeing as much in small blocks");
+    if (big) memset(big, 1, margin / 2);
+    free(big);
+    for (size_t used = 0; used < margin / 2; used += 1000) {
+      void* p = malloc(1000);
+      if (p == nullptr) {
+        child_fail("malloc(1000) failed after the huge block was freed, at " + std::to_string(used) + " bytes");
+        break;
+      }
+      blocks.push(p);
+    }
+    free_all(blocks);
+  });
+}
+
 TEST(AddressSpaceLimit, EveryEntryPointAnswersTheLimit) {
   in_limited_child([] {
     chain hold = exhaust(64 * 1024, "malloc(64 KiB)");
@@ -219,6 +252,54 @@ TEST(AddressSpaceLimit, NewThrowsBadAllocAndNothrowGivesNull) {
     }
     std::vector<std::string> after(1000, std::string(1000, 'x'));
     CHILD_CHECK(after.back().size() == 1000, "allocation after the frees");
+  });
+}
+
+TEST(AddressSpaceLimit, AThreadsFirstAllocationAfterTheFrees) {
+  in_limited_child([] {
+    // A thread made before the limit is reached allocates for the first time after: its heap
+    // (and the segment it needs) cannot be had, and malloc must say so, not crash.
+    std::mutex m;
+    std::condition_variable cv;
+    int stage = 0;
+    void* got = reinterpret_cast<void*>(1);
+    int got_errno = 0;
+    void* later = nullptr;
+    std::thread t([&] {
+      std::unique_lock<std::mutex> lock(m);
+      cv.wait(lock, [&] { return stage == 1; });
+      errno = 0;
+      got = malloc(100000);
+      got_errno = errno;
+      stage = 2;
+      cv.notify_all();
+      cv.wait(lock, [&] { return stage == 3; });
+      later = malloc(100000);
+      stage = 4;
+      cv.notify_all();
+    });
+    chain hold = exhaust(1 * MiB, "malloc(1 MiB)");
+    chain small = exhaust(100000, "malloc(100000)");
+    {
+      std::unique_lock<std::mutex> lock(m);
+      stage = 1;
+      cv.notify_all();
+      cv.wait(lock, [&] { return stage == 2; });
+    }
+    // It may fit in a slice the others left; if not, NULL and ENOMEM.
+    CHILD_CHECK(got != nullptr || got_errno == ENOMEM, "errno " + std::to_string(got_errno));
+    free(got);
+    free_all(small);
+    free_all(hold);
+    {
+      std::unique_lock<std::mutex> lock(m);
+      stage = 3;
+      cv.notify_all();
+      cv.wait(lock, [&] { return stage == 4; });
+    }
+    t.join();
+    CHILD_CHECK(later != nullptr, "the thread's malloc after the frees");
+    free(later);
   });
 }
 
