@@ -16,7 +16,7 @@ bool broken(const char* what, const void* where) noexcept {
 // longer than the page's capacity (a cycle).  With `freed`, each must carry the free canary.
 long list_length(const page* pg, const block* b, bool freed) noexcept {
   long n = 0;
-  for (; b != nullptr; b = b->next) {
+  for (; b != nullptr; b = link_get(pg, b)) {
     auto offset = static_cast<uint64_t>(reinterpret_cast<const uint8_t*>(b) - pg->start);
     if (reinterpret_cast<const uint8_t*>(b) < pg->start || !is_carved_block_start(pg, offset)) return -1;
     if (freed && b->canary != canary_of(b)) return -1;
@@ -32,7 +32,7 @@ bool page_is_valid(const page* pg) noexcept {
   if (pg->capacity > pg->reserved) return broken("page carved past its span", pg);
   if (pg->block_bound.load(std::memory_order_relaxed) != block_bound_of(pg->block_size, pg->capacity))
     return broken("page block bound does not match its capacity", pg);
-  long free_n = list_length(pg, pg->free, false);
+  long free_n = list_length(pg, pg->free, secure);  // hardened: carving sets canaries too
   if (free_n < 0) return broken("page free list holds a stray block or a cycle", pg);
   long local_n = list_length(pg, pg->local_free, true);
   if (local_n < 0) return broken("page local_free list holds a stray, unmarked or cyclic block", pg);
@@ -51,7 +51,8 @@ bool segment_is_valid(const segment* seg) noexcept {
   for (size_t idx = 1; idx < slices_per_segment;) {
     const page* pg = &seg->pages[idx];
     if (!(flags_of(pg) & page_flag::in_use)) {
-      if (!is_free(idx)) return broken("segment slice neither free nor in a span", slice_address(s, idx));
+      bool guard = secure && idx == slices_per_segment - 1;  // the hardened build's guard slice
+      if (!is_free(idx) && !guard) return broken("segment slice neither free nor in a span", slice_address(s, idx));
       if (page_map_ready() && page_lookup(slice_address(s, idx)) != nullptr)
         return broken("page map names a page for a free slice", slice_address(s, idx));
       ++idx;

@@ -338,9 +338,9 @@ void remote_free_batched(heap* h, page* pg, block* b) noexcept {
     if (r.pg != nullptr) remote_flush_slot(r);
     r.pg = pg;
     r.tail = b;
-    b->next = nullptr;
+    link_set(pg, b, nullptr);
   } else {
-    b->next = r.head;
+    link_set(pg, b, r.head);
   }
   r.head = b;
   h->remote_pending += pg->block_size;

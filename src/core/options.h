@@ -7,6 +7,10 @@
 #include <cstddef>
 #include <cstdint>
 
+#ifndef STRATA_SECURE
+#define STRATA_SECURE 0
+#endif
+
 namespace strata {
 
 // X(name, ENV_SUFFIX, kind, default, min, max, help)
@@ -22,7 +26,7 @@ namespace strata {
   X(huge_pages, HUGE_PAGES, flag, 0, 0, 1,                                                        \
     "back huge blocks (over 4 MiB) with transparent huge pages where the kernel allows")  \
   X(segment_cache, SEGMENT_CACHE, integer, 4, 0, 1024, "empty 32 MiB segments kept mapped for reuse")     \
-  X(abort_on_error, ABORT_ON_ERROR, flag, 0, 0, 1,                                                 \
+  X(abort_on_error, ABORT_ON_ERROR, flag, STRATA_SECURE, 0, 1,                                     \
     "abort on an invalid or double free instead of reporting it and going on")                    \
   X(numa, NUMA, text, 0, 0, 0, "NUMA placement of strata's memory")
 

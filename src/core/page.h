@@ -6,11 +6,29 @@
 
 namespace strata::detail {
 
+// The hardened build found a free list corrupted at a pop: reports and aborts.
+[[noreturn]] void page_corrupted(const page* pg, const block* b) noexcept;
+
+// Is next (a link just decoded) a block start of pg, or the list's end?
+inline bool link_is_valid(const page* pg, const block* next) noexcept {
+  if (next == nullptr) return true;
+  auto offset = static_cast<uint64_t>(reinterpret_cast<const uint8_t*>(next) - pg->start);
+  return offset < uint64_t{pg->capacity} * pg->block_size && is_carved_block_start(pg, offset);
+}
+
 // Pops the first free block of pg, or returns nullptr.
 inline block* page_pop_fast(page* pg) noexcept {
   block* b = pg->free;
   if (STRATA_LIKELY(b != nullptr)) {
-    pg->free = b->next;
+    block* next = link_get(pg, b);
+    // Hardened: the block must still carry its free canary (a use-after-free write clobbers
+    // it) and its link must lead into the page (an overwritten link decodes to garbage).
+    if constexpr (secure)
+      if (STRATA_UNLIKELY(b->canary != canary_of(b) || !link_is_valid(pg, next))) page_corrupted(pg, b);
+    pg->free = next;
+    // Hardened: the encoded link goes too, so that the block's bytes never show a link (from
+    // which its key could be worked out), and a clean page's block stays zero for calloc.
+    if constexpr (secure) b->next = nullptr;
     b->canary = 0;
     pg->used++;
   }
@@ -22,7 +40,7 @@ inline block* page_pop_fast(page* pg) noexcept {
 inline void page_push_local(page* pg, block* b) noexcept {
   STRATA_ASSERT_INTERNAL(pg->used > 0);
   b->canary = canary_of(b);  // first: free's fast path has just read g_secret for its test
-  b->next = pg->local_free;
+  link_set(pg, b, pg->local_free);
   pg->local_free = b;
 }
 

@@ -294,6 +294,15 @@ void segment_reset_header(segment* seg) noexcept {
   seg->purge_due_ms = 0;
   for (size_t w = 0; w < bitmap_words; ++w) seg->free_bits[w] = ~uint64_t{0};
   seg->free_bits[0] &= ~uint64_t{1};  // slice 0 holds this header
+  if constexpr (secure) seg->free_bits[bitmap_words - 1] &= ~(uint64_t{1} << 63);  // the guard slice
+}
+
+// Hardened build: the OS page below slice 1 (the header's unused tail) and, for a segment, its
+// last slice become guard pages: an underflow from the first block, or an overflow past the
+// last, faults instead of reaching strata's metadata or the next mapping.
+static_assert(!secure || sizeof(segment) <= slice_size - 4096, "the header leaves room for a guard page");
+void guard_header(segment* seg) noexcept {
+  if constexpr (secure) os::protect_none(reinterpret_cast<uint8_t*>(seg) + slice_size - os::page_size(), os::page_size());
 }
 
 }  // namespace
@@ -338,6 +347,8 @@ segment* segment_new(heap* h, bool warm_only) noexcept {
     if (seg == nullptr) return nullptr;
     numa_place(seg, segment_size);
     segment_reset_header(seg);
+    guard_header(seg);
+    if constexpr (secure) os::protect_none(slice_address(seg, slices_per_segment - 1), slice_size);
     bits_assign(seg->dirty_bits, 0, 1, true);
     os::commit_add(static_cast<int64_t>(slice_size));
     map_mark(seg, segment_size, true);
@@ -681,10 +692,13 @@ int64_t huge_cache_ms() noexcept {
 }
 
 // The mapping [seg, seg + bytes) holds one huge block at `offset` of `usable` bytes.
+// Hardened build: the mapping's last OS page is a guard page after the block.
+inline size_t huge_guard() noexcept { return secure ? os::page_size() : 0; }
+
 void huge_set(segment* seg, size_t offset, size_t bytes) noexcept {
   seg->kind = segment_kind::huge;
   seg->mapped_size = bytes;
-  seg->huge_size = bytes - offset;
+  seg->huge_size = bytes - offset - huge_guard();
   seg->pages[0].start = reinterpret_cast<uint8_t*>(seg) + offset;
   seg->owner.store(nullptr, std::memory_order_relaxed);
 }
@@ -736,6 +750,7 @@ void huge_unmap_list(segment* seg) noexcept {
 segment* huge_resize(segment* seg, size_t bytes) noexcept {
   size_t old = seg->mapped_size;
   if (bytes == old) return seg;
+  if constexpr (secure) return nullptr;  // guard pages split the mapping: mremap cannot move it
   size_t align = huge_offset(seg) > segment_size ? huge_offset(seg) : segment_size;
   void* moved = os::remap_aligned(seg, old, bytes, align);
   if (moved == nullptr) return nullptr;
@@ -793,7 +808,7 @@ void* huge_alloc(size_t size, size_t alignment, size_t* dirty) noexcept {
   if (size == 0) size = min_block;  // the block must lie inside its mapping
   if (offset < slice_size || size > SIZE_MAX / 2 - offset) return errno = ENOMEM, nullptr;
   if (align <= 64) offset += next_colour();  // as a one-block page's block (size_class.h)
-  size_t total = round_up(offset + size, ps);
+  size_t total = round_up(offset + size, ps) + huge_guard();
   size_t resident = 0;
   segment* seg = huge_cache_ms() > 0 ? huge_cache_take(offset, total, &resident) : nullptr;
   if (seg == nullptr) {
@@ -812,6 +827,10 @@ void* huge_alloc(size_t size, size_t alignment, size_t* dirty) noexcept {
     // "madvise") a fault can stall: bigbuf took 0.27-1.11 s with them, 0.51-0.54 s without.
     // The whole mapping (header too): mremap needs it to stay one VMA.
     if (options::get(option::huge_pages)) os::advise_huge_pages(seg, total);
+    if constexpr (secure) {
+      guard_header(seg);
+      os::protect_none(reinterpret_cast<uint8_t*>(seg) + total - huge_guard(), huge_guard());
+    }
     os::commit_add(static_cast<int64_t>(total));
     live_segments.fetch_add(1, std::memory_order_relaxed);
     huge_set(seg, offset, total);

@@ -43,6 +43,11 @@
 #define STRATA_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define STRATA_NOINLINE __attribute__((noinline))
 #define STRATA_EXPORT extern "C" __attribute__((visibility("default")))
+// The hardened build (libstrata-secure.so, docs/security.md): encoded free-list links checked at
+// every pop, canaries on every free block, shuffled carving, guard pages, abort on errors.
+#ifndef STRATA_SECURE
+#define STRATA_SECURE 0
+#endif
 // For the declarations of strata's own globals: without it -fvisibility=hidden does not apply
 // to an extern declaration and every access goes through the GOT (one more instruction).
 #define STRATA_HIDDEN __attribute__((visibility("hidden")))
@@ -55,6 +60,7 @@ constexpr size_t slice_shift = 16;
 constexpr size_t slice_size = size_t{1} << slice_shift;  // 64 KiB
 constexpr size_t slices_per_segment = segment_size / slice_size;  // 512; slice 0 is the header
 constexpr size_t bitmap_words = slices_per_segment / 64;
+constexpr bool secure = STRATA_SECURE != 0;
 
 struct block {
   block* next;
@@ -124,7 +130,9 @@ struct segment {
 };
 static_assert(sizeof(segment) <= slice_size, "the segment header must fit in slice 0");
 
-constexpr size_t usable_slices = slices_per_segment - 1;
+// The hardened build keeps a segment's last slice as a guard (never mapped readable), so that an
+// overflow off the end of the last span faults instead of running into the next mapping.
+constexpr size_t usable_slices = slices_per_segment - 1 - (secure ? 1 : 0);
 
 inline segment* segment_of(const void* p) noexcept {
   return reinterpret_cast<segment*>(reinterpret_cast<uintptr_t>(p) & ~(segment_size - 1));
@@ -300,5 +308,23 @@ inline uintptr_t owner_tid_of(const heap* h, const page* pg) noexcept {
 }
 
 inline uintptr_t canary_of(const block* b) noexcept { return reinterpret_cast<uintptr_t>(b) ^ g_secret; }
+
+// A free block's link to the next, as stored in the block: in the hardened build encoded with a
+// key of the process secret and the page, so that an overflow or a use-after-free write cannot
+// plant an address of the attacker's choice (it decodes to garbage, caught at the pop); the
+// plain build stores it as is.  The lists' heads live in the page (out of line) and are plain.
+inline uintptr_t link_key(const page* pg) noexcept {
+  return g_secret ^ (reinterpret_cast<uintptr_t>(pg) * 0x9E3779B97F4A7C15ull);
+}
+inline block* link_get(const page* pg, const block* b) noexcept {
+  if constexpr (secure) return reinterpret_cast<block*>(reinterpret_cast<uintptr_t>(b->next) ^ link_key(pg));
+  return b->next;
+}
+inline void link_set(const page* pg, block* b, block* next) noexcept {
+  if constexpr (secure)
+    b->next = reinterpret_cast<block*>(reinterpret_cast<uintptr_t>(next) ^ link_key(pg));
+  else
+    b->next = next;
+}
 
 }  // namespace strata::detail

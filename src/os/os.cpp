@@ -23,6 +23,8 @@ size_t page_size() noexcept {
   return v;
 }
 
+bool protect_none(void* p, size_t size) noexcept { return mprotect(p, size, PROT_NONE) == 0; }
+
 void commit_add(int64_t bytes) noexcept {
   int64_t now = stats.committed.fetch_add(bytes, std::memory_order_relaxed) + bytes;
   int64_t peak = stats.committed_peak.load(std::memory_order_relaxed);

@@ -26,6 +26,8 @@ void purge(void* p, size_t size) noexcept;
 // Asks the kernel to back [p, p+size) with transparent huge pages where it can (MADV_HUGEPAGE):
 // one fault per 2 MiB instead of 512.  Returns false where the kernel refuses (no THP).
 bool advise_huge_pages(void* p, size_t size) noexcept;
+// Makes [p, p+size) inaccessible (PROT_NONE): a guard page.  False when the kernel refuses.
+bool protect_none(void* p, size_t size) noexcept;
 size_t page_size() noexcept;
 // Milliseconds of a coarse monotonic clock (cheap: vDSO).
 int64_t now_ms() noexcept;

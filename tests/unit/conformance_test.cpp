@@ -18,6 +18,17 @@
 #include "core/options.h"
 #include "strata/strata.h"
 
+#if STRATA_TEST_SECURE
+// The hardened build aborts at a bad free by default; these tests check that one is reported
+// and ignored, as STRATA_ABORT_ON_ERROR=0 still asks of it.
+namespace {
+const bool bad_frees_reported = [] {
+  strata::options::set(strata::option::abort_on_error, 0);
+  return true;
+}();
+}  // namespace
+#endif
+
 #if STRATA_TEST_API
 #define T_MALLOC strata_malloc
 #define T_FREE strata_free

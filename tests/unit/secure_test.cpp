@@ -1,0 +1,146 @@
+// Issue 13: the hardened build (libstrata-secure, STRATA_SECURE=1) under attack, through the
+// strata_* API of strata_secure_api.  Each attack runs in a child (death tests): a hardened
+// allocator's answer to a corrupted heap is to stop the program.
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <cstdint>
+#include <cstring>
+#include <unistd.h>
+#include <vector>
+
+#include "strata/strata.h"
+
+namespace {
+
+constexpr size_t segment_size = size_t{32} << 20;
+constexpr size_t slice_size = size_t{64} << 10;
+
+void* opaque(void* p) {
+  asm volatile("" : "+r"(p));
+  return p;
+}
+
+// Two live blocks of `size`, b right after a in memory (carving order is random, so search).
+struct neighbours {
+  char* a;
+  char* b;
+  std::vector<void*> others;
+};
+neighbours adjacent_pair(size_t size) {
+  neighbours n{};
+  std::vector<void*> all;
+  for (int i = 0; i < 4096 && n.a == nullptr; ++i) {
+    auto* p = static_cast<char*>(strata_malloc(size));
+    for (void* q : all) {
+      if (static_cast<char*>(q) + size == p) n = {static_cast<char*>(q), p, {}};
+      if (p + size == q) n = {p, static_cast<char*>(q), {}};
+      if (n.a) break;
+    }
+    all.push_back(p);
+  }
+  for (void* p : all)
+    if (p != n.a && p != n.b) n.others.push_back(p);
+  return n;
+}
+
+class SecureDeathTest : public testing::Test {
+ protected:
+  void SetUp() override { GTEST_FLAG_SET(death_test_style, "threadsafe"); }
+};
+
+// A heap overflow from a live block into its free neighbour plants an address of the attacker's
+// choice as the neighbour's free-list link.  Unhardened, the allocation after the neighbour's is
+// that address; hardened, the link decodes to garbage and the pop aborts.
+TEST_F(SecureDeathTest, OverflowIntoAFreeNeighbourCannotRedirectAllocations) {
+  EXPECT_DEATH(
+      {
+        neighbours n = adjacent_pair(64);
+        if (n.a == nullptr) _exit(2);
+        static char target[64];
+        strata_free(n.b);
+        void* forged = target;
+        std::memcpy(n.a + 64, &forged, sizeof forged);  // 8 bytes past a: b's link
+        for (int i = 0; i < 100000; ++i)
+          if (strata_malloc(64) == target) _exit(3);  // the attack worked
+      },
+      "free list of the page at .* corrupted");
+}
+
+// A write into a freed block (use after free) clobbers its canary: caught when the block comes
+// back off the free list.
+TEST_F(SecureDeathTest, UseAfterFreeWriteIsCaughtOnReuse) {
+  EXPECT_DEATH(
+      {
+        auto* a = static_cast<char*>(strata_malloc(96));
+        strata_free(a);
+        std::memset(opaque(a), 0x41, 16);
+        for (int i = 0; i < 100000; ++i) strata_malloc(96);
+      },
+      "corrupted");
+}
+
+// A double free after other allocations and frees in between: the block still carries its free
+// canary, and the hardened build aborts by default (STRATA_ABORT_ON_ERROR defaults to 1).
+TEST_F(SecureDeathTest, DoubleFreeAfterInterveningAllocationsAborts) {
+  EXPECT_DEATH(
+      {
+        void* a = strata_malloc(80);
+        strata_free(a);
+        void* x = strata_malloc(200);
+        void* y = strata_malloc(32);
+        strata_free(y);
+        strata_free(opaque(a));
+        strata_free(x);
+      },
+      "double free .*aborting");
+}
+
+// A write one byte past a huge block's usable end lands on the guard page after it.
+TEST_F(SecureDeathTest, WritePastAHugeBlockFaults) {
+  EXPECT_EXIT(
+      {
+        auto* p = static_cast<char*>(strata_malloc(5 << 20));
+        size_t usable = strata_usable_size(p);
+        static_cast<volatile char*>(p)[usable - 1] = 1;  // the last byte is the block's
+        static_cast<volatile char*>(p)[usable] = 1;
+        _exit(0);
+      },
+      testing::KilledBySignal(SIGSEGV), "");
+}
+
+// The OS page below a segment's first slice (the header's tail) and the segment's last slice
+// are guard pages: a block's underflow cannot reach strata's metadata, nor an overflow the next
+// mapping.
+TEST_F(SecureDeathTest, SegmentHeaderTailIsAGuardPage) {
+  EXPECT_EXIT(
+      {
+        auto base = reinterpret_cast<uintptr_t>(strata_malloc(64)) & ~(segment_size - 1);
+        reinterpret_cast<volatile char*>(base + slice_size - 1)[0] = 1;
+        _exit(0);
+      },
+      testing::KilledBySignal(SIGSEGV), "");
+}
+
+TEST_F(SecureDeathTest, SegmentLastSliceIsAGuard) {
+  EXPECT_EXIT(
+      {
+        auto base = reinterpret_cast<uintptr_t>(strata_malloc(64)) & ~(segment_size - 1);
+        reinterpret_cast<volatile char*>(base + segment_size - slice_size)[0] = 1;
+        _exit(0);
+      },
+      testing::KilledBySignal(SIGSEGV), "");
+}
+
+// Blocks of a fresh page come out in an order an attacker cannot predict: not address order.
+TEST(Secure, AFreshPageHandsOutBlocksInARandomOrder) {
+  std::vector<uintptr_t> got;
+  for (int i = 0; i < 128; ++i) got.push_back(reinterpret_cast<uintptr_t>(strata_malloc(176)));
+  int ascending = 0;
+  for (size_t i = 1; i < got.size(); ++i) ascending += got[i] == got[i - 1] + 176;
+  EXPECT_LT(ascending, 32) << "consecutive allocations were neighbours in memory " << ascending << " times of 127";
+  for (uintptr_t p : got) strata_free(reinterpret_cast<void*>(p));
+  EXPECT_TRUE(strata_heap_check());
+}
+
+}  // namespace
