@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <pthread.h>
+#include <sched.h>
+#include <signal.h>
 
 #include "os/file.h"
 #include "strata/strata.h"
@@ -23,18 +25,29 @@ bool active = false;
 
 namespace {
 
-// One thread's events, in a mapping of buffer_bytes: this header, then the event words.
+// One thread's events: this header, then two areas of area_words words each.  The thread fills
+// one while a writer thread writes the other (at most one area of a thread waits for the writer,
+// so a thread's chunks reach the file in its order).
 struct buffer {
   buffer* next;          // the registry of every thread's buffer
+  buffer* next_queued;   // the writer's queue
   uint64_t* cursor;      // the next free word
   uint64_t* end;
+  uint64_t* area[2];
+  int current;             // the area the thread fills
+  std::atomic<bool> queued;  // the other area waits for the writer
+  chunk_header queued_header;
+  const uint64_t* queued_words;
   uint64_t base_cycles;  // the cycle counter before the first event of the current chunk
   uint32_t thread, os_tid;
   uint32_t countdown;    // events until the next op_time
 
-  uint64_t* words() noexcept { return reinterpret_cast<uint64_t*>(this + 1); }
+  uint64_t* words() noexcept { return area[current]; }
 };
-constexpr size_t buffer_bytes = size_t{1} << 20;
+constexpr size_t area_words = (size_t{1} << 20) / 8;
+constexpr size_t header_bytes = 4096;
+constexpr size_t buffer_bytes = header_bytes + 2 * area_words * 8;
+static_assert(sizeof(buffer) <= header_bytes);
 constexpr size_t path_max = 4096;
 // The cycle counter costs about 10 ns (rdtsc, 2-core EPYC VM): it is read after every
 // sample_every-th event of a thread, not at every event (format.h: how events get their times).
@@ -50,6 +63,14 @@ std::atomic_flag registry_lock = ATOMIC_FLAG_INIT;
 buffer* registry = nullptr;
 std::atomic<uint32_t> next_thread{0};
 
+// The writer thread and its queue of areas to write (pthread mutex and condition variable: no
+// allocation).  Without it (it could not start, a forked child, after exit) threads write their
+// chunks themselves.
+pthread_mutex_t queue_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_cond_t queue_ready = PTHREAD_COND_INITIALIZER;
+buffer *queue_head = nullptr, *queue_tail = nullptr;
+std::atomic<bool> writer_running{false};
+
 void lock() noexcept {
   while (registry_lock.test_and_set(std::memory_order_acquire)) {
   }
@@ -63,19 +84,71 @@ void stop(const char* why) noexcept {
   os::print_error(": recording stopped (the trace ends at its last written chunk)\n");
 }
 
-// Writes the events of b up to `upto` as one chunk.
-void write_chunk(buffer* b, uint64_t* upto, uint32_t flags) noexcept {
-  uint64_t n = static_cast<uint64_t>(upto - b->words());
-  chunk_header h{chunk_magic, b->thread, static_cast<uint32_t>(n), flags, b->base_cycles,
-                 cycles_now(), os::now_ns(), b->os_tid, checksum(b->words(), n)};
-  if (fd >= 0 && !os::file_write2(fd, &h, sizeof h, b->words(), n * 8)) stop(strerror(errno));
+void write_words(chunk_header h, const uint64_t* words) noexcept {
+  h.checksum = checksum(words, h.words);
+  if (fd >= 0 && !os::file_write2(fd, &h, sizeof h, words, size_t{h.words} * 8)) stop(strerror(errno));
 }
 
-// The owner's flush: the chunk goes out and the buffer starts again.
-void flush(buffer* b, uint32_t flags) noexcept {
-  write_chunk(b, b->cursor, flags);
+chunk_header header_of(buffer* b, uint64_t* upto, uint32_t flags) noexcept {
+  return {chunk_magic, b->thread, static_cast<uint32_t>(upto - b->words()), flags, b->base_cycles,
+          cycles_now(), os::now_ns(), b->os_tid, 0};
+}
+
+// Writes the events of b up to `upto` as one chunk, from the calling thread.
+void write_chunk(buffer* b, uint64_t* upto, uint32_t flags) noexcept { write_words(header_of(b, upto, flags), b->words()); }
+
+void wait_queued(buffer* b) noexcept {
+  while (b->queued.load(std::memory_order_acquire)) sched_yield();
+}
+
+// The owner's flush: the chunk goes to the writer (or out, `now` or without one) and the
+// thread goes on in its other area.
+void flush(buffer* b, uint32_t flags, bool now = false) noexcept {
+  wait_queued(b);
+  if (!now && writer_running.load(std::memory_order_relaxed)) {
+    b->queued_header = header_of(b, b->cursor, flags);
+    b->queued_words = b->words();
+    b->queued.store(true, std::memory_order_release);
+    pthread_mutex_lock(&queue_lock);
+    b->next_queued = nullptr;
+    (queue_tail ? queue_tail->next_queued : queue_head) = b;
+    queue_tail = b;
+    pthread_cond_signal(&queue_ready);
+    pthread_mutex_unlock(&queue_lock);
+    b->current ^= 1;
+  } else {
+    write_chunk(b, b->cursor, flags);
+  }
   b->cursor = b->words();
+  b->end = b->cursor + area_words;
   b->base_cycles = cycles_now();
+}
+
+void* writer_main(void*) noexcept {
+  for (;;) {
+    pthread_mutex_lock(&queue_lock);
+    while (queue_head == nullptr) pthread_cond_wait(&queue_ready, &queue_lock);
+    buffer* b = queue_head;
+    queue_head = b->next_queued;
+    if (queue_head == nullptr) queue_tail = nullptr;
+    pthread_mutex_unlock(&queue_lock);
+    write_words(b->queued_header, b->queued_words);
+    b->queued.store(false, std::memory_order_release);
+  }
+  return nullptr;
+}
+
+void start_writer() noexcept {
+  // Signals go to the program's threads, never to the writer.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_t t;
+  if (pthread_create(&t, nullptr, writer_main, nullptr) == 0) {
+    pthread_detach(t);
+    writer_running.store(true, std::memory_order_relaxed);
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }
 
 bool write_file_header(uint32_t parent) noexcept {
@@ -118,7 +191,9 @@ bool write_file_header(uint32_t parent) noexcept {
 }
 
 void reset(buffer* b) noexcept {
+  b->queued.store(false, std::memory_order_relaxed);
   b->cursor = b->words();
+  b->end = b->cursor + area_words;
   b->base_cycles = cycles_now();
   b->countdown = sample_every;
 }
@@ -129,7 +204,8 @@ __attribute__((noinline)) buffer* new_buffer() noexcept {
     stop("no memory for a thread's buffer");
     return nullptr;
   }
-  b->end = reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(b) + buffer_bytes);
+  b->area[0] = reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(b) + header_bytes);
+  b->area[1] = b->area[0] + area_words;
   b->thread = next_thread.fetch_add(1, std::memory_order_relaxed);
   b->os_tid = os::thread_os_id();
   reset(b);
@@ -183,21 +259,22 @@ unsigned log2_of(size_t alignment) noexcept {
 void on_thread_exit(void* arg) noexcept {
   auto* b = static_cast<buffer*>(arg);
   if (b->cursor == b->words()) return;
-  flush(b, chunk_thread_exit);
-  size_t page = 4096;
-  os::discard_plain(reinterpret_cast<char*>(b) + page, buffer_bytes - page);
+  flush(b, chunk_thread_exit, true);
+  os::discard_plain(reinterpret_cast<char*>(b) + header_bytes, buffer_bytes - header_bytes);
   pthread_setspecific(key, b);
 }
 
 void at_exit() noexcept {
   if (!active || fd < 0) return;
   active = false;
+  writer_running.store(false, std::memory_order_relaxed);
   // Other threads may still be running: their chunks are written from a snapshot of their
-  // cursors, and their buffers are left as they are.
+  // cursors, and their buffers are left as they are.  Each waits for its area at the writer.
   lock();
   for (buffer* b = registry; b; b = b->next) {
+    wait_queued(b);
     if (b == tl_buffer) {
-      flush(b, 0);
+      flush(b, 0, true);
     } else {
       uint64_t* upto = __atomic_load_n(&b->cursor, __ATOMIC_ACQUIRE);
       if (upto != b->words()) write_chunk(b, upto, 0);
@@ -212,14 +289,24 @@ void at_exit() noexcept {
   fd = -1;
 }
 
-void before_fork() noexcept { lock(); }
-void after_fork_parent() noexcept { unlock(); }
+void before_fork() noexcept {
+  lock();
+  pthread_mutex_lock(&queue_lock);
+}
+void after_fork_parent() noexcept {
+  pthread_mutex_unlock(&queue_lock);
+  unlock();
+}
 // The child: a new trace (%p) holding only the forking thread, whose buffer's events are the
 // parent's to write; or, without %p, no recording (the parent's file is the parent's).
 void after_fork_child() noexcept {
   buffer* mine = tl_buffer;
   buffer* others = registry;
   registry = nullptr;
+  // No writer here: the child's threads write their own chunks.
+  queue_head = queue_tail = nullptr;
+  writer_running.store(false, std::memory_order_relaxed);
+  pthread_mutex_unlock(&queue_lock);
   unlock();
   if (!active) return;
   os::file_close(fd);
@@ -259,6 +346,7 @@ __attribute__((constructor(102))) void init_at_load() noexcept {
   if (!write_file_header(0)) return;
   pthread_atfork(before_fork, after_fork_parent, after_fork_child);
   atexit(at_exit);
+  start_writer();
   active = true;
 }
 
