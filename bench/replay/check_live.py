@@ -94,11 +94,13 @@ def check_live(which):
 def overhead(which, rounds):
     cmd, stdin, extra = command(which)
     got = {"off": [], "on": []}
+    walls = {"off": [], "on": []}
     for _ in range(rounds):
         for mode in got:
             t0, s0 = time.time(), [int(x) for x in open("/proc/stat").readline().split()[1:]]
             got[mode].append(run(which, cmd, stdin, extra, STRATA, str(WORK / "ov.%p") if mode == "on" else None)[1])
             s1, wall = [int(x) for x in open("/proc/stat").readline().split()[1:]], time.time() - t0
+            walls[mode].append(wall)
             for f in glob.glob(str(WORK / "ov.*")):
                 os.unlink(f)
             print(f"{which} {mode}: {got[mode][-1]:.4g} (machine busy {sum(s1[i] - s0[i] for i in (0, 1, 2, 5, 6)) / 100 / (os.cpu_count() * wall):.2f}, "
@@ -106,7 +108,9 @@ def overhead(which, rounds):
     unit = "req/s" if which == "redis" else "CPU s"
     for mode, v in got.items():
         print(f"{which} {mode}: median {st.median(v):.4g} {unit} of {v}")
-    print(f"{which}: on/off {st.median(got['on']) / st.median(got['off']):.3f}")
+    print(f"{which}: on/off {st.median(got['on']) / st.median(got['off']):.3f}; wall time (launcher "
+          f"included) {st.median(walls['off']):.4f} -> {st.median(walls['on']):.4f} s, on/off "
+          f"{st.median(walls['on']) / st.median(walls['off']):.3f}")
 
 
 if __name__ == "__main__":
