@@ -13,7 +13,7 @@ import tempfile
 
 class Checker:
     def __init__(self, lib, timeout=240):
-        self.lib = lib
+        self.lib = os.path.abspath(lib)  # runs may change directory
         self.timeout = timeout
         self.passed = []
         self.failed = []
