@@ -15,6 +15,9 @@ namespace strata::detail {
 
 STRATA_NOINLINE void* malloc_huge(size_t size, size_t alignment) noexcept {
   global_init();
+  // What other threads freed of this thread's counts as free before new memory is mapped
+  // (huge_alloc gives back free memory first when it maps).
+  if (heap* h = tl_heap; h != &empty_heap) collect_remote_all(h);
   return huge_alloc(size, alignment);
 }
 

@@ -222,11 +222,16 @@ void collect_remote_hinted(heap* h, size_t cls) noexcept {
 // another and moves on to other sizes would otherwise keep those pages (and their memory,
 // neither reused nor purged) until it allocates their class again (issue 13's phases program
 // under a memory limit: 1.2 GB committed for 161 MB live).
+}  // namespace
+
 void collect_remote_all(heap* h) noexcept {
+  if (!h->remote_any.load(std::memory_order_relaxed) || !h->remote_any.exchange(0, std::memory_order_acq_rel)) return;
   for (size_t c = 0; c < size_class_count; ++c)
     if (h->remote_hint[c].load(std::memory_order_relaxed) && h->remote_hint[c].exchange(0, std::memory_order_acq_rel))
       collect_remote_hinted(h, c);
 }
+
+namespace {
 
 void* heap_alloc_slow(heap* h, size_t cls) noexcept {
   // Frees this thread made into other threads' pages reach them before it takes new memory.
@@ -316,7 +321,7 @@ void heap_abandon(heap* h) noexcept {
   h->remote_frees.v.store(0, std::memory_order_relaxed);
   h->purge_due_ms = 0;
   lock_guard g(registry_lock);
-  h->alive = false;
+  h->alive.store(false, std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -395,7 +400,7 @@ heap* heap_acquire(uintptr_t tid) noexcept {
   lock_guard g(registry_lock);
   heap* h = nullptr;
   for (heap* r = registry; r; r = r->next_in_registry) {
-    if (!r->alive) {
+    if (!r->alive.load(std::memory_order_relaxed)) {
       h = r;
       break;
     }
@@ -412,7 +417,7 @@ heap* heap_acquire(uintptr_t tid) noexcept {
     registry = fresh;
     h = fresh;
   }
-  h->alive = true;
+  h->alive.store(true, std::memory_order_relaxed);
   h->tid = tid;
   return h;
 }
@@ -505,7 +510,7 @@ void heap_locks_release(bool in_child) noexcept {
   // Only the forking thread lives on in the child: the other threads' heaps are abandoned so
   // their segments can be reclaimed (the orphan heap stays: it belongs to no thread).
   for (heap* h = registry; h; h = h->next_in_registry) {
-    if (h->alive && h != tl_heap && h != orphan_heap) heap_abandon(h);
+    if (h->alive.load(std::memory_order_relaxed) && h != tl_heap && h != orphan_heap) heap_abandon(h);
   }
 }
 

@@ -12,6 +12,9 @@ void page_local_event(heap* h, page* pg) noexcept;
 void remote_free_batched(heap* h, page* pg, block* b) noexcept;
 // Pushes every pending remote free of h.
 void remote_flush(heap* h) noexcept;
+// Collects the remote frees into every class of h's (pages emptied give their spans back):
+// before h takes new memory, so that what other threads freed of h's serves first.
+void collect_remote_all(heap* h) noexcept;
 // The calling thread's heap, creating it if needed (nullptr when out of memory).
 heap* heap_get_or_create() noexcept;
 // Gives back what h does not use (strata_collect): collects the frees of every page, gives the

@@ -26,7 +26,7 @@ void stats_sum(strata_stats_t* out, uint64_t* class_allocs, uint64_t* class_free
     frees[c] = g_retired.free_count[c].load(std::memory_order_relaxed);
   }
   for (heap* h = heap_registry_first(); h; h = h->next_in_registry) {
-    if (h->alive) out->threads++;
+    if (h->alive.load(std::memory_order_relaxed)) out->threads++;
     for (size_t i = 0; i < small_slots; ++i) allocs[small_classes.cls[i]] += h->alloc_small[i].get();
     for (size_t c = 0; c < size_class_count; ++c) {
       allocs[c] += h->alloc_count[c].get();

@@ -281,6 +281,7 @@ struct heap {
   page_list queue[size_class_count];        // pages with (possibly) free blocks; direct is first
   page_list full[size_class_count];         // pages found full
   std::atomic<uint8_t> remote_hint[size_class_count];  // a remote free hit this class
+  std::atomic<uint8_t> remote_any;          // some remote_hint was set since collect_remote_all
   page* spare[size_class_count] = {};       // an empty page kept for reuse (page_local_event)
   remote_batch remote[remote_batch_slots] = {};  // frees into other heaps' pages, not yet pushed
   size_t remote_pending = 0;                // bytes in `remote`
@@ -289,7 +290,7 @@ struct heap {
   segment* segments = nullptr;              // owned segments (normal kind)
   heap* next_in_registry = nullptr;
   uintptr_t tid = 0;                        // thread_id() of the thread using it
-  bool alive = false;
+  std::atomic<bool> alive{false};          // written under the registry lock, read by statistics without it
   int64_t purge_due_ms = 0;
   // statistics (this thread's view; remote frees counted by the freeing thread)
   counter alloc_count[size_class_count];    // requests above small_table_max
