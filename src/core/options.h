@@ -28,7 +28,8 @@ namespace strata {
   X(segment_cache, SEGMENT_CACHE, integer, 4, 0, 1024, "empty 32 MiB segments kept mapped for reuse")     \
   X(abort_on_error, ABORT_ON_ERROR, flag, STRATA_SECURE, 0, 1,                                     \
     "abort on an invalid or double free instead of reporting it and going on")                    \
-  X(numa, NUMA, text, 0, 0, 0, "NUMA placement of strata's memory")
+  X(numa, NUMA, text, 0, 0, 0, "NUMA placement of strata's memory")                               \
+  X(trace, TRACE, text, 0, 0, 0, "record every allocation event of the program to this file")
 
 enum class option : int {
 #define STRATA_X(name, env, kind, def, lo, hi, help) name,
