@@ -6,6 +6,7 @@
 #   P/lib/cmake/strata/                 find_package(strata): strata::strata (shared, replaces
 #                                       malloc), strata::static, strata::api, strata::pool, strata::gpu
 #   P/lib/pkgconfig/strata.pc           pkg-config --cflags --libs strata (the shared library)
+#   P/lib/libstrata-secure.so           the hardened build (docs/security.md), preloaded the same way
 #   P/lib/libstrata_torch.so, P/lib/strata/python/strata_gpu   the PyTorch/CuPy plug-in
 # (lib is CMAKE_INSTALL_LIBDIR: lib/<multiarch> when configured with CMAKE_INSTALL_PREFIX=/usr on
 # Debian.)  The sanitizer builds have no override libraries and install the rest.
@@ -47,6 +48,11 @@ install(TARGETS ${strata_install_targets} EXPORT strataTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/strata DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
         COMPONENT dev)
+# The hardened preload library (docs/security.md), beside the plain one.
+if(TARGET strata_secure_shared)
+  install(TARGETS strata_secure_shared LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime)
+endif()
+
 # The PyTorch/CuPy plug-in (docs/gpu.md): the library torch loads, and the Python module over it,
 # which finds the library two levels up (<libdir>/strata/python/strata_gpu).
 if(TARGET strata_torch)

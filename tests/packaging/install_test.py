@@ -28,7 +28,7 @@ def main():
         for rel in ["include/strata/strata.h", "include/strata/pool.h", "include/strata/gpu/gpu.hpp",
                     "lib/libstrata.a", "lib/libstrata_api.a", "lib/libstrata_pool.a", "lib/libstrata_gpu.a",
                     "lib/cmake/strata/strataConfig.cmake", "lib/cmake/strata/strataConfigVersion.cmake",
-                    "lib/pkgconfig/strata.pc", "lib/libstrata_torch.so",
+                    "lib/pkgconfig/strata.pc", "lib/libstrata_torch.so", "lib/libstrata-secure.so",
                     "lib/strata/python/strata_gpu/__init__.py"]:
             f.check(f"installed {rel}", (prefix / rel).exists())
         found = subprocess.run(
