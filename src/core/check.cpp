@@ -1,6 +1,7 @@
 // Invariant checkers (check.h).
 #include "core/check.h"
 
+#include "core/page.h"
 #include "core/report.h"
 #include "strata/strata.h"
 
@@ -17,8 +18,7 @@ bool broken(const char* what, const void* where) noexcept {
 long list_length(const page* pg, const block* b, bool freed) noexcept {
   long n = 0;
   for (; b != nullptr; b = link_get(pg, b)) {
-    auto offset = static_cast<uint64_t>(reinterpret_cast<const uint8_t*>(b) - pg->start);
-    if (reinterpret_cast<const uint8_t*>(b) < pg->start || !is_carved_block_start(pg, offset)) return -1;
+    if (!link_is_valid(pg, b)) return -1;
     if (freed && b->canary != canary_of(b)) return -1;
     if (++n > pg->capacity) return -1;
   }

@@ -220,12 +220,12 @@ void collect_remote_hinted(heap* h, size_t cls) noexcept {
   }
 }
 
+}  // namespace
+
 // Remote frees into the classes h no longer allocates from: a thread that hands its blocks to
 // another and moves on to other sizes would otherwise keep those pages (and their memory,
 // neither reused nor purged) until it allocates their class again (issue 13's phases program
 // under a memory limit: 1.2 GB committed for 161 MB live).
-}  // namespace
-
 void collect_remote_all(heap* h) noexcept {
   if (!h->remote_any.load(std::memory_order_relaxed) || !h->remote_any.exchange(0, std::memory_order_acq_rel)) return;
   for (size_t c = 0; c < size_class_count; ++c)

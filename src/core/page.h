@@ -1,5 +1,6 @@
-// Pages: the operations on one page's free lists, below heaps and segments.  The inlines are
-// malloc's and free's fast paths (alloc.h); the rest is the slow paths' (page.cpp).
+// Pages: the operations on one page's free lists, below heaps and segments: malloc's and free's
+// fast paths (alloc.h) and the slow paths' carving, collecting and remote pushes, all inline;
+// page.cpp holds the hardened build's carving order and its report of a corrupted list.
 #pragma once
 #include "core/assert.h"
 #include "core/check.h"
@@ -10,7 +11,7 @@ namespace strata::detail {
 // The hardened build found a free list corrupted at a pop: reports and aborts.
 [[noreturn]] void page_corrupted(const page* pg, const block* b) noexcept;
 
-// Is next (a link just decoded) a block start of pg, or the list's end?
+// Is next (a link just decoded, or a list's head) a carved block start of pg, or the list's end?
 inline bool link_is_valid(const page* pg, const block* next) noexcept {
   if (next == nullptr) return true;
   auto offset = static_cast<uint64_t>(reinterpret_cast<const uint8_t*>(next) - pg->start);

@@ -183,6 +183,17 @@ void note_purge_pass(int64_t now) noexcept {
   }
 }
 
+// The slices of seg that are free and still resident (free and dirty): what a purge can give
+// back, and what a new span takes first.
+struct slice_set {
+  uint64_t bits[bitmap_words];
+};
+inline slice_set free_resident(const segment* seg) noexcept {
+  slice_set s;
+  for (size_t w = 0; w < bitmap_words; ++w) s.bits[w] = seg->free_bits[w] & seg->dirty_bits[w];
+  return s;
+}
+
 // Purges the runs of slices set in `which` (a subset of the free, dirty slices).
 // With `want`, stops once that many bytes are purged (whole runs: it may purge more) and does
 // not mark the slices purged_bits: a purge forced by growth (purge_before_growth) says nothing
@@ -203,19 +214,13 @@ size_t purge_runs(segment* seg, const uint64_t* which, size_t want = SIZE_MAX) n
 }
 
 size_t purge_free_dirty_upto(segment* seg, size_t want) noexcept {
-  uint64_t both[bitmap_words];
-  for (size_t w = 0; w < bitmap_words; ++w) both[w] = seg->free_bits[w] & seg->dirty_bits[w];
-  return purge_runs(seg, both, want);
+  return purge_runs(seg, free_resident(seg).bits, want);
 }
 
 // Purges every free, dirty slice now.
 void purge_free_dirty(segment* seg) noexcept {
-  uint64_t both[bitmap_words];
-  for (size_t w = 0; w < bitmap_words; ++w) {
-    both[w] = seg->free_bits[w] & seg->dirty_bits[w];
-    seg->purge_bits[w] = 0;
-  }
-  purge_runs(seg, both);
+  for (size_t w = 0; w < bitmap_words; ++w) seg->purge_bits[w] = 0;
+  purge_runs(seg, free_resident(seg).bits);
   seg->purge_due_ms = 0;
 }
 
@@ -313,23 +318,21 @@ void purge_before_growth(heap* h, size_t bytes) noexcept {
   // made E1's big band fault 15 % more, and the cached segments the next short-lived thread
   // takes, churn 40 %): only what exceeds it is given back.
   bool own = h != nullptr && h != &empty_heap;
-  size_t used = 0, free_resident = 0;
+  size_t used = 0, resident = 0;
   auto resident_free = [](const segment* seg) {
-    size_t n = 0;
-    for (size_t w = 0; w < bitmap_words; ++w) n += static_cast<size_t>(__builtin_popcountll(seg->free_bits[w] & seg->dirty_bits[w]));
-    return n * slice_size;
+    return bits_count(free_resident(seg).bits, 0, slices_per_segment) * slice_size;
   };
   if (own) {
     for (const segment* seg = h->segments; seg; seg = seg->next) {
       used += size_t{seg->used_slices} * slice_size;
-      free_resident += resident_free(seg);
+      resident += resident_free(seg);
     }
   }
   lock_guard g(cache_lock);
-  for (const segment* seg = cache_list; seg; seg = seg->next) free_resident += resident_free(seg);
+  for (const segment* seg = cache_list; seg; seg = seg->next) resident += resident_free(seg);
   size_t reserve = used / 4 > segment_size ? used / 4 : segment_size;
-  if (free_resident <= reserve) return;
-  size_t want = free_resident - reserve < bytes ? free_resident - reserve : bytes, got = 0;
+  if (resident <= reserve) return;
+  size_t want = resident - reserve < bytes ? resident - reserve : bytes, got = 0;
   if (own)
     for (segment* seg = h->segments; seg && got < want; seg = seg->next) got += purge_free_dirty_upto(seg, want - got);
   for (segment* seg = cache_list; seg && got < want; seg = seg->next) got += purge_free_dirty_upto(seg, want - got);
@@ -464,9 +467,7 @@ page* span_init(segment* seg, size_t idx, size_t cls) noexcept {
 long free_run(const segment* seg, size_t n, bool warm_only) noexcept {
   if (usable_slices - seg->used_slices < n) return -1;
   if (!warm_only) return find_run(seg->free_bits, n);
-  uint64_t warm[bitmap_words];
-  for (size_t w = 0; w < bitmap_words; ++w) warm[w] = seg->free_bits[w] & seg->dirty_bits[w];
-  return find_run(warm, n);
+  return find_run(free_resident(seg).bits, n);
 }
 
 page* span_alloc_owned(heap* h, size_t cls, bool warm_only) noexcept {
