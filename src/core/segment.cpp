@@ -58,17 +58,24 @@ size_t cache_count = 0;
 std::atomic<uint64_t> live_segments{0}, huge_live{0}, huge_bytes{0};
 
 // ---- the segment map -------------------------------------------------------------------------
+void map_bit(std::atomic<uint64_t>* bits, uintptr_t chunk, bool set) noexcept {
+  if (chunk >= map_chunks) return;
+  uint64_t bit = uint64_t{1} << (chunk % 64);
+  if (set)
+    bits[chunk / 64].fetch_or(bit, std::memory_order_release);
+  else
+    bits[chunk / 64].fetch_and(~bit, std::memory_order_release);
+}
+
+// The first chunk's bit goes in one array, the rest in the other, by separate calls: written as
+// one loop choosing the array with `c == first ? start : continuation`, gcc 12 with
+// -fsanitize=undefined indexed the continuation word with the previous chunk's number (a stale
+// register), so a huge block whose chunk began a bitmap word was not found by free().
 void map_mark(segment* seg, size_t bytes, bool set) noexcept {
   uintptr_t first = reinterpret_cast<uintptr_t>(seg) >> segment_shift;
   uintptr_t chunks = (bytes + segment_size - 1) >> segment_shift;
-  for (uintptr_t c = first; c < first + chunks && c < map_chunks; ++c) {
-    auto& word = (c == first ? g_map.start : g_map.continuation)[c / 64];
-    uint64_t bit = uint64_t{1} << (c % 64);
-    if (set)
-      word.fetch_or(bit, std::memory_order_release);
-    else
-      word.fetch_and(~bit, std::memory_order_release);
-  }
+  map_bit(g_map.start, first, set);
+  for (uintptr_t c = first + 1; c < first + chunks; ++c) map_bit(g_map.continuation, c, set);
 }
 
 // ---- slice bitmaps ---------------------------------------------------------------------------

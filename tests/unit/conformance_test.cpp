@@ -259,6 +259,25 @@ TEST(PosixMemalign, HonoursEveryPowerOfTwoUpTo64MiB) {
   }
 }
 
+// Huge blocks at 32 MiB boundaries, kept live so that their mappings cover well over 128 of the
+// segment map's 32 MiB chunks and so cross several of its 64-chunk words: each must be found
+// again (a continuation bit written into the wrong word lost the ones starting a word).
+// Address space only: nothing is written past each block's first byte.
+TEST(PosixMemalign, HugeBlocksAreFoundAtEveryChunkOfTheMap) {
+  constexpr size_t align = size_t{32} << 20;
+  std::vector<void*> blocks;
+  for (int i = 0; i < 96; ++i) {
+    void* p = nullptr;
+    ASSERT_EQ(T_POSIX_MEMALIGN(&p, align, align + 1), 0) << i;
+    ASSERT_TRUE(aligned_to(p, align));
+    static_cast<char*>(p)[0] = 1;
+    ASSERT_GE(T_USABLE(p), align + 1) << i << " " << p;
+    blocks.push_back(p);
+  }
+  for (void* p : blocks) ASSERT_GE(T_USABLE(p), align + 1) << p;
+  for (void* p : blocks) T_FREE(p);
+}
+
 TEST(AlignedAlloc, RejectsNonPowerOfTwo) {
   errno = 0;
   EXPECT_EQ(T_ALIGNED_ALLOC(volatile_size(48), 96), nullptr);
