@@ -251,9 +251,7 @@ STRATA_EXPORT void* strata_realloc(void* p, size_t size) {
     return nullptr;
   }
   // A huge block grows or shrinks in its own mapping (mremap: pages move, never copied).
-  // (Not in the hardened build: guard pages split the mapping, which mremap cannot move; the
-  // block is copied below like any other.)
-  if (!secure && l.status == lookup_status::huge && size > realloc_huge_min / 2) return huge_realloc(l.seg, size);
+  if (l.status == lookup_status::huge && size > realloc_huge_min / 2) return huge_realloc(l.seg, size);
   size_t usable = usable_of(l, p);
   if (size <= usable && size >= usable / 2) return p;  // fits without wasting half
   void* q;

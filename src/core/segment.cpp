@@ -313,8 +313,11 @@ void segment_reset_header(segment* seg) noexcept {
 // last slice become guard pages: an underflow from the first block, or an overflow past the
 // last, faults instead of reaching strata's metadata or the next mapping.
 static_assert(!secure || sizeof(segment) <= slice_size - 4096, "the header leaves room for a guard page");
+inline uint8_t* header_guard(segment* seg) noexcept {
+  return reinterpret_cast<uint8_t*>(seg) + slice_size - os::page_size();
+}
 void guard_header(segment* seg) noexcept {
-  if constexpr (secure) os::protect_none(reinterpret_cast<uint8_t*>(seg) + slice_size - os::page_size(), os::page_size());
+  if constexpr (secure) os::protect_none(header_guard(seg), os::page_size());
 }
 
 }  // namespace
@@ -778,21 +781,37 @@ void huge_unmap_list(segment* seg) noexcept {
   }
 }
 
+// Hardened build: a huge mapping's two guard pages (its header's tail, its last page) split it
+// into several kernel mappings, which mremap cannot move or resize; huge_resize lifts them (the
+// pieces merge back into one) and puts them back at the new size: 4 mprotect calls instead of
+// copying the block or faulting a new mapping in (bigbuf: docs/security.md).
+void huge_guards(segment* seg, size_t bytes, bool on) noexcept {
+  if constexpr (secure) {
+    size_t ps = os::page_size();
+    for (uint8_t* guard : {header_guard(seg), reinterpret_cast<uint8_t*>(seg) + bytes - ps})
+      on ? os::protect_none(guard, ps) : os::protect_rw(guard, ps);
+  }
+}
+
 // Moves or resizes a huge mapping to `bytes`, keeping its pages; nullptr when out of memory.
 segment* huge_resize(segment* seg, size_t bytes) noexcept {
   size_t old = seg->mapped_size;
   if (bytes == old) return seg;
-  if constexpr (secure) return nullptr;  // guard pages split the mapping: mremap cannot move it
   size_t align = huge_offset(seg) > segment_size ? huge_offset(seg) : segment_size;
+  huge_guards(seg, old, false);
   void* moved = os::remap_aligned(seg, old, bytes, align);
-  if (moved == nullptr) return nullptr;
+  if (moved == nullptr) {
+    huge_guards(seg, old, true);
+    return nullptr;
+  }
   auto* to = static_cast<segment*>(moved);
+  huge_guards(to, bytes, true);
   if (to != seg || bytes < old) map_mark(seg, old, false);
   map_mark(to, bytes, true);
   os::commit_add(static_cast<int64_t>(bytes) - static_cast<int64_t>(old));
   to->pages[0].start = reinterpret_cast<uint8_t*>(to) + (to->pages[0].start - reinterpret_cast<uint8_t*>(seg));
   to->mapped_size = bytes;
-  to->huge_size = bytes - huge_offset(to);
+  to->huge_size = bytes - huge_offset(to) - huge_guard();
   return to;
 }
 
@@ -859,13 +878,14 @@ void* huge_alloc(size_t size, size_t alignment, size_t* dirty) noexcept {
     // "madvise") a fault can stall: bigbuf took 0.27-1.11 s with them, 0.51-0.54 s without.
     // The whole mapping (header too): mremap needs it to stay one VMA.
     if (options::get(option::huge_pages)) os::advise_huge_pages(seg, total);
-    if constexpr (secure) {
-      guard_header(seg);
-      os::protect_none(reinterpret_cast<uint8_t*>(seg) + total - huge_guard(), huge_guard());
-    }
     os::commit_add(static_cast<int64_t>(total));
     live_segments.fetch_add(1, std::memory_order_relaxed);
     huge_set(seg, offset, total);
+    // The guards after the header's first write: the kernel then gives the pieces they split the
+    // mapping into one reverse-map record, so that lifting them merges the pieces again and
+    // mremap can move the whole (protected before any write, each piece got its own, and
+    // huge_resize's mremap failed with EFAULT).
+    huge_guards(seg, total, true);
     map_mark(seg, total, true);
   } else {
     huge_set(seg, offset, seg->mapped_size);
@@ -879,12 +899,12 @@ void* huge_alloc(size_t size, size_t alignment, size_t* dirty) noexcept {
 void* huge_realloc(segment* seg, size_t size) noexcept {
   size_t offset = huge_offset(seg), ps = os::page_size();
   if (size > SIZE_MAX / 4 - offset) return errno = ENOMEM, nullptr;
-  size_t need = round_up(offset + (size ? size : min_block), ps);
+  size_t need = round_up(offset + (size ? size : min_block), ps) + huge_guard();
   size_t old_usable = seg->huge_size;
   size_t bytes = need;
   if (need > seg->mapped_size) {
     // Growth leaves headroom (half again), so a buffer grown step by step moves O(log n) times.
-    size_t roomy = round_up(offset + old_usable + old_usable / 2, ps);
+    size_t roomy = round_up(offset + old_usable + old_usable / 2, ps) + huge_guard();
     if (roomy > bytes) bytes = roomy;
   } else if (need >= seg->mapped_size / 2) {
     return seg->pages[0].start;  // fits without wasting half

@@ -24,6 +24,7 @@ size_t page_size() noexcept {
 }
 
 bool protect_none(void* p, size_t size) noexcept { return mprotect(p, size, PROT_NONE) == 0; }
+bool protect_rw(void* p, size_t size) noexcept { return mprotect(p, size, PROT_READ | PROT_WRITE) == 0; }
 
 void commit_add(int64_t bytes) noexcept {
   int64_t now = stats.committed.fetch_add(bytes, std::memory_order_relaxed) + bytes;

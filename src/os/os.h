@@ -28,6 +28,7 @@ void purge(void* p, size_t size) noexcept;
 bool advise_huge_pages(void* p, size_t size) noexcept;
 // Makes [p, p+size) inaccessible (PROT_NONE): a guard page.  False when the kernel refuses.
 bool protect_none(void* p, size_t size) noexcept;
+bool protect_rw(void* p, size_t size) noexcept;
 size_t page_size() noexcept;
 // Milliseconds of a coarse monotonic clock (cheap: vDSO).
 int64_t now_ms() noexcept;

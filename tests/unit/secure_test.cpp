@@ -110,6 +110,75 @@ TEST_F(SecureDeathTest, WritePastAHugeBlockFaults) {
       "");
 }
 
+// Huge blocks resized with mremap (realloc growing and shrinking one; the huge cache growing a
+// smaller mapping and trimming a much larger one for the next block) keep their contents and
+// get their guard page back at the new end, and the header's guard stays.  nullptr if the
+// contents were not kept.
+void* resized_huge_block(int how) {
+  auto fill = [](void* p, size_t n) { memset(p, 0x5a, n); };
+  switch (how) {
+    case 0: {  // realloc grows
+      void* p = strata_malloc(5 << 20);
+      fill(p, 5 << 20);
+      p = strata_realloc(p, 13 << 20);
+      if (static_cast<char*>(p)[(5 << 20) - 1] != 0x5a) return nullptr;
+      return p;
+    }
+    case 1: {  // realloc shrinks
+      void* p = strata_malloc(13 << 20);
+      fill(p, 13 << 20);
+      p = strata_realloc(p, 5 << 20);
+      if (static_cast<char*>(p)[(5 << 20) - 1] != 0x5a) return nullptr;
+      return p;
+    }
+    case 2:  // the cache grows a 5 MiB mapping for a 13 MiB block
+      strata_free(strata_malloc(5 << 20));
+      return strata_malloc(13 << 20);
+    default:  // the cache trims a 40 MiB mapping for a 6 MiB block
+      strata_free(strata_malloc(40 << 20));
+      return strata_malloc(6 << 20);
+  }
+}
+
+TEST_F(SecureDeathTest, AResizedHugeBlockKeepsItsGuardPages) {
+  for (int how = 0; how < 4; ++how) {
+    EXPECT_DEATH(
+        {
+          auto* p = static_cast<volatile char*>(resized_huge_block(how));
+          if (p == nullptr) _exit(0);  // (a clean exit fails a death test)
+          size_t usable = strata_usable_size(const_cast<char*>(p));
+          p[usable - 1] = 1;
+          p[usable] = 1;
+          _exit(0);
+        },
+        "")
+        << how;
+    EXPECT_DEATH(
+        {
+          auto* p = static_cast<char*>(resized_huge_block(how));
+          auto base = reinterpret_cast<uintptr_t>(p) & ~(segment_size - 1);
+          if (p == nullptr || base + slice_size > reinterpret_cast<uintptr_t>(p)) _exit(0);
+          reinterpret_cast<volatile char*>(base + slice_size - 1)[0] = 1;
+          _exit(0);
+        },
+        "")
+        << how;
+  }
+}
+
+// The same, alive: the resized blocks are whole and usable to their end.
+TEST(Secure, ResizedHugeBlocksAreUsableToTheirEnd) {
+  for (int how = 0; how < 4; ++how) {
+    auto* p = static_cast<char*>(resized_huge_block(how));
+    ASSERT_NE(p, nullptr) << how;
+    size_t usable = strata_usable_size(p);
+    ASSERT_GE(usable, size_t{5} << 20) << how;
+    memset(p, 1, usable);
+    strata_free(p);
+  }
+  EXPECT_TRUE(strata_heap_check());
+}
+
 // The OS page below a segment's first slice (the header's tail) and the segment's last slice
 // are guard pages: a block's underflow cannot reach strata's metadata, nor an overflow the next
 // mapping.
