@@ -286,6 +286,7 @@ struct heap {
   remote_batch remote[remote_batch_slots] = {};  // frees into other heaps' pages, not yet pushed
   size_t remote_pending = 0;                // bytes in `remote`
   uint64_t slow_walks = 0;                  // heap_alloc_slow's page walks (purge check pacing)
+  uint64_t clock_tsc = 0;                   // time-stamp counter at the last purge check (heap_maybe_purge)
   size_t spare_bytes = 0;                   // span bytes of the spare pages
   segment* segments = nullptr;              // owned segments (normal kind)
   heap* next_in_registry = nullptr;
