@@ -310,9 +310,16 @@ void* heap_alloc_slow(heap* h, size_t cls) noexcept {
     errno = ENOMEM;
     return nullptr;
   }
+  page_extend(pg);
+  if (pg->reserved == 1) {
+    // A one-block page is full once its block is out: straight onto the full list, sparing the
+    // next allocation's walk the move (E1's large band: every block is one page).
+    flags_set(pg, page_flag::in_full);
+    list_push_back(h->full[cls], pg);
+    return page_pop(h, pg);
+  }
   list_push_front(q, pg);
   set_direct(h, cls, pg);
-  page_extend(pg);
   return page_pop(h, pg);
 }
 
@@ -387,7 +394,7 @@ void remote_flush(heap* h) noexcept {
 
 void page_local_event(heap* h, page* pg) noexcept {
   size_t cls = pg->size_class;
-  if (flags_of(pg) & page_flag::in_full) page_unfull(h, pg);
+  bool full = flags_of(pg) & page_flag::in_full;
   if (pg->used == 0) {
     page_unclean(pg);
     // Each class keeps one empty page (its spare) for its next allocations, sparing a span
@@ -395,20 +402,26 @@ void page_local_event(heap* h, page* pg) noexcept {
     // other page that empties gives its span back to the segment at once, where any class can
     // reuse its already-touched slices: keeping every empty page until the purge pass made the
     // other classes touch fresh memory meanwhile (E1 large band: peak RSS 1.27x mimalloc's).
+    // A full page that empties (a one-block page, mostly) leaves the full list straight for
+    // its segment when it is not kept, without a stop in the queue.
     page* spare = h->spare[cls];
-    bool only = h->queue[cls].first == pg && pg->next == nullptr;
-    if (!only && spare != pg) {
+    const page_list& q = h->queue[cls];
+    bool keep = spare == pg || (full ? q.first == nullptr : q.first == pg && pg->next == nullptr);
+    if (!keep) {
       // The class's spare slot is taken by an empty page, or the spares hold too much.
       size_t old = spare ? span_bytes(spare) : 0;
       bool vacant = spare == nullptr || spare->used != 0;
       if (vacant && h->spare_bytes - old + span_bytes(pg) <= spare_budget) {
         h->spare[cls] = pg;
         h->spare_bytes += span_bytes(pg) - old;
-      } else {
-        page_free_span(h, pg);
+        keep = true;
       }
     }
+    if (!keep) page_free_span(h, pg);
+    else if (full) page_unfull(h, pg);
     heap_schedule_purge(h);
+  } else if (full) {
+    page_unfull(h, pg);
   }
   heap_maybe_purge(h);
 }

@@ -25,7 +25,9 @@ TEST(Invariants, HoldAfterMixedAllocationsAndFrees) {
     } else {
       live.push_back(strata_malloc(size));
     }
-    if (i % 20000 == 0) ASSERT_TRUE(strata_heap_check()) << "after " << i << " operations";
+    if (i % 20000 == 0) {
+      ASSERT_TRUE(strata_heap_check()) << "after " << i << " operations";
+    }
   }
   // Frees from another thread land on thread_free lists; collecting them keeps the counts right.
   std::thread other([&] {
@@ -36,6 +38,40 @@ TEST(Invariants, HoldAfterMixedAllocationsAndFrees) {
   for (size_t k = 1; k < live.size(); k += 2) strata_free(live[k]);
   strata_collect(false);
   EXPECT_TRUE(strata_heap_check());
+}
+
+// Blocks of 128 KiB to 1 MiB are one to a page: such a page goes straight to its class's full
+// list when its block is taken, and from there to its segment (or to the class's spare slot)
+// when the block comes back, by its owner or by another thread.  The lists must stay right, and
+// the spans must come back: the committed memory falls once everything is freed.
+TEST(Invariants, HoldForOneBlockPagesFreedHereAndElsewhere) {
+  std::vector<void*> live(48, nullptr);
+  uint64_t x = 7;
+  for (int i = 0; i < 20000; ++i) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    size_t k = (x >> 40) % live.size();
+    strata_free(live[k]);
+    live[k] = strata_malloc((size_t{128} << 10) + (x >> 33) % (size_t{896} << 10));
+    ASSERT_NE(live[k], nullptr);
+    static_cast<char*>(live[k])[0] = 1;
+    if (i % 2000 == 0) {
+      ASSERT_TRUE(strata_heap_check()) << "after " << i << " operations";
+    }
+  }
+  size_t live_bytes = 0;
+  for (void* p : live) live_bytes += strata_usable_size(p);
+  std::thread other([&] {
+    for (size_t k = 0; k < live.size(); k += 2) strata_free(live[k]);
+  });
+  other.join();
+  for (int i = 0; i < 64; ++i) strata_free(strata_malloc((size_t{128} << 10) + i * 4096));  // collects them
+  EXPECT_TRUE(strata_heap_check());
+  for (size_t k = 1; k < live.size(); k += 2) strata_free(live[k]);
+  strata_collect(true);
+  EXPECT_TRUE(strata_heap_check());
+  strata_stats_t s{};
+  strata_stats_get(&s);
+  EXPECT_LT(s.committed_bytes, live_bytes / 2) << s.committed_bytes << " of " << live_bytes << ": the spans of the freed one-block pages were not given back";
 }
 
 // A use-after-free write that redirects a freed block's link into the middle of a live block
