@@ -161,9 +161,8 @@ inline void heap_maybe_purge(heap* h) noexcept {
 
 void heap_schedule_purge(heap* h) noexcept {
   // A purge already due comes first: now + delay is no earlier (unless the adaptive delay
-  // shrank meanwhile, when this purge comes a little late).  Not reading the clock for each
-  // emptied page: E1's large band empties a one-block page at every free, and spent 20 % of
-  // its time in clock_gettime.
+  // shrank meanwhile, when this purge comes a little late), and the clock is not read for each
+  // emptied page (heap_clock_due).
   if (h->purge_due_ms != 0) return;
   int64_t delay = purge_delay();
   if (delay < 0) return;

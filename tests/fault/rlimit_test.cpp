@@ -152,28 +152,25 @@ TEST(AddressSpaceLimit, FreedSmallBlocksServeAHugeOneAndBack) {
     // Half the margin in small blocks, freed, must leave room for a block of half the margin:
     // what strata keeps for reuse must not hold the address space a huge block needs.
     chain blocks;
-    for (size_t used = 0; used < margin / 2; used += 1000) {
-      void* p = malloc(1000);
-      if (p == nullptr) {
-        child_fail("malloc(1000) failed at " + std::to_string(used) + " bytes, below half the margin");
-        break;
+    // Half the margin in 1000-byte blocks onto `blocks`; a failure is reported with `when`.
+    auto fill_half = [&blocks](const char* when) {
+      for (size_t used = 0; used < margin / 2; used += 1000) {
+        void* p = malloc(1000);
+        if (p == nullptr) {
+          child_fail(std::string("malloc(1000) failed ") + when + ", at " + std::to_string(used) + " bytes");
+          break;
+        }
+        blocks.push(p);
       }
-      blocks.push(p);
-    }
+    };
+    fill_half("below half the margin");
     free_all(blocks);
     strata_collect(false);
     void* big = malloc(margin / 2);
     CHILD_CHECK(big != nullptr, "malloc(margin / 2) after freeing as much in small blocks");
     if (big) memset(big, 1, margin / 2);
     free(big);
-    for (size_t used = 0; used < margin / 2; used += 1000) {
-      void* p = malloc(1000);
-      if (p == nullptr) {
-        child_fail("malloc(1000) failed after the huge block was freed, at " + std::to_string(used) + " bytes");
-        break;
-      }
-      blocks.push(p);
-    }
+    fill_half("after the huge block was freed");
     free_all(blocks);
   });
 }

@@ -114,23 +114,21 @@ TEST_F(SecureDeathTest, WritePastAHugeBlockFaults) {
 // smaller mapping and trimming a much larger one for the next block) keep their contents and
 // get their guard page back at the new end, and the header's guard stays.  nullptr if the
 // contents were not kept.
+// A block of `from` bytes filled, then realloc'ed to `to`: nullptr if its first min(from, to)
+// bytes changed.
+void* realloc_kept(size_t from, size_t to) {
+  void* p = strata_malloc(from);
+  memset(p, 0x5a, from);
+  p = strata_realloc(p, to);
+  return static_cast<char*>(p)[(from < to ? from : to) - 1] == 0x5a ? p : nullptr;
+}
+
 void* resized_huge_block(int how) {
-  auto fill = [](void* p, size_t n) { memset(p, 0x5a, n); };
   switch (how) {
-    case 0: {  // realloc grows
-      void* p = strata_malloc(5 << 20);
-      fill(p, 5 << 20);
-      p = strata_realloc(p, 13 << 20);
-      if (static_cast<char*>(p)[(5 << 20) - 1] != 0x5a) return nullptr;
-      return p;
-    }
-    case 1: {  // realloc shrinks
-      void* p = strata_malloc(13 << 20);
-      fill(p, 13 << 20);
-      p = strata_realloc(p, 5 << 20);
-      if (static_cast<char*>(p)[(5 << 20) - 1] != 0x5a) return nullptr;
-      return p;
-    }
+    case 0:  // realloc grows
+      return realloc_kept(5 << 20, 13 << 20);
+    case 1:  // realloc shrinks
+      return realloc_kept(13 << 20, 5 << 20);
     case 2:  // the cache grows a 5 MiB mapping for a 13 MiB block
       strata_free(strata_malloc(5 << 20));
       return strata_malloc(13 << 20);
