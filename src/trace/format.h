@@ -7,7 +7,7 @@
 //   an event (op 1-7):  op | address / 8 (bits 4-48) | size (bits 49-63)
 //       size 0x7fff: the size, and for op_aligned always, are in the extension that follows
 //   an extension (15):  15 | size (bits 4-57) | log2 alignment (bits 58-63)
-//   a time sample (8):  8 | the cycle counter (bits 4-63), read after every 16th event of a
+//   a time sample (8):  8 | the cycle counter (bits 4-63), read after every 64th event of a
 //       thread (reading it at every event would double the cost of recording a small malloc)
 // An event's time is bounded by the samples around it (the chunk's base_cycles and flush_cycles
 // at its ends): an allocation is given the sample before it, a free the sample after it, so

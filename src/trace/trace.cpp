@@ -1,6 +1,6 @@
 // The recorder (trace.h).  Call tree of one recorded malloc:
-//   malloc (override.cpp, trace::active set) ─ trace::malloc ─ strata_malloc
-//                                                          └─ record ─ (buffer full) flush ─ writev
+//   malloc (override.cpp, trace::active set) ─ trace::malloc ─ detail::malloc_inline (inlined:
+//   no call through the PLT to strata_malloc) ─ record ─ (area full) flush ─ writev (writer thread)
 #include "trace/trace.h"
 
 #include <atomic>
@@ -12,6 +12,7 @@
 #include <sched.h>
 #include <signal.h>
 
+#include "core/alloc.h"
 #include "os/file.h"
 #include "strata/strata.h"
 #include "trace/format.h"
@@ -25,9 +26,10 @@ bool active = false;
 
 namespace {
 
-// One thread's events: this header, then two areas of area_words words each.  The thread fills
-// one while a writer thread writes the other (at most one area of a thread waits for the writer,
-// so a thread's chunks reach the file in its order).
+// One thread's events: this header, then two areas of area_words words each, of which the thread
+// uses the first `fill` words (below).  The thread fills one while a writer thread writes the
+// other (at most one area of a thread waits for the writer, so a thread's chunks reach the file in
+// its order).
 struct buffer {
   buffer* next;          // the registry of every thread's buffer
   buffer* next_queued;   // the writer's queue
@@ -41,17 +43,23 @@ struct buffer {
   uint64_t base_cycles;  // the cycle counter before the first event of the current chunk
   uint32_t thread, os_tid;
   uint32_t countdown;    // events until the next op_time
+  uint32_t fill;         // words of an area in use: doubled each time the thread waits for the writer
 
   uint64_t* words() noexcept { return area[current]; }
 };
+// An area is mapped at 1 MiB and used from 256 KiB up: a thread that records slowly faults in
+// 512 KiB (faulting in 2 MiB was 1-2 % of a 50 ms CPython run), one that outruns the writer gets
+// more room to even out the writer's pace (E1 tiny: 1.1 GB of trace per second).
 constexpr size_t area_words = (size_t{1} << 20) / 8;
+constexpr uint32_t fill_words_first = (uint32_t{1} << 18) / 8;
 constexpr size_t header_bytes = 4096;
 constexpr size_t buffer_bytes = header_bytes + 2 * area_words * 8;
 static_assert(sizeof(buffer) <= header_bytes);
 constexpr size_t path_max = 4096;
 // The cycle counter costs about 10 ns (rdtsc, 2-core EPYC VM): it is read after every
-// sample_every-th event of a thread, not at every event (format.h: how events get their times).
-constexpr uint32_t sample_every = 16;
+// sample_every-th event of a thread, not at every event (format.h: how events get their times);
+// every 64th rather than 16th took about 1 % off a CPython run.
+constexpr uint32_t sample_every = 64;
 
 __thread buffer* tl_buffer __attribute__((tls_model("initial-exec"))) = nullptr;
 
@@ -64,12 +72,15 @@ buffer* registry = nullptr;
 std::atomic<uint32_t> next_thread{0};
 
 // The writer thread and its queue of areas to write (pthread mutex and condition variable: no
-// allocation).  Without it (it could not start, a forked child, after exit) threads write their
-// chunks themselves.
+// allocation).  It starts when the first area fills: a program that records less than one area
+// never pays for a second thread (about 0.3 ms to start and stop on the lab's VM).  Without it
+// (not started yet, it could not start, a forked child, after exit) threads write their chunks
+// themselves.
 pthread_mutex_t queue_lock = PTHREAD_MUTEX_INITIALIZER;
 pthread_cond_t queue_ready = PTHREAD_COND_INITIALIZER;
 buffer *queue_head = nullptr, *queue_tail = nullptr;
 std::atomic<bool> writer_running{false};
+std::atomic<bool> writer_wanted{false};  // set at load; taken by the thread that starts it
 
 void lock() noexcept {
   while (registry_lock.test_and_set(std::memory_order_acquire)) {
@@ -104,6 +115,7 @@ void wait_queued(buffer* b) noexcept {
 // The owner's flush: the chunk goes to the writer (or out, `now` or without one) and the
 // thread goes on in its other area.
 void flush(buffer* b, uint32_t flags, bool now = false) noexcept {
+  if (b->queued.load(std::memory_order_acquire) && b->fill < area_words) b->fill *= 2;
   wait_queued(b);
   if (!now && writer_running.load(std::memory_order_relaxed)) {
     b->queued_header = header_of(b, b->cursor, flags);
@@ -120,7 +132,7 @@ void flush(buffer* b, uint32_t flags, bool now = false) noexcept {
     write_chunk(b, b->cursor, flags);
   }
   b->cursor = b->words();
-  b->end = b->cursor + area_words;
+  b->end = b->cursor + b->fill;
   b->base_cycles = cycles_now();
 }
 
@@ -192,8 +204,9 @@ bool write_file_header(uint32_t parent) noexcept {
 
 void reset(buffer* b) noexcept {
   b->queued.store(false, std::memory_order_relaxed);
+  b->fill = fill_words_first;
   b->cursor = b->words();
-  b->end = b->cursor + area_words;
+  b->end = b->cursor + b->fill;
   b->base_cycles = cycles_now();
   b->countdown = sample_every;
 }
@@ -222,7 +235,13 @@ __attribute__((noinline)) buffer* new_buffer() noexcept {
 __attribute__((noinline)) buffer* make_room(buffer* b) noexcept {
   if (!active) return nullptr;
   if (b == nullptr) return new_buffer();
-  flush(b, 0);
+  if (writer_wanted.exchange(false, std::memory_order_relaxed)) {
+    // This area goes out from here; what pthread_create allocates is recorded in the next.
+    flush(b, 0, true);
+    start_writer();
+  } else {
+    flush(b, 0);
+  }
   return active ? b : nullptr;
 }
 
@@ -267,6 +286,7 @@ void on_thread_exit(void* arg) noexcept {
 void at_exit() noexcept {
   if (!active || fd < 0) return;
   active = false;
+  writer_wanted.store(false, std::memory_order_relaxed);
   writer_running.store(false, std::memory_order_relaxed);
   // Other threads may still be running: their chunks are written from a snapshot of their
   // cursors, and their buffers are left as they are.  Each waits for its area at the writer.
@@ -305,6 +325,7 @@ void after_fork_child() noexcept {
   registry = nullptr;
   // No writer here: the child's threads write their own chunks.
   queue_head = queue_tail = nullptr;
+  writer_wanted.store(false, std::memory_order_relaxed);
   writer_running.store(false, std::memory_order_relaxed);
   pthread_mutex_unlock(&queue_lock);
   unlock();
@@ -346,14 +367,14 @@ __attribute__((constructor(102))) void init_at_load() noexcept {
   if (!write_file_header(0)) return;
   pthread_atfork(before_fork, after_fork_parent, after_fork_child);
   atexit(at_exit);
-  start_writer();
+  writer_wanted.store(true, std::memory_order_relaxed);
   active = true;
 }
 
 }  // namespace
 
 void* malloc(size_t size) noexcept {
-  void* p = strata_malloc(size);
+  void* p = detail::malloc_inline(size);
   record(op_malloc, p, size);
   return p;
 }
@@ -412,12 +433,12 @@ void* pvalloc(size_t size) noexcept {
 
 void free(void* p) noexcept {
   if (p != nullptr) record(op_free, p, 0);
-  strata_free(p);
+  detail::free_inline(p);
 }
 
 void free_sized(void* p, size_t size) noexcept {
   if (p != nullptr) record(op_free_sized, p, size);
-  strata_free(p);
+  detail::free_inline(p);
 }
 
 }  // namespace strata::trace
