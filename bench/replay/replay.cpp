@@ -17,6 +17,7 @@
 // (code, libraries, mapped files) in place of the replayer's (the preloaded allocator's pages
 // are kept, as a live run has them).
 #include <fcntl.h>
+#include <link.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -30,6 +31,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -81,6 +83,7 @@ struct trace_file {
   std::vector<std::vector<chunk_ref>> threads;  // by the recorder's thread number
   bool complete = false;                        // the end chunk was seen
   uint64_t program_file_kib = 0;                // the program's file-backed resident KiB at exit
+  uint64_t last_cycles = 0, last_ns = 0;        // the latest chunk's clock pair (with the header's)
   std::string truncated;                        // why the trace stops early, if it does
   uint64_t words = 0, chunks = 0;
 };
@@ -122,6 +125,10 @@ void read_trace(const char* path, trace_file& t) {
       break;
     }
     auto* w = reinterpret_cast<const uint64_t*>(t.data.p + off + sizeof(chunk_header));
+    if (h->flush_cycles > t.last_cycles) {
+      t.last_cycles = h->flush_cycles;
+      t.last_ns = h->flush_ns;
+    }
     if (checksum(w, h->words) != h->checksum) fail(where(off) + "corrupt trace: chunk checksum mismatch");
     for (uint32_t i = 0; i < h->words; i++) {
       unsigned o = word_op(w[i]);
@@ -167,6 +174,15 @@ struct thread_state {
   uint64_t pending_old = none, pending_old_addr = 0;
   mapped<replay_op> ops;
   size_t n_ops = 0;
+  // --pace: from operation `op` on, the thread's events happened at least `ns` after the trace
+  // began (its time samples: format.h).
+  struct pace_point {
+    uint64_t op, ns;
+  };
+  mapped<pace_point> pace;
+  size_t n_pace = 0;
+  uint64_t paced_cycles = 0;
+  double busy_seconds = 0;  // --pace: the time spent replaying, waits for the recorded times left out
 };
 
 // Open addressing from an address to its live blocks, oldest first (a free and the next
@@ -322,6 +338,7 @@ void build_plan(trace_file& t, plan& pl) {
     uint64_t n = 0;
     for (auto& c : t.threads[th]) n += c.h->words;
     s.ops.map(n);
+    s.pace.map(n);  // resident only as far as written
     if (!t.threads[th].empty()) {
       s.cycles = t.threads[th][0].h->base_cycles;
       if (advance_to_event(t, th, s)) heap.push_back(static_cast<uint32_t>(th));
@@ -403,7 +420,15 @@ void build_plan(trace_file& t, plan& pl) {
         s.pending_old = none;
         break;
     }
-    if (r.kind != k_nop) s.ops[s.n_ops++] = r;
+    if (r.kind != k_nop) {
+      if (s.cycles > s.paced_cycles && s.cycles > t.header.start_cycles && t.last_cycles > t.header.start_cycles) {
+        s.paced_cycles = s.cycles;
+        double ns = double(s.cycles - t.header.start_cycles) * double(t.last_ns - t.header.start_ns) /
+                    double(t.last_cycles - t.header.start_cycles);
+        s.pace[s.n_pace++] = {s.n_ops, static_cast<uint64_t>(ns)};
+      }
+      s.ops[s.n_ops++] = r;
+    }
     s.event++;
     if (advance_to_event(t, th, s)) {
       heap.push_back(th);
@@ -427,8 +452,24 @@ void touch(void* p, size_t size) {
   c[size - 1] = 1;
 }
 
-void replay_thread(thread_state& s, std::atomic<void*>* slots, std::atomic<int>& go) {
+using replay_clock = std::chrono::steady_clock;
+
+// Until `when`: sleeps while more than 200 us are left, then yields.
+void wait_until(replay_clock::time_point when) {
+  for (;;) {
+    auto left = when - replay_clock::now();
+    if (left <= replay_clock::duration::zero()) return;
+    if (left > std::chrono::microseconds(200)) std::this_thread::sleep_for(left - std::chrono::microseconds(100));
+    else sched_yield();
+  }
+}
+
+void replay_thread(thread_state& s, std::atomic<void*>* slots, std::atomic<int>& go, bool pace,
+                   const replay_clock::time_point* start) {
   while (go.load(std::memory_order_acquire) == 0) sched_yield();
+  size_t next_pace = pace ? 0 : s.n_pace;
+  replay_clock::time_point busy_since = replay_clock::now();
+  replay_clock::duration busy{};
   auto get = [&](uint32_t id, bool wait) -> void* {
     void* p = slots[id].load(wait ? std::memory_order_acquire : std::memory_order_relaxed);
     while (p == nullptr) {  // allocated by another thread that has not got there yet
@@ -444,6 +485,14 @@ void replay_thread(thread_state& s, std::atomic<void*>* slots, std::atomic<int>&
   };
   for (size_t i = 0; i < s.n_ops; i++) {
     const replay_op& r = s.ops[i];
+    if (next_pace < s.n_pace && s.pace[next_pace].op == i) {
+      auto when = *start + std::chrono::nanoseconds(s.pace[next_pace++].ns);
+      if (replay_clock::now() < when) {
+        busy += replay_clock::now() - busy_since;
+        wait_until(when);
+        busy_since = replay_clock::now();
+      }
+    }
     switch (r.kind) {
       case k_malloc:
         put(r.obj, malloc(r.size), r.size);
@@ -474,45 +523,90 @@ void replay_thread(thread_state& s, std::atomic<void*>* slots, std::atomic<int>&
         break;
     }
   }
+  busy += replay_clock::now() - busy_since;
+  s.busy_seconds = std::chrono::duration<double>(busy).count();
 }
 
 struct replay_result {
   double seconds = 0;
   uint64_t ops = 0;
   long peak_kib = -1, tables_kib = 0, process_peak_kib = -1, own_file_kib = 0;
+  double busy_seconds = 0;  // every thread's time replaying, its waits for recorded times left out
 };
 
-// The replayer's file-backed resident KiB, less the preloaded libraries' (the allocator under
-// test: a live run has its pages too).
-long own_file_kib() {
+// The libraries a live run under the preloaded allocator has that the recorded program did not:
+// the preloaded ones and those of their DT_NEEDED libraries that the program lacked when recording
+// began (runtime_libs: format.h; unknown, 0: the preloaded ones only).  By the file name of their
+// path: a path whose file name starts with one of these is the allocator's.
+std::vector<std::string> allocator_libs(uint64_t runtime_libs) {
+  struct walk {
+    std::vector<std::string> preload, libs;
+    uint64_t runtime_libs;
+  } w;
+  w.runtime_libs = runtime_libs;
+  const char* preload = getenv("LD_PRELOAD");
+  for (std::string rest = preload ? preload : ""; !rest.empty();) {
+    size_t end = rest.find_first_of(": ");
+    std::string lib = rest.substr(0, end);
+    rest = end == std::string::npos ? "" : rest.substr(end + 1);
+    char real[4096];
+    if (!lib.empty() && realpath(lib.c_str(), real)) w.preload.push_back(real);
+  }
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* arg) -> int {
+        auto& w = *static_cast<walk*>(arg);
+        char real[4096];
+        if (!info->dlpi_name || !*info->dlpi_name || !realpath(info->dlpi_name, real) ||
+            std::find(w.preload.begin(), w.preload.end(), real) == w.preload.end())
+          return 0;
+        const char* base = strrchr(real, '/');
+        w.libs.push_back(base ? base + 1 : real);
+        if (!(w.runtime_libs & runtime_libs_known)) return 0;
+        for (int i = 0; i < info->dlpi_phnum; i++) {
+          if (info->dlpi_phdr[i].p_type != PT_DYNAMIC) continue;
+          auto* dyn = reinterpret_cast<const ElfW(Dyn)*>(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+          const char* strtab = nullptr;
+          for (auto* d = dyn; d->d_tag != DT_NULL; d++)
+            if (d->d_tag == DT_STRTAB)  // relocated by the loader, or still relative on some ports
+              strtab = reinterpret_cast<const char*>(d->d_un.d_ptr < info->dlpi_addr ? info->dlpi_addr + d->d_un.d_ptr
+                                                                                    : d->d_un.d_ptr);
+          for (auto* d = dyn; strtab && d->d_tag != DT_NULL; d++) {
+            if (d->d_tag != DT_NEEDED) continue;
+            const char* name = strtab + d->d_un.d_val;
+            bool had = strncmp(name, "libc.so", 7) == 0 || strncmp(name, "ld-linux", 8) == 0;
+            for (size_t k = 0; k < std::size(runtime_lib_names); k++)
+              if (strcmp(name, runtime_lib_names[k]) == 0 && (w.runtime_libs >> k & 1)) had = true;
+            if (!had) w.libs.push_back(name);
+          }
+        }
+        return 0;
+      },
+      &w);
+  return w.libs;
+}
+
+// The replayer's file-backed resident KiB, less the allocator's libraries' (allocator_libs: a live
+// run has their pages too).
+long own_file_kib(uint64_t runtime_libs) {
   long f = strata::bench::status_kb("RssFile:"), s = strata::bench::status_kb("RssShmem:");
   long kib = (f > 0 ? f : 0) + (s > 0 ? s : 0);
-  const char* preload = getenv("LD_PRELOAD");
-  FILE* maps = preload && *preload ? fopen("/proc/self/smaps", "r") : nullptr;
+  std::vector<std::string> libs = allocator_libs(runtime_libs);
+  FILE* maps = libs.empty() ? nullptr : fopen("/proc/self/smaps", "r");
   if (maps == nullptr) return kib;
-  std::string libs = std::string(" ") + preload + " ";
-  for (char& c : libs)
-    if (c == ':') c = ' ';
   char line[4096];
-  bool preloaded = false;
+  bool allocators = false;
   while (fgets(line, sizeof line, maps)) {
     char* path = strchr(line, '/');
     if (strchr(line, '-') && strchr(line, '-') < strchr(line, ' ') && line[0] != ' ') {
       // A mapping's first line: "start-end perms offset dev inode [path]".
-      preloaded = false;
+      allocators = false;
       if (path) {
         path[strcspn(path, "\n")] = 0;
-        char real[4096];
-        preloaded = libs.find(std::string(" ") + path + " ") != std::string::npos;
-        if (!preloaded)
-          for (size_t at = 1; at < libs.size();) {
-            size_t end = libs.find(' ', at);
-            std::string lib = libs.substr(at, end - at);
-            if (!lib.empty() && realpath(lib.c_str(), real) && strcmp(real, path) == 0) preloaded = true;
-            at = end + 1;
-          }
+        const char* base = strrchr(path, '/') + 1;
+        for (auto& lib : libs)
+          if (strncmp(base, lib.c_str(), lib.size()) == 0) allocators = true;
       }
-    } else if (preloaded && strncmp(line, "Rss:", 4) == 0) {
+    } else if (allocators && strncmp(line, "Rss:", 4) == 0) {
       kib -= strtol(line + 4, nullptr, 10);
     }
   }
@@ -523,7 +617,9 @@ long own_file_kib() {
 // The recorded program's file-backed resident KiB at exit (program_file_kib) replaces the
 // replayer's own in peak_kib; 0: unknown, the replayer's own is kept.  (Anonymous memory is not
 // corrected: at the replayer's start it already holds the allocator's own, tcmalloc's 3.8 MiB.)
-replay_result replay(plan& pl, long program_file_kib = 0) {
+// pace: each thread's operations wait for their recorded times (from the replay's start), so an
+// allocator that gives memory back on a timer does so as often as under the program.
+replay_result replay(plan& pl, long program_file_kib = 0, uint64_t runtime_libs = 0, bool pace = false) {
   replay_result res;
   mapped<std::atomic<void*>> slots;
   slots.map(pl.objects + 1);
@@ -533,6 +629,7 @@ replay_result replay(plan& pl, long program_file_kib = 0) {
     // Only the operations written are resident (the table was sized for every word, samples
     // and extensions included).
     tables += (s.n_ops * sizeof(replay_op) + 4095) & ~size_t{4095};
+    tables += (s.n_pace * sizeof(thread_state::pace_point) + 4095) & ~size_t{4095};
     res.ops += s.n_ops;
   }
   res.tables_kib = static_cast<long>(tables / 1024);
@@ -544,13 +641,20 @@ replay_result replay(plan& pl, long program_file_kib = 0) {
     fputs("5", f);
     fclose(f);
   }
-  for (auto& s : pl.threads) workers.emplace_back(replay_thread, std::ref(s), slots.p, std::ref(go));
-  auto t0 = std::chrono::steady_clock::now();
+  // The recorded program's first thread is replayed by this one, its main thread, as the program
+  // ran it (allocators treat the main thread's heap apart: mimalloc 3 kept 6 MiB more of sqlite3's
+  // memory when a second thread replayed it).
+  replay_clock::time_point t0;
+  for (size_t i = 1; i < pl.threads.size(); i++)
+    workers.emplace_back(replay_thread, std::ref(pl.threads[i]), slots.p, std::ref(go), pace, &t0);
+  t0 = replay_clock::now();
   go.store(1, std::memory_order_release);
+  if (!pl.threads.empty()) replay_thread(pl.threads[0], slots.p, go, pace, &t0);
   for (auto& w : workers) w.join();
-  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  res.seconds = std::chrono::duration<double>(replay_clock::now() - t0).count();
+  for (auto& s : pl.threads) res.busy_seconds += s.busy_seconds;
   res.process_peak_kib = strata::bench::status_kb("VmHWM:");
-  res.own_file_kib = own_file_kib();
+  res.own_file_kib = own_file_kib(runtime_libs);
   if (res.process_peak_kib >= 0) {
     res.peak_kib = res.process_peak_kib - res.tables_kib;
     if (program_file_kib > 0) res.peak_kib += program_file_kib - res.own_file_kib;
@@ -654,19 +758,20 @@ int smoke() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool check = false;
+  bool check = false, pace = false;
   const char* path = nullptr;
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i];
     if (a == "--smoke") return smoke();
     if (a == "--check") check = true;
+    else if (a == "--pace") pace = true;
     else if (a == "--help" || a == "-h") {
-      puts("usage: strata-bench-replay [--check] TRACE | --smoke");
+      puts("usage: strata-bench-replay [--check] [--pace] TRACE | --smoke");
       return 0;
-    } else if (a[0] == '-') fail("unknown option " + a + " (usage: strata-bench-replay [--check] TRACE | --smoke)");
+    } else if (a[0] == '-') fail("unknown option " + a + " (usage: strata-bench-replay [--check] [--pace] TRACE | --smoke)");
     else path = argv[i];
   }
-  if (path == nullptr) fail("usage: strata-bench-replay [--check] TRACE | --smoke");
+  if (path == nullptr) fail("usage: strata-bench-replay [--check] [--pace] TRACE | --smoke");
   trace_file t;
   read_trace(path, t);
   if (!t.truncated.empty()) fprintf(stderr, "strata-bench-replay: %s: %s; replaying its %zu valid bytes\n", path,
@@ -680,12 +785,17 @@ int main(int argc, char** argv) {
     printf("}\n");
     return 0;
   }
-  replay_result r = replay(pl, static_cast<long>(t.program_file_kib));
-  printf("{\"ops\": %" PRIu64 ", \"seconds\": %.6f, \"ops_per_sec\": %.1f, \"peak_rss_kib\": %ld, "
+  replay_result r = replay(pl, static_cast<long>(t.program_file_kib), t.header.runtime_libs, pace);
+  // Paced, the replay lasts as long as the program: its speed is ops per second of replaying
+  // (every thread's, its waits for the recorded times left out).
+  double per = pace ? r.busy_seconds : r.seconds;
+  printf("{\"ops\": %" PRIu64 ", \"paced\": %s, \"seconds\": %.6f, \"busy_seconds\": %.6f, "
+         "\"ops_per_sec\": %.1f, \"peak_rss_kib\": %ld, "
          "\"process_peak_rss_kib\": %ld, \"tables_kib\": %ld, \"program_file_kib\": %ld, "
          "\"replayer_file_kib\": %ld, \"program_anon_kib_at_start\": %" PRIu64 ", ",
-         r.ops, r.seconds, r.seconds > 0 ? double(r.ops) / r.seconds : 0.0, r.peak_kib, r.process_peak_kib,
-         r.tables_kib, static_cast<long>(t.program_file_kib), r.own_file_kib, t.header.start_anon_kib);
+         r.ops, pace ? "true" : "false", r.seconds, r.busy_seconds, per > 0 ? double(r.ops) / per : 0.0, r.peak_kib,
+         r.process_peak_kib, r.tables_kib, static_cast<long>(t.program_file_kib), r.own_file_kib,
+         t.header.start_anon_kib);
   print_counts(t, pl);
   printf("}\n");
   return 0;

@@ -144,6 +144,7 @@ def test_record_and_replay_a_real_program(built, tmp_path):
     samples = [x for x in doc["samples"] if not x.get("warmup")]
     assert len(samples) == 2 and all(x["ok"] for x in samples)
     assert all(x["metrics"]["ops"] >= 20000 and x["peak_rss_kb"] > 0 for x in samples)
+    assert all(x["metrics"]["paced"] is True for x in samples)  # at the program's pace by default
     run_dir = next(tmp_path.glob("*-replay"))
     assert (run_dir / "trace-stats.png").stat().st_size > 1000  # the trace's plot in the report
     assert "peak live" in (run_dir / "summary.md").read_text()

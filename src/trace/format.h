@@ -71,9 +71,18 @@ struct file_header {
   uint64_t start_cycles;        // the cycle counter and CLOCK_MONOTONIC at the start
   uint64_t start_ns;
   uint64_t start_anon_kib;      // the program's anonymous resident KiB when recording began
-  uint64_t reserved;
+  uint64_t runtime_libs;        // runtime_libs_known | a bit per runtime_lib_names entry loaded at start
 };
 static_assert(sizeof(file_header) == 64);
+
+// The shared runtime libraries that allocators depend on (jemalloc and tcmalloc on libstdc++ and
+// libgcc_s, mimalloc 3 on libatomic...): which of them the program had loaded when recording
+// began.  A live run under such an allocator has the pages of those the program lacks, which the
+// replayer counts as the allocator's (docs/trace-format.md).  0: unknown (an older recorder).
+inline constexpr const char* runtime_lib_names[] = {"libstdc++.so.6", "libgcc_s.so.1", "libm.so.6",
+                                                    "libatomic.so.1", "librt.so.1", "libpthread.so.0",
+                                                    "libdl.so.2"};
+inline constexpr uint64_t runtime_libs_known = uint64_t{1} << 63;
 
 enum chunk_flags : uint32_t {
   chunk_thread_exit = 1,  // written by the thread's exit (more may follow from late destructors)

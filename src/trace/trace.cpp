@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
+#include <link.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -163,6 +165,22 @@ void start_writer() noexcept {
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }
 
+// format.h's runtime_libs: the runtime libraries loaded now, by the file name of their path.
+uint64_t runtime_libs_loaded() noexcept {
+  uint64_t bits = runtime_libs_known;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* out) noexcept -> int {
+        const char* base = info->dlpi_name ? strrchr(info->dlpi_name, '/') : nullptr;
+        base = base ? base + 1 : info->dlpi_name;
+        for (size_t i = 0; base && i < std::size(runtime_lib_names); i++)
+          if (strncmp(base, runtime_lib_names[i], strlen(runtime_lib_names[i])) == 0)
+            *static_cast<uint64_t*>(out) |= uint64_t{1} << i;
+        return 0;
+      },
+      &bits);
+  return bits;
+}
+
 bool write_file_header(uint32_t parent) noexcept {
   char path[path_max + 16];
   size_t o = 0;
@@ -195,6 +213,7 @@ bool write_file_header(uint32_t parent) noexcept {
   h.start_ns = os::now_ns();
   // A forked child's anonymous memory is its parent's heap: no baseline (0: unknown).
   h.start_anon_kib = parent == 0 ? os::resident_anon_kib() : 0;
+  h.runtime_libs = runtime_libs_loaded();
   if (!os::file_write2(fd, &h, sizeof h, nullptr, 0)) {
     stop(strerror(errno));
     return false;

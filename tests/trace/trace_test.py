@@ -98,6 +98,32 @@ with tempfile.TemporaryDirectory() as tmp:
     for f in glob.glob(os.path.join(tmp, "*")):
         os.unlink(f)
 
+    # Paced (--pace), the replay waits for the recorded times: the workload slept 300 ms between
+    # its allocations and its frees, so the replay lasts at least about that long.
+    p = record(tmp, "pause", "1000", trace="paused")
+    expect(p.returncode == 0, f"pause workload failed: {p.stderr}")
+    paused = os.path.join(tmp, "paused")
+    r = subprocess.run([REPLAY, "--pace", paused], capture_output=True, text=True, timeout=60)
+    expect(r.returncode == 0, f"paced replay failed: {r.stderr}")
+    if r.returncode == 0:
+        rep = json.loads(r.stdout)
+        expect(rep["paced"] and rep["seconds"] >= 0.25 and rep["ops"] >= 2000,
+               f"a paced replay waits for the recorded times: {rep}")
+    r = subprocess.run([REPLAY, paused], capture_output=True, text=True, timeout=60)
+    expect(r.returncode == 0 and not json.loads(r.stdout)["paced"], f"unpaced replay: {r.stdout} {r.stderr}")
+    # The header says which runtime libraries the program had (format.h runtime_libs): this C++
+    # workload libstdc++ (bit 0), /bin/true not.
+    def runtime_libs(path):
+        return int.from_bytes(open(path, "rb").read(64)[56:64], "little")
+    bits = runtime_libs(paused)
+    expect(bits >> 63 == 1 and bits & 1 == 1, f"runtime_libs of a C++ program: {bits:#x}")
+    env = dict(os.environ, LD_PRELOAD=LIB, STRATA_TRACE=os.path.join(tmp, "true"))
+    subprocess.run(["/bin/true"], env=env, timeout=60)
+    bits = runtime_libs(os.path.join(tmp, "true"))
+    expect(bits >> 63 == 1 and bits & 1 == 0, f"runtime_libs of /bin/true: {bits:#x}")
+    for f in glob.glob(os.path.join(tmp, "*")):
+        os.unlink(f)
+
     # Killed: the chunks written before the kill are there (4 full areas: at most one waited for
     # the writer), and the trace says it is incomplete.
     p = record(tmp, "kill", "600000", trace="killed")

@@ -4,12 +4,14 @@
 //                              the even ones by the main thread; reallocs, calloc, aligned, new
 //   trace_workload fork N      the child allocates and frees N blocks, then exits
 //   trace_workload kill N      allocates N blocks and kills itself (SIGKILL) before freeing them
+//   trace_workload pause N     allocates N blocks, sleeps 300 ms, frees them
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <chrono>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -55,6 +57,13 @@ int main(int argc, char** argv) {
     int status = 0;
     waitpid(child, &status, 0);
     printf("{\"child\": %d, \"mallocs\": %d}\n", child, n);
+    return 0;
+  }
+  if (strcmp(argv[1], "pause") == 0) {
+    for (int i = 0; i < n; i++) blocks[i] = malloc(48);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    for (int i = 0; i < n; i++) free(blocks[i]);
+    printf("{\"mallocs\": %d}\n", n);
     return 0;
   }
   if (strcmp(argv[1], "kill") == 0) {

@@ -1,7 +1,11 @@
 """A recorded program replayed (strata-lab record, docs/trace-format.md): strata-bench-replay plays
 the trace under each allocator, one thread per recorded thread.  Replay ops/s and the replay's peak
 RSS (the allocator's memory: the replayer's own tables are taken out).  `strata-lab replay TRACE`
-runs this suite; without a trace (--smoke) it replays the replayer's own small synthetic trace."""
+runs this suite; without a trace (--smoke) it replays the replayer's own small synthetic trace.
+
+Paced by default (--param pace=off: back to back): each event waits for its recorded time, so an
+allocator that returns memory on a timer (strata, mimalloc) does so as under the program, and the
+replay's peak RSS is the program's; ops/s is then per second of replaying, the waits left out."""
 
 from pathlib import Path
 
@@ -23,8 +27,16 @@ def _path(text: str) -> str:
     return str(p.resolve())
 
 
+def _on_off(text: str) -> bool:
+    if text not in ("on", "off"):
+        raise ValueError(f"{text!r}: on or off")
+    return text == "on"
+
+
 PARAMS = [Param("trace", None, "the trace to replay (strata-lab record writes one)", _path,
-                default_text="none: --smoke replays a built-in one")]
+                default_text="none: --smoke replays a built-in one"),
+          Param("pace", True, "on: each event waits for its recorded time (the program's pace, its "
+                "peak RSS); off: back to back", _on_off, default_text="on")]
 
 
 def cells(ctx):
@@ -35,9 +47,10 @@ def cells(ctx):
             raise LabError("suite replay needs a trace: strata-lab replay TRACE, or --param trace=PATH")
         argv, name = [exe, "--smoke"], "smoke"
     else:
-        argv, name = [exe, trace], Path(trace).name
+        argv, name = [exe, *(["--pace"] if ctx.params.get("pace", True) else []), trace], Path(trace).name
     return [Cell(workload=f"replay-{name}", threads=1, argv=argv, metric="ops_per_sec", unit="ops/s",
-                 params={"trace": trace or "(built-in)"}, peak_rss_metric="peak_rss_kib",
+                 params={"trace": trace or "(built-in)", "pace": bool(trace and ctx.params.get("pace", True))},
+                 peak_rss_metric="peak_rss_kib",
                  timeout_s=600.0)]
 
 
