@@ -69,17 +69,21 @@ lookup find_block(segment* seg, void* p) noexcept {
   return {lookup_status::ok, seg, pg, reinterpret_cast<block*>(pg->start + offset)};
 }
 
-void free_remote(page* pg, block* b) noexcept {
+void free_remote(page* pg, block* b, bool counted = false) noexcept {
   size_t cls = pg->size_class;
   b->canary = canary_of(b);
   heap* h = tl_heap;
   if (h != &empty_heap) {
-    h->free_count[cls].add();
-    h->remote_frees.add();
+    if (!counted) {
+      h->free_count[cls].add();
+      h->remote_frees.add();
+    }
     remote_free_batched(h, pg, b);
   } else {
-    g_retired.free_count[cls].fetch_add(1, std::memory_order_relaxed);
-    g_retired.remote_frees.fetch_add(1, std::memory_order_relaxed);
+    if (!counted) {
+      g_retired.free_count[cls].fetch_add(1, std::memory_order_relaxed);
+      g_retired.remote_frees.fetch_add(1, std::memory_order_relaxed);
+    }
     page_push_remote(pg, b, b);
   }
 }
@@ -135,7 +139,7 @@ STRATA_NOINLINE void free_slow(void* p) noexcept {
   free_block(l.pg, b);
 }
 
-STRATA_NOINLINE void free_block(page* pg, block* b) noexcept {
+STRATA_NOINLINE void free_block(page* pg, block* b, bool from_foreign) noexcept {
   heap* h = tl_heap;
   segment* seg = segment_of(b);
   // Acquire: pairs with the release that abandoned the segment, after its last owner's writes.
@@ -149,7 +153,7 @@ STRATA_NOINLINE void free_block(page* pg, block* b) noexcept {
   // at 2.4x mimalloc's peak RSS and 4x its faults.
   if (owner == nullptr && h != &empty_heap) {
     size_t bytes = pg->block_size;  // read first: once b is pushed, a sweep may release pg
-    free_remote(pg, b);
+    free_remote(pg, b, from_foreign);
     if (segment_freed_into(seg, bytes)) {
       remote_flush(h);  // h's own pending frees into seg reach its pages first
       segment_sweep(h, seg);
@@ -158,10 +162,12 @@ STRATA_NOINLINE void free_block(page* pg, block* b) noexcept {
   }
   if (owner == h) {
     page_push_local(pg, b);
-    h->free_count[pg->size_class].add();
+    if (!from_foreign) h->free_count[pg->size_class].add();
     if (--pg->used == 0 || (flags_of(pg) & page_flag::in_full)) page_local_event(h, pg);
+  } else if (!from_foreign && !secure && owner != nullptr && h != &empty_heap && pg->block_size <= foreign_block_max) {
+    foreign_put(h, pg, b);
   } else {
-    free_remote(pg, b);
+    free_remote(pg, b, from_foreign);
   }
 }
 

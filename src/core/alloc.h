@@ -24,8 +24,10 @@ namespace strata::detail {
 void* malloc_huge(size_t size, size_t alignment) noexcept;
 void free_slow(void* p) noexcept;
 // A live block b of pg that free's fast path did not take: another heap's page, a page on its
-// owner's full list, or a page of an abandoned segment.
-void free_block(page* pg, block* b) noexcept;
+// owner's full list, or a page of an abandoned segment.  A block of another live heap's page may
+// stay in the calling heap's foreign cache (foreign_put); from_foreign: it comes out of that
+// cache (foreign_flush), its free counted already, and goes back to its page.
+void free_block(page* pg, block* b, bool from_foreign = false) noexcept;
 void* alloc_aligned(size_t alignment, size_t size) noexcept;
 
 inline void* malloc_inline(size_t size) noexcept {

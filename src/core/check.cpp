@@ -48,7 +48,7 @@ bool segment_is_valid(const segment* seg) noexcept {
   if (is_free(0)) return broken("segment header slice marked free", seg);
   auto* s = const_cast<segment*>(seg);
   size_t used = 0;
-  for (size_t idx = 1; idx < slices_per_segment;) {
+  for (size_t idx = header_slices; idx < slices_per_segment;) {
     const page* pg = &seg->pages[idx];
     if (!(flags_of(pg) & page_flag::in_use)) {
       bool guard = secure && idx == slices_per_segment - 1;  // the hardened build's guard slice
@@ -75,7 +75,8 @@ bool segment_is_valid(const segment* seg) noexcept {
 bool heap_is_valid(const heap* h) noexcept {
   size_t listed = 0;
   for (size_t c = 0; c < size_class_count; ++c) {
-    if (h->direct[c] != &empty_page && h->direct[c] != h->queue[c].first)
+    bool stand_in = c < foreign_classes && h->direct[c] == &h->foreign[c];  // foreign blocks (heap.cpp)
+    if (h->direct[c] != &empty_page && !stand_in && h->direct[c] != h->queue[c].first)
       return broken("direct page is not first in its queue", h->direct[c]);
     for (const page_list* l : {&h->queue[c], &h->full[c]}) {
       bool full = l == &h->full[c];

@@ -13,6 +13,7 @@
 #include <x86intrin.h>
 #endif
 
+#include "core/alloc.h"
 #include "core/check.h"
 #include "core/init.h"
 #include "core/lock.h"
@@ -42,6 +43,9 @@ __thread bool tl_exited __attribute__((tls_model("initial-exec"))) = false;
 spin_lock orphan_lock;
 heap* orphan_heap = nullptr;
 constexpr uintptr_t orphan_tid = 2;  // never a thread pointer (those are aligned)
+
+// A block of h's foreign cache for class cls, or nullptr (below, with foreign_put).
+inline block* foreign_take(heap* h, size_t cls) noexcept;
 
 // ---- page lists ------------------------------------------------------------------------------
 void list_push_front(page_list& l, page* pg) noexcept {
@@ -124,6 +128,7 @@ void page_free_span(heap* h, page* pg) noexcept {
 // A purge pass gives back the spans of empty pages still in their queue (the one page a class
 // keeps, page_local_event) and purges free slices a delay after they became free.
 void heap_purge(heap* h, bool force) noexcept {
+  foreign_flush(h);
   for (size_t c = 0; c < size_class_count; ++c) {
     for (page* pg = h->queue[c].first; pg;) {
       page* next = pg->next;
@@ -234,7 +239,9 @@ void collect_remote_hinted(heap* h, size_t cls) noexcept {
       page* next = pg->next;
       if (pg->thread_free.load(std::memory_order_relaxed) != nullptr) {
         page_collect(h, pg);
-        if (pg->used == 0 && pg != h->direct[cls] && h->direct[cls] != &empty_page)
+        page* direct = h->direct[cls];
+        bool has_direct = direct != &empty_page && !(cls < foreign_classes && direct == &h->foreign[cls]);
+        if (pg->used == 0 && pg != direct && has_direct)
           page_free_span(h, pg);
         else if (flags_of(pg) & page_flag::in_full)
           page_unfull(h, pg);
@@ -260,8 +267,6 @@ void collect_remote_all(heap* h) noexcept {
 namespace {
 
 void* heap_alloc_slow(heap* h, size_t cls) noexcept {
-  // Frees this thread made into other threads' pages reach them before it takes new memory.
-  if (h->remote_pending != 0) remote_flush(h);
   // The common case: the direct page's own frees become its free list.
   if (page* pg = h->direct[cls]; pg->local_free != nullptr) {
     page_fold_frees(h, pg);
@@ -269,6 +274,10 @@ void* heap_alloc_slow(heap* h, size_t cls) noexcept {
     pg->local_free = nullptr;
     return page_pop(h, pg);
   }
+  // Then other threads' blocks this thread freed (foreign_put).
+  if (block* b = foreign_take(h, cls)) return b;
+  // Frees this thread made into other threads' pages reach them before it takes new memory.
+  if (h->remote_pending != 0) remote_flush(h);
   // Free memory ages out while the thread keeps walking its pages, not only when it needs a new
   // span: a thread that allocates from the pages it has must still give back what it freed long
   // ago.  Every 64th walk reads the clock (each walk reading it cost E1's large band ~5 %).
@@ -324,6 +333,7 @@ void* heap_alloc_slow(heap* h, size_t cls) noexcept {
 
 // Thread exit: everything the heap holds goes back or is abandoned to whoever reclaims it.
 void heap_abandon(heap* h) noexcept {
+  foreign_flush(h);
   remote_flush(h);
   for (size_t c = 0; c < size_class_count; ++c) {
     set_direct(h, c, &empty_page);
@@ -391,6 +401,58 @@ void remote_flush(heap* h) noexcept {
   h->remote_pending = 0;
 }
 
+namespace {
+// Sends class cls's foreign blocks back to their pages (free_block without the cache: the page's
+// heap may be h by now, having adopted the segment, or none).
+void foreign_flush_class(heap* h, size_t cls) noexcept {
+  page& f = h->foreign[cls];
+  block* b = f.free;
+  f.free = nullptr;
+  f.used = f.frees = 0;
+  while (b) {
+    block* next = b->next;
+    free_block(page_lookup(b), b, true);
+    b = next;
+  }
+}
+
+inline block* foreign_take(heap* h, size_t cls) noexcept {
+  if (cls >= foreign_classes || h->foreign[cls].free == nullptr) return nullptr;
+  // The stand-in page serves the next allocations of cls from malloc's fast path.
+  set_direct(h, cls, &h->foreign[cls]);
+  h->alloc_count[cls].add();
+  return page_pop_fast(&h->foreign[cls]);
+}
+}  // namespace
+
+void foreign_put(heap* h, page* pg, block* b) noexcept {
+  size_t cls = pg->size_class;
+  b->canary = canary_of(b);  // free: a second free of it is reported
+  h->free_count[cls].add();
+  h->remote_frees.add();
+  if (h->foreign_bytes + pg->block_size > foreign_bytes_max) {
+    // What the fast path popped meanwhile comes off first; over the bound still, all goes back.
+    size_t held = 0;
+    for (size_t c = 0; c < foreign_classes; ++c)
+      held += size_t{h->foreign[c].frees - h->foreign[c].used} * block_stride(c);
+    h->foreign_bytes = held;
+    if (held + pg->block_size > foreign_bytes_max) foreign_flush(h);
+  }
+  page& f = h->foreign[cls];
+  b->next = f.free;
+  f.free = b;
+  f.frees++;
+  h->foreign_bytes += pg->block_size;
+}
+
+void foreign_flush(heap* h) noexcept {
+  if (h->foreign_bytes == 0) return;
+  for (size_t c = 0; c < foreign_classes; ++c)
+    if (h->foreign[c].free) foreign_flush_class(h, c);
+  h->foreign_bytes = 0;
+  remote_flush(h);
+}
+
 void page_local_event(heap* h, page* pg) noexcept {
   size_t cls = pg->size_class;
   bool full = flags_of(pg) & page_flag::in_full;
@@ -429,6 +491,7 @@ void heap_thread_done(void* arg) noexcept {
   auto* h = static_cast<heap*>(arg);
   if (h == nullptr || h == &empty_heap) return;
   tl_exited = true;
+  foreign_flush(h);  // while h is still the thread's heap: the blocks' frees are counted in it
   tl_heap = &empty_heap;
   heap_abandon(h);
 }
@@ -502,6 +565,7 @@ void* malloc_slow(size_t cls) noexcept {
 }
 
 void heap_trim(heap* h, bool force) noexcept {
+  foreign_flush(h);
   remote_flush(h);
   if (force) {
     while (segment* seg = segment_take_abandoned()) heap_adopt_segment(h, seg);

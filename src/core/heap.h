@@ -12,6 +12,11 @@ void page_local_event(heap* h, page* pg) noexcept;
 void remote_free_batched(heap* h, page* pg, block* b) noexcept;
 // Pushes every pending remote free of h.
 void remote_flush(heap* h) noexcept;
+// A free of b, a block of pg, a page of another live heap's: kept in h's foreign cache for h's
+// next allocation of its class (types.h foreign_block_max), or batched back to its page.
+void foreign_put(heap* h, page* pg, block* b) noexcept;
+// Sends every block of h's foreign cache back to its page (purge pass, trim, thread exit).
+void foreign_flush(heap* h) noexcept;
 // Collects the remote frees into every class of h's (pages emptied give their spans back):
 // before h takes new memory, so that what other threads freed of h's serves first.
 void collect_remote_all(heap* h) noexcept;

@@ -120,7 +120,7 @@ size_t bits_next(const uint64_t* bits, size_t from, bool value) noexcept {
 
 // First fit: the start of a run of n set bits (past the header's), or -1.
 long find_run(const uint64_t* bits, size_t n) noexcept {
-  size_t i = 1;
+  size_t i = header_slices;
   while (i + n <= slices_per_segment) {
     size_t start = bits_next(bits, i, true);
     if (start + n > slices_per_segment) return -1;
@@ -305,16 +305,16 @@ void segment_reset_header(segment* seg) noexcept {
   seg->huge_size = 0;
   seg->purge_due_ms = 0;
   for (size_t w = 0; w < bitmap_words; ++w) seg->free_bits[w] = ~uint64_t{0};
-  seg->free_bits[0] &= ~uint64_t{1};  // slice 0 holds this header
+  seg->free_bits[0] &= ~((uint64_t{1} << header_slices) - 1);  // the header's slices
   if constexpr (secure) seg->free_bits[bitmap_words - 1] &= ~(uint64_t{1} << 63);  // the guard slice
 }
 
 // Hardened build: the OS page below slice 1 (the header's unused tail) and, for a segment, its
 // last slice become guard pages: an underflow from the first block, or an overflow past the
 // last, faults instead of reaching strata's metadata or the next mapping.
-static_assert(!secure || sizeof(segment) <= slice_size - 4096, "the header leaves room for a guard page");
+static_assert(!secure || sizeof(segment) <= header_slices * slice_size - 4096, "the header leaves room for a guard page");
 inline uint8_t* header_guard(segment* seg) noexcept {
-  return reinterpret_cast<uint8_t*>(seg) + slice_size - os::page_size();
+  return reinterpret_cast<uint8_t*>(seg) + header_slices * slice_size - os::page_size();
 }
 void guard_header(segment* seg) noexcept {
   if constexpr (secure) os::protect_none(header_guard(seg), os::page_size());
@@ -351,7 +351,7 @@ void purge_before_growth(heap* h, size_t bytes) noexcept {
 namespace {
 
 inline bool has_resident_slices(const segment* seg) noexcept {
-  return bits_count(seg->dirty_bits, 1, usable_slices) != 0;  // the header's does not count
+  return bits_count(seg->dirty_bits, header_slices, usable_slices) != 0;  // the header's do not count
 }
 
 // A segment for h: from the cache (with warm_only, only one whose free slices are still
@@ -381,8 +381,8 @@ segment* segment_new(heap* h, bool warm_only) noexcept {
     segment_reset_header(seg);
     guard_header(seg);
     if constexpr (secure) os::protect_none(slice_address(seg, slices_per_segment - 1), slice_size);
-    bits_assign(seg->dirty_bits, 0, 1, true);
-    os::commit_add(static_cast<int64_t>(slice_size));
+    bits_assign(seg->dirty_bits, 0, header_slices, true);
+    os::commit_add(static_cast<int64_t>(header_slices * slice_size));
     map_mark(seg, segment_size, true);
     live_segments.fetch_add(1, std::memory_order_relaxed);
   }
@@ -493,7 +493,7 @@ page* span_alloc_new(heap* h, size_t cls, bool warm_only) noexcept {
   segment* seg = segment_new(h, warm_only);
   if (seg == nullptr) return nullptr;
   long idx = free_run(seg, page_slices(cls), true);  // its resident slices first
-  return span_init(seg, idx > 0 ? static_cast<size_t>(idx) : 1, cls);
+  return span_init(seg, idx > 0 ? static_cast<size_t>(idx) : header_slices, cls);
 }
 
 void span_free(heap* h, page* pg, bool may_release_segment) noexcept {
@@ -854,10 +854,10 @@ segment* huge_cache_take(size_t offset, size_t bytes, size_t* resident) noexcept
 
 void* huge_alloc(size_t size, size_t alignment, size_t* dirty) noexcept {
   size_t align = alignment < min_block ? min_block : alignment;
-  size_t offset = round_up(slice_size, align);  // the header fits in slice 0
+  size_t offset = round_up(header_slices * slice_size, align);  // past the header
   size_t ps = os::page_size();
   if (size == 0) size = min_block;  // the block must lie inside its mapping
-  if (offset < slice_size || size > SIZE_MAX / 2 - offset) return errno = ENOMEM, nullptr;
+  if (offset < header_slices * slice_size || size > SIZE_MAX / 2 - offset) return errno = ENOMEM, nullptr;
   if (align <= 64) offset += next_colour();  // as a one-block page's block (size_class.h)
   size_t total = round_up(offset + size, ps) + huge_guard();
   size_t resident = 0;

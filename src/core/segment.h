@@ -21,7 +21,7 @@ void segment_release_if_empty(heap* h, segment* seg) noexcept;
 // Calls f(page) for every page in use in seg (f may release the page's span).
 template <class F>
 void for_each_page(segment* seg, F f) noexcept {
-  for (size_t idx = 1; idx < slices_per_segment;) {
+  for (size_t idx = header_slices; idx < slices_per_segment;) {
     page* pg = &seg->pages[idx];
     if (!(flags_of(pg) & page_flag::in_use)) {
       ++idx;

@@ -15,6 +15,7 @@ namespace {
 
 constexpr size_t segment_size = size_t{32} << 20;
 constexpr size_t slice_size = size_t{64} << 10;
+constexpr size_t header_size = 2 * slice_size;  // a segment's header slices (types.h header_slices)
 
 void* opaque(void* p) {
   asm volatile("" : "+r"(p));
@@ -155,8 +156,8 @@ TEST_F(SecureDeathTest, AResizedHugeBlockKeepsItsGuardPages) {
         {
           auto* p = static_cast<char*>(resized_huge_block(how));
           auto base = reinterpret_cast<uintptr_t>(p) & ~(segment_size - 1);
-          if (p == nullptr || base + slice_size > reinterpret_cast<uintptr_t>(p)) _exit(0);
-          reinterpret_cast<volatile char*>(base + slice_size - 1)[0] = 1;
+          if (p == nullptr || base + header_size > reinterpret_cast<uintptr_t>(p)) _exit(0);
+          reinterpret_cast<volatile char*>(base + header_size - 1)[0] = 1;
           _exit(0);
         },
         "")
@@ -177,14 +178,14 @@ TEST(Secure, ResizedHugeBlocksAreUsableToTheirEnd) {
   EXPECT_TRUE(strata_heap_check());
 }
 
-// The OS page below a segment's first slice (the header's tail) and the segment's last slice
-// are guard pages: a block's underflow cannot reach strata's metadata, nor an overflow the next
+// The OS page below a segment's first slice past its header (the header's tail) and the
+// segment's last slice are guard pages: a block's underflow cannot reach strata's metadata, nor an overflow the next
 // mapping.
 TEST_F(SecureDeathTest, SegmentHeaderTailIsAGuardPage) {
   EXPECT_DEATH(
       {
         auto base = reinterpret_cast<uintptr_t>(strata_malloc(64)) & ~(segment_size - 1);
-        reinterpret_cast<volatile char*>(base + slice_size - 1)[0] = 1;
+        reinterpret_cast<volatile char*>(base + header_size - 1)[0] = 1;
         _exit(0);
       },
       "");
