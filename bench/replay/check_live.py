@@ -4,7 +4,7 @@ allocator the live program's peak RSS (2 runs) against the replay's (2 runs), th
 ranking; or, with --overhead, the program's cost with STRATA_TRACE set against unset.
 
     bench/replay/check_live.py python|sqlite|redis
-    bench/replay/check_live.py --overhead python|sqlite|redis [ROUNDS]
+    bench/replay/check_live.py --overhead python|sqlite|redis|perl|gxx|jq|git [ROUNDS]
 
 Uses the lab's inputs (suite programs' python and sqlite generators), its redis driver and its
 launcher (so ru_maxrss is the program's own); $STRATA_BUILD (default build/) has libstrata.so and
@@ -43,7 +43,11 @@ def command(which):
     if which == "redis":
         return ([sys.executable, "-m", "strata_lab.drivers.redis_bench", "--requests", "40000"], None,
                 {"PYTHONPATH": str(ROOT / "lab")})
-    sys.exit(f"unknown program {which!r}: python, sqlite or redis")
+    if which in ("perl", "gxx", "jq", "git"):  # the lab's programs at make bench's size
+        prog = programs.PROGRAMS[which]
+        prog["gen"](WORK, prog["sizes"][1])
+        return [str(x) for x in prog["argv"](WORK)], None, prog.get("env", {})
+    sys.exit(f"unknown program {which!r}: python, sqlite, redis, perl, gxx, jq or git")
 
 
 def run(which, cmd, stdin, extra, lib, trace=None):
