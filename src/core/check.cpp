@@ -45,7 +45,8 @@ bool page_is_valid(const page* pg) noexcept {
 bool segment_is_valid(const segment* seg) noexcept {
   if (seg->kind != segment_kind::normal) return broken("segment is not a normal segment", seg);
   auto is_free = [seg](size_t i) { return (seg->free_bits[i / 64] >> (i % 64)) & 1; };
-  if (is_free(0)) return broken("segment header slice marked free", seg);
+  for (size_t i = 0; i < header_slices; ++i)
+    if (is_free(i)) return broken("segment header slice marked free", seg);
   auto* s = const_cast<segment*>(seg);
   size_t used = 0;
   for (size_t idx = header_slices; idx < slices_per_segment;) {
@@ -100,7 +101,7 @@ bool heap_is_valid(const heap* h) noexcept {
   for (const segment* seg = h->segments; seg; seg = seg->next) {
     if (seg->owner.load(std::memory_order_relaxed) != h) return broken("heap's segment owned by another", seg);
     if (!segment_is_valid(seg)) return false;
-    for (size_t idx = 1; idx < slices_per_segment;) {
+    for (size_t idx = header_slices; idx < slices_per_segment;) {
       const page* pg = &seg->pages[idx];
       if (!(flags_of(pg) & page_flag::in_use)) {
         ++idx;
