@@ -487,8 +487,8 @@ void replay_thread(thread_state& s, std::atomic<void*>* slots, std::atomic<int>&
     const replay_op& r = s.ops[i];
     if (next_pace < s.n_pace && s.pace[next_pace].op == i) {
       auto when = *start + std::chrono::nanoseconds(s.pace[next_pace++].ns);
-      if (replay_clock::now() < when) {
-        busy += replay_clock::now() - busy_since;
+      if (auto now = replay_clock::now(); now < when) {
+        busy += now - busy_since;
         wait_until(when);
         busy_since = replay_clock::now();
       }

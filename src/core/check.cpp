@@ -76,8 +76,7 @@ bool segment_is_valid(const segment* seg) noexcept {
 bool heap_is_valid(const heap* h) noexcept {
   size_t listed = 0;
   for (size_t c = 0; c < size_class_count; ++c) {
-    bool stand_in = c < foreign_classes && h->direct[c] == &h->foreign[c];  // foreign blocks (heap.cpp)
-    if (h->direct[c] != &empty_page && !stand_in && h->direct[c] != h->queue[c].first)
+    if (h->direct[c] != &empty_page && !is_foreign_stand_in(h, c, h->direct[c]) && h->direct[c] != h->queue[c].first)
       return broken("direct page is not first in its queue", h->direct[c]);
     for (const page_list* l : {&h->queue[c], &h->full[c]}) {
       bool full = l == &h->full[c];

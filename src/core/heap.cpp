@@ -240,7 +240,7 @@ void collect_remote_hinted(heap* h, size_t cls) noexcept {
       if (pg->thread_free.load(std::memory_order_relaxed) != nullptr) {
         page_collect(h, pg);
         page* direct = h->direct[cls];
-        bool has_direct = direct != &empty_page && !(cls < foreign_classes && direct == &h->foreign[cls]);
+        bool has_direct = direct != &empty_page && !is_foreign_stand_in(h, cls, direct);
         if (pg->used == 0 && pg != direct && has_direct)
           page_free_span(h, pg);
         else if (flags_of(pg) & page_flag::in_full)

@@ -309,9 +309,9 @@ void segment_reset_header(segment* seg) noexcept {
   if constexpr (secure) seg->free_bits[bitmap_words - 1] &= ~(uint64_t{1} << 63);  // the guard slice
 }
 
-// Hardened build: the OS page below slice 1 (the header's unused tail) and, for a segment, its
-// last slice become guard pages: an underflow from the first block, or an overflow past the
-// last, faults instead of reaching strata's metadata or the next mapping.
+// Hardened build: the OS page below the first slice past the header (the header's unused tail)
+// and, for a segment, its last slice become guard pages: an underflow from the first block, or an
+// overflow past the last, faults instead of reaching strata's metadata or the next mapping.
 static_assert(!secure || sizeof(segment) <= header_slices * slice_size - 4096, "the header leaves room for a guard page");
 inline uint8_t* header_guard(segment* seg) noexcept {
   return reinterpret_cast<uint8_t*>(seg) + header_slices * slice_size - os::page_size();

@@ -322,6 +322,11 @@ struct heap {
   page foreign[foreign_classes] = {};       // other heaps' blocks freed here, for reuse (foreign_put)
 };
 
+// Is pg the stand-in page through which h's held foreign blocks of class cls are served?
+inline bool is_foreign_stand_in(const heap* h, size_t cls, const page* pg) noexcept {
+  return cls < foreign_classes && pg == &h->foreign[cls];
+}
+
 extern STRATA_HIDDEN heap empty_heap;
 extern STRATA_HIDDEN __thread heap* tl_heap;
 extern STRATA_HIDDEN uint64_t g_secret;
