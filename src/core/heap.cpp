@@ -101,18 +101,42 @@ inline void* page_pop(heap* h, page* pg) noexcept {
   return page_pop_fast(pg);
 }
 
-// At most this much memory sits in spare pages per heap (page_local_event).
-constexpr size_t spare_budget = size_t{4} << 20;
+// At most this much memory sits in spare pages per heap (page_local_event), and at most this
+// many pages per class: one for a class of many blocks to a page, spare_one_block_max for a
+// class of one block to a page.
+constexpr size_t spare_budget = size_t{32} << 20;
+constexpr size_t spare_one_block_max = 8;
 
 inline size_t span_bytes(const page* pg) noexcept { return size_t{pg->slice_count} << slice_shift; }
 
-// Every span of a page of h's goes back through here, so `spare` never names a released page.
+// pg is no longer a spare: used again, or its span goes back.
+inline void spare_clear(heap* h, page* pg) noexcept {
+  if (!(flags_of(pg) & page_flag::spare)) return;
+  flags_clear(pg, page_flag::spare);
+  h->spare_count[pg->size_class]--;
+  h->spare_bytes -= span_bytes(pg);
+}
+
+void page_free_span(heap* h, page* pg) noexcept;
+
+// The spans of the empty spare pages go back to their segments.
+void spares_release(heap* h) noexcept {
+  for (size_t c = 0; c < size_class_count && h->spare_bytes != 0; ++c) {
+    if (h->spare_count[c] == 0) continue;
+    for (page* pg = h->queue[c].first; pg;) {
+      page* next = pg->next;
+      if ((flags_of(pg) & page_flag::spare) && pg->used == 0 && pg->thread_free.load(std::memory_order_relaxed) == nullptr)
+        page_free_span(h, pg);
+      pg = next;
+    }
+  }
+}
+
+// Every span of a page of h's goes back through here, so the spare counts never include a
+// released page.
 void page_release(heap* h, page* pg) noexcept {
   page_fold_frees(h, pg);
-  if (h->spare[pg->size_class] == pg) {
-    h->spare[pg->size_class] = nullptr;
-    h->spare_bytes -= span_bytes(pg);
-  }
+  spare_clear(h, pg);
   span_free(h, pg);
 }
 
@@ -220,6 +244,13 @@ void heap_adopt_segment(heap* h, segment* seg) noexcept {
 // before the abandoned ones left those abandoned longer (thread churn: 1.2x the faults).
 page* heap_span_alloc(heap* h, size_t cls) noexcept {
   if (page* pg = span_alloc_owned(h, cls, true)) return pg;
+  // The spare pages give their spans back before memory is touched for the first time: kept
+  // while they cost no new memory, they do not push the heap into fresh slices (E1's large
+  // band, 16 MiB of spares kept regardless: peak RSS 1.17x).
+  if (h->spare_bytes != 0) {
+    spares_release(h);
+    if (page* pg = span_alloc_owned(h, cls, true)) return pg;
+  }
   while (segment* seg = segment_take_abandoned()) {
     heap_adopt_segment(h, seg);
     if (page* pg = span_alloc_owned(h, cls, true)) return pg;
@@ -291,6 +322,7 @@ void* heap_alloc_slow(heap* h, size_t cls) noexcept {
   set_direct(h, cls, &empty_page);
   for (page* pg = q.first; pg;) {
     page* next = pg->next;
+    spare_clear(h, pg);  // served from, or full: in use either way
     page_collect(h, pg);
     if (pg->free || page_extend(pg)) {
       if (pg != q.first) {
@@ -342,13 +374,14 @@ void heap_abandon(heap* h) noexcept {
         list_remove(*l, pg);
         flags_clear(pg, page_flag::in_full);
         page_collect(h, pg);
-        if (pg->used == 0) page_release(h, pg);
+        if (pg->used == 0)
+          page_release(h, pg);
+        else
+          spare_clear(h, pg);
       }
     }
     h->remote_hint[c].store(0, std::memory_order_relaxed);
-    h->spare[c] = nullptr;
   }
-  h->spare_bytes = 0;
   segments_abandon(h);
   for (size_t i = 0; i < small_slots; ++i) {
     g_retired.alloc_count[small_classes.cls[i]].fetch_add(h->alloc_small[i].get(), std::memory_order_relaxed);
@@ -458,25 +491,24 @@ void page_local_event(heap* h, page* pg) noexcept {
   bool full = flags_of(pg) & page_flag::in_full;
   if (pg->used == 0) {
     page_unclean(pg);
-    // Each class keeps one empty page (its spare) for its next allocations, sparing a span
-    // round trip to a thread that frees and allocates blocks of one size over and over.  Any
+    // A class keeps empty pages (spares) for its next allocations, sparing a span round trip to
+    // a thread that frees and allocates blocks of one size over and over: one page for a class
+    // of many blocks to a page, up to spare_one_block_max for a class of one block to a page
+    // (E1's large band frees and allocates random classes: with one spare each, an allocation
+    // found its class's spare taken half the time and went to the segment for a span).  Any
     // other page that empties gives its span back to the segment at once, where any class can
     // reuse its already-touched slices: keeping every empty page until the purge pass made the
     // other classes touch fresh memory meanwhile (E1 large band: peak RSS 1.27x mimalloc's).
     // A full page that empties (a one-block page, mostly) leaves the full list straight for
     // its segment when it is not kept, without a stop in the queue.
-    page* spare = h->spare[cls];
     const page_list& q = h->queue[cls];
-    bool keep = spare == pg || (full ? q.first == nullptr : q.first == pg && pg->next == nullptr);
-    if (!keep) {
-      // The class's spare slot is taken by an empty page, or the spares hold too much.
-      size_t old = spare ? span_bytes(spare) : 0;
-      bool vacant = spare == nullptr || spare->used != 0;
-      if (vacant && h->spare_bytes - old + span_bytes(pg) <= spare_budget) {
-        h->spare[cls] = pg;
-        h->spare_bytes += span_bytes(pg) - old;
-        keep = true;
-      }
+    bool keep = (flags_of(pg) & page_flag::spare) || (full ? q.first == nullptr : q.first == pg && pg->next == nullptr);
+    if (!keep && h->spare_count[cls] < (pg->reserved == 1 ? spare_one_block_max : 1) &&
+        h->spare_bytes + span_bytes(pg) <= spare_budget) {
+      flags_set(pg, page_flag::spare);
+      h->spare_count[cls]++;
+      h->spare_bytes += span_bytes(pg);
+      keep = true;
     }
     if (!keep) page_free_span(h, pg);
     else if (full) page_unfull(h, pg);

@@ -10,6 +10,7 @@
 #include "core/options.h"
 #include "core/page.h"
 #include "core/report.h"
+#include "core/slice_bits.h"
 #include "core/numa.h"
 #include "os/os.h"
 
@@ -78,59 +79,6 @@ void map_mark(segment* seg, size_t bytes, bool set) noexcept {
   for (uintptr_t c = first + 1; c < first + chunks; ++c) map_bit(g_map.continuation, c, set);
 }
 
-// ---- slice bitmaps ---------------------------------------------------------------------------
-// Calls f(word index, mask) for the words covering bits [from, from + n).
-template <class F>
-void bits_for_range(size_t from, size_t n, F f) noexcept {
-  while (n > 0) {
-    size_t w = from / 64, bit = from % 64, take = 64 - bit < n ? 64 - bit : n;
-    uint64_t mask = (take == 64 ? ~uint64_t{0} : ((uint64_t{1} << take) - 1)) << bit;
-    f(w, mask);
-    from += take;
-    n -= take;
-  }
-}
-
-void bits_assign(uint64_t* bits, size_t from, size_t n, bool value) noexcept {
-  bits_for_range(from, n, [&](size_t w, uint64_t mask) {
-    if (value)
-      bits[w] |= mask;
-    else
-      bits[w] &= ~mask;
-  });
-}
-
-size_t bits_count(const uint64_t* bits, size_t from, size_t n) noexcept {
-  size_t count = 0;
-  bits_for_range(from, n, [&](size_t w, uint64_t mask) { count += static_cast<size_t>(__builtin_popcountll(bits[w] & mask)); });
-  return count;
-}
-
-// The first index >= from whose bit equals `value`, or slices_per_segment.
-size_t bits_next(const uint64_t* bits, size_t from, bool value) noexcept {
-  if (from >= slices_per_segment) return slices_per_segment;
-  size_t w = from / 64;
-  uint64_t word = (value ? bits[w] : ~bits[w]) & (~uint64_t{0} << (from % 64));
-  while (word == 0) {
-    if (++w == bitmap_words) return slices_per_segment;
-    word = value ? bits[w] : ~bits[w];
-  }
-  return w * 64 + static_cast<size_t>(__builtin_ctzll(word));
-}
-
-// First fit: the start of a run of n set bits (past the header's), or -1.
-long find_run(const uint64_t* bits, size_t n) noexcept {
-  size_t i = header_slices;
-  while (i + n <= slices_per_segment) {
-    size_t start = bits_next(bits, i, true);
-    if (start + n > slices_per_segment) return -1;
-    size_t end = bits_next(bits, start, false);
-    if (end - start >= n) return static_cast<long>(start);
-    i = end;
-  }
-  return -1;
-}
-
 // ---- colours -------------------------------------------------------------------------------------
 // The next colour (size_class.h): 64-byte steps below colour_span, visited in a scattered order
 // (a stride of 37 lines) so that blocks allocated one after another get distant colours.
@@ -161,7 +109,7 @@ std::atomic<int64_t> last_refault_ms{0};
 
 // Slices [idx, idx+n) are being used again: were they purged only just now?
 void note_reuse(segment* seg, size_t idx, size_t n) noexcept {
-  if (bits_count(seg->purged_bits, idx, n) == 0) return;
+  if (!bits_any(seg->purged_bits, idx, n)) return;
   bits_assign(seg->purged_bits, idx, n, false);
   int64_t now = os::now_ms(), delay = purge_delay();
   if (delay <= 0 || now - seg->purged_ms > 2 * delay) return;
@@ -351,7 +299,7 @@ void purge_before_growth(heap* h, size_t bytes) noexcept {
 namespace {
 
 inline bool has_resident_slices(const segment* seg) noexcept {
-  return bits_count(seg->dirty_bits, header_slices, usable_slices) != 0;  // the header's do not count
+  return bits_any(seg->dirty_bits, header_slices, usable_slices);  // the header's do not count
 }
 
 // A segment for h: from the cache (with warm_only, only one whose free slices are still
@@ -458,7 +406,7 @@ page* span_init(segment* seg, size_t idx, size_t cls) noexcept {
   pg->owner_tid.store(owner_tid_of(seg->owner.load(std::memory_order_relaxed), pg), std::memory_order_relaxed);
   page_map_set(seg, idx, n, pg);
   bits_assign(seg->free_bits, idx, n, false);
-  size_t fresh = n - bits_count(seg->dirty_bits, idx, n);
+  size_t fresh = bits_all(seg->dirty_bits, idx, n) ? 0 : n - bits_count(seg->dirty_bits, idx, n);
   if (fresh) {
     os::commit_add(static_cast<int64_t>(fresh * slice_size));
     note_reuse(seg, idx, n);
@@ -476,8 +424,8 @@ page* span_init(segment* seg, size_t idx, size_t cls) noexcept {
 // A run of n free slices of seg (with warm_only, of free slices still resident), or -1.
 long free_run(const segment* seg, size_t n, bool warm_only) noexcept {
   if (usable_slices - seg->used_slices < n) return -1;
-  if (!warm_only) return find_run(seg->free_bits, n);
-  return find_run(free_resident(seg).bits, n);
+  if (!warm_only) return find_run({seg->free_bits}, n);
+  return find_run({seg->free_bits, seg->dirty_bits}, n);
 }
 
 page* span_alloc_owned(heap* h, size_t cls, bool warm_only) noexcept {

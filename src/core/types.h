@@ -77,6 +77,9 @@ constexpr uint8_t has_aligned = 4;  // an aligned pointer inside a block was han
 // been freed since: the block is still all zero (calloc need not write it).  Set by span_init,
 // cleared when the block comes back (page_local_event, page_collect).
 constexpr uint8_t clean = 8;
+// An empty page its heap keeps for reuse (heap::spare_count): set when kept, cleared when the
+// page is used again (the slow path's walk) or its span goes back (page_release).
+constexpr uint8_t spare = 16;
 }  // namespace page_flag
 
 // Two cache lines: the first holds what the owner writes on every malloc and free (and the
@@ -301,12 +304,12 @@ struct heap {
   page_list full[size_class_count];         // pages found full
   std::atomic<uint8_t> remote_hint[size_class_count];  // a remote free hit this class
   std::atomic<uint8_t> remote_any;          // some remote_hint was set since collect_remote_all
-  page* spare[size_class_count] = {};       // an empty page kept for reuse (page_local_event)
+  uint8_t spare_count[size_class_count] = {};  // pages flagged page_flag::spare, per class
   remote_batch remote[remote_batch_slots] = {};  // frees into other heaps' pages, not yet pushed
   size_t remote_pending = 0;                // bytes in `remote`
   uint64_t slow_walks = 0;                  // heap_alloc_slow's page walks (purge check pacing)
   uint64_t clock_tsc = 0;                   // time-stamp counter at the last purge check (heap_maybe_purge)
-  size_t spare_bytes = 0;                   // span bytes of the spare pages
+  size_t spare_bytes = 0;                   // span bytes of the pages flagged spare
   segment* segments = nullptr;              // owned segments (normal kind)
   heap* next_in_registry = nullptr;
   uintptr_t tid = 0;                        // thread_id() of the thread using it

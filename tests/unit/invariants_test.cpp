@@ -41,7 +41,7 @@ TEST(Invariants, HoldAfterMixedAllocationsAndFrees) {
 }
 
 // Blocks of 128 KiB to 1 MiB are one to a page: such a page goes straight to its class's full
-// list when its block is taken, and from there to its segment (or to the class's spare slot)
+// list when its block is taken, and from there to its segment (or to the class's spares)
 // when the block comes back, by its owner or by another thread.  The lists must stay right, and
 // the spans must come back: the committed memory falls once everything is freed.
 TEST(Invariants, HoldForOneBlockPagesFreedHereAndElsewhere) {
@@ -72,6 +72,32 @@ TEST(Invariants, HoldForOneBlockPagesFreedHereAndElsewhere) {
   strata_stats_t s{};
   strata_stats_get(&s);
   EXPECT_LT(s.committed_bytes, live_bytes / 2) << s.committed_bytes << " of " << live_bytes << ": the spans of the freed one-block pages were not given back";
+}
+
+// A class keeps up to 8 emptied one-block pages for its next allocations (its spares), but they
+// give their spans back before the heap touches memory it has not touched yet: 8 blocks of 1 MiB
+// freed, then 6 of 1.25 MiB (another class) fit in their slices and commit nothing new.
+TEST(Invariants, SparePagesGiveWayBeforeFreshMemoryIsTouched) {
+  strata_collect(true);  // whatever earlier tests left free is given back: only a's slices are warm
+  std::vector<void*> a(8), b(6);
+  for (void*& p : a) {
+    p = strata_malloc(size_t{1} << 20);
+    ASSERT_NE(p, nullptr);
+    std::memset(p, 1, size_t{1} << 20);
+  }
+  strata_stats_t before{}, after{};
+  strata_stats_get(&before);
+  for (void* p : a) strata_free(p);
+  for (void*& p : b) {
+    p = strata_malloc(size_t{1280} << 10);
+    ASSERT_NE(p, nullptr);
+    std::memset(p, 2, size_t{1280} << 10);
+  }
+  strata_stats_get(&after);
+  EXPECT_TRUE(strata_heap_check());
+  EXPECT_LE(after.committed_bytes, before.committed_bytes + (size_t{1} << 20))
+      << "the freed pages were kept while fresh memory was committed for the next allocations";
+  for (void* p : b) strata_free(p);
 }
 
 // A use-after-free write that redirects a freed block's link into the middle of a live block
