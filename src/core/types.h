@@ -97,12 +97,7 @@ struct alignas(64) page {
   uint32_t frees;                  // local frees not yet added to the heap's counters (owner-only)
   page* next;                      // in the heap's queue or full list of this size class
   page* prev;
-  uint32_t block_size;
-  uint16_t slice_count;            // span length (first slice of a span)
-  uint16_t slice_offset;           // distance back to the span's first slice
   uint16_t capacity;               // blocks carved from the span so far (carved lazily)
-  uint16_t reserved;               // blocks the span can hold (at most 64 KiB / 16 B)
-  uint8_t size_class;
   std::atomic<uint8_t> flags;      // page_flag bits; written by the owner, read by any thread
   alignas(64) uint64_t block_mul;  // block_mul_of(block_size)
   std::atomic<uint64_t> block_bound;  // capacity * (block_mul * block_size mod 2^64)
@@ -111,6 +106,14 @@ struct alignas(64) page {
   // while the segment has no owner.  free()'s fast path is one compare against thread_id():
   // another thread, no owner, or a full page all take the slow path.
   std::atomic<uintptr_t> owner_tid;
+  // Set with the span, read by other threads' frees (the block's class and size: held or
+  // batched by size), so kept off the owner's line: in it, every remote free of a block of
+  // 2 KiB or less pulled the line the owner writes at each malloc.
+  uint32_t block_size;
+  uint16_t slice_count;            // span length (first slice of a span)
+  uint16_t slice_offset;           // distance back to the span's first slice
+  uint16_t reserved;               // blocks the span can hold (at most 64 KiB / 16 B)
+  uint8_t size_class;
 };
 static_assert(sizeof(page) == 128);
 
