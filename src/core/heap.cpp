@@ -458,19 +458,41 @@ inline block* foreign_take(heap* h, size_t cls) noexcept {
 }
 }  // namespace
 
+namespace {
+// foreign_put found the bound reached (a block of `incoming` bytes to add): out of line, so that
+// the put itself stays a leaf without a stack frame (with this inline, prodcon-batch, whose
+// every free is a put, ran at 0.93x).
+STRATA_NOINLINE void foreign_trim(heap* h, size_t incoming) noexcept {
+  // What the fast path popped meanwhile comes off first.  Over the bound still, the classes
+  // holding the most go back until a quarter of the bound is free: the frees and allocations
+  // of one class balance over time, those of another do not (a consumer that frees more of
+  // one size than it allocates), and sending every class back emptied the lists that were
+  // serving the thread's allocations (prodcon-batch-mixed 1.24x with this, 9 rounds).
+  size_t held[foreign_classes], total = 0;
+  for (size_t c = 0; c < foreign_classes; ++c)
+    total += held[c] = size_t{h->foreign[c].frees - h->foreign[c].used} * block_stride(c);
+  if (total + incoming > foreign_bytes_max) {
+    while (total + incoming > foreign_bytes_max * 3 / 4) {
+      size_t most = 0;
+      for (size_t c = 1; c < foreign_classes; ++c)
+        if (held[c] > held[most]) most = c;
+      if (held[most] == 0) break;
+      foreign_flush_class(h, most);
+      total -= held[most];
+      held[most] = 0;
+    }
+    remote_flush(h);
+  }
+  h->foreign_bytes = total;
+}
+}  // namespace
+
 void foreign_put(heap* h, page* pg, block* b) noexcept {
   size_t cls = pg->size_class;
   b->canary = canary_of(b);  // free: a second free of it is reported
   h->free_count[cls].add();
   h->remote_frees.add();
-  if (h->foreign_bytes + pg->block_size > foreign_bytes_max) {
-    // What the fast path popped meanwhile comes off first; over the bound still, all goes back.
-    size_t held = 0;
-    for (size_t c = 0; c < foreign_classes; ++c)
-      held += size_t{h->foreign[c].frees - h->foreign[c].used} * block_stride(c);
-    h->foreign_bytes = held;
-    if (held + pg->block_size > foreign_bytes_max) foreign_flush(h);
-  }
+  if (h->foreign_bytes + pg->block_size > foreign_bytes_max) foreign_trim(h, pg->block_size);
   page& f = h->foreign[cls];
   b->next = f.free;
   f.free = b;

@@ -107,6 +107,30 @@ TEST(Issue10Remote, SmallBlocksFreedByAnotherThreadServeItsNextAllocations) {
   EXPECT_TRUE(strata_heap_check());
 }
 
+// Over the bound, the classes holding the most go back, not every class: the 64-byte blocks a
+// consumer freed keep serving its 64-byte allocations after 1 KiB blocks overflowed the bound.
+TEST(Issue10Remote, OverTheBoundTheClassHoldingTheMostGoesBackFirst) {
+  worker producer, consumer;
+  std::vector<void*> small, big, mine;
+  producer.run([&] {
+    small = allocate(1000, 64);  // 64 KB
+    big = allocate(600, 1024);   // 600 KB: more than the bound alone
+  });
+  consumer.run([&] {
+    make_heap();
+    for (void* p : small) strata_free(p);
+    for (void* p : big) strata_free(p);
+    mine = allocate(1000, 64);
+  });
+  EXPECT_GE(count_in(mine, std::set<void*>(small.begin(), small.end())), 990u)
+      << "the 64-byte blocks went back with the 1 KiB ones";
+  consumer.run([&] {
+    for (void* p : mine) strata_free(p);
+    strata_collect(false);
+  });
+  EXPECT_TRUE(strata_heap_check());
+}
+
 TEST(Issue10Remote, AHeapHoldsAtMostHalfAMebibyteOfOtherThreadsBlocks) {
   constexpr size_t count = 2048, size = 1024;  // 2 MiB of blocks small enough to be held
   worker producer, consumer;
