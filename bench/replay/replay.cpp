@@ -758,6 +758,7 @@ int smoke() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const std::string usage = "usage: strata-bench-replay [--check] [--pace] TRACE | --smoke";
   bool check = false, pace = false;
   const char* path = nullptr;
   for (int i = 1; i < argc; i++) {
@@ -766,12 +767,12 @@ int main(int argc, char** argv) {
     if (a == "--check") check = true;
     else if (a == "--pace") pace = true;
     else if (a == "--help" || a == "-h") {
-      puts("usage: strata-bench-replay [--check] [--pace] TRACE | --smoke");
+      puts(usage.c_str());
       return 0;
-    } else if (a[0] == '-') fail("unknown option " + a + " (usage: strata-bench-replay [--check] [--pace] TRACE | --smoke)");
+    } else if (a[0] == '-') fail("unknown option " + a + " (" + usage + ")");
     else path = argv[i];
   }
-  if (path == nullptr) fail("usage: strata-bench-replay [--check] [--pace] TRACE | --smoke");
+  if (path == nullptr) fail(usage);
   trace_file t;
   read_trace(path, t);
   if (!t.truncated.empty()) fprintf(stderr, "strata-bench-replay: %s: %s; replaying its %zu valid bytes\n", path,

@@ -74,8 +74,9 @@ bool segment_is_valid(const segment* seg) noexcept {
 }
 
 bool heap_is_valid(const heap* h) noexcept {
-  size_t listed = 0;
+  size_t listed = 0, spare_bytes = 0;
   for (size_t c = 0; c < size_class_count; ++c) {
+    size_t spares = 0;
     if (h->direct[c] != &empty_page && !is_foreign_stand_in(h, c, h->direct[c]) && h->direct[c] != h->queue[c].first)
       return broken("direct page is not first in its queue", h->direct[c]);
     for (const page_list* l : {&h->queue[c], &h->full[c]}) {
@@ -89,11 +90,18 @@ bool heap_is_valid(const heap* h) noexcept {
         if ((pg->owner_tid.load(std::memory_order_relaxed) & ~owner_tid_full) != h->tid)
           return broken("page owner word is not its heap's thread", pg);
         if (!page_is_valid(pg)) return false;
+        if (flags_of(pg) & page_flag::spare) {
+          if (full) return broken("spare page on the full list", pg);
+          ++spares;
+          spare_bytes += size_t{pg->slice_count} << slice_shift;
+        }
         ++listed;
       }
       if (l->last != prev) return broken("page list's last link is wrong", l);
     }
+    if (spares != h->spare_count[c]) return broken("spare count disagrees with the pages flagged spare", h);
   }
+  if (spare_bytes != h->spare_bytes) return broken("spare bytes disagree with the pages flagged spare", h);
   for (size_t i = 0; i < small_slots; ++i)
     if (h->direct_small[i] != h->direct[small_classes.cls[i]]) return broken("direct page by size and by class differ", h);
   size_t in_use = 0;
