@@ -7,8 +7,8 @@
 //   an event (op 1-7):  op | address / 8 (bits 4-48) | size (bits 49-63)
 //       size 0x7fff: the size, and for op_aligned always, are in the extension that follows
 //   an extension (15):  15 | size (bits 4-57) | log2 alignment (bits 58-63)
-//   a time sample (8):  8 | the cycle counter (bits 4-63), read after every 64th event of a
-//       thread (reading it at every event would double the cost of recording a small malloc)
+//   a time sample (8):  8 | the cycle counter (bits 4-63), written every 64 words of a thread's
+//       events (reading it at every event would double the cost of recording a small malloc)
 // An event's time is bounded by the samples around it (the chunk's base_cycles and flush_cycles
 // at its ends): an allocation is given the sample before it, a free the sample after it, so
 // that every block is allocated before it is freed also across threads.  The tools match a
@@ -46,6 +46,11 @@ inline constexpr uint64_t extension_size_mask = (uint64_t{1} << 54) - 1;
 
 inline uint64_t event_word(op o, uint64_t address, uint64_t size_field) noexcept {
   return o | ((address >> address_shift) & address_field) << 4 | size_field << 49;
+}
+// The same for a block the allocator returned: 8-byte aligned and below 2^47 (the x86-64 user
+// address space), so its bits fit the field as they are (one instruction less an event).
+inline uint64_t event_word_returned(op o, uint64_t address, uint64_t size_field) noexcept {
+  return o | address << (4 - address_shift) | size_field << 49;
 }
 inline uint64_t extension_word(uint64_t size, unsigned align_log) noexcept {
   return op_extension | (size > extension_size_mask ? extension_size_mask : size) << 4 |

@@ -36,6 +36,7 @@ struct buffer {
   buffer* next;          // the registry of every thread's buffer
   buffer* next_queued;   // the writer's queue
   uint64_t* cursor;      // the next free word
+  uint64_t* limit;       // the last place for an event (2 words) before the next time sample or `end`
   uint64_t* end;
   uint64_t* area[2];
   int current;             // the area the thread fills
@@ -44,7 +45,6 @@ struct buffer {
   const uint64_t* queued_words;
   uint64_t base_cycles;  // the cycle counter before the first event of the current chunk
   uint32_t thread, os_tid;
-  uint32_t countdown;    // events until the next op_time
   uint32_t fill;         // words of an area in use: doubled each time the thread waits for the writer
 
   uint64_t* words() noexcept { return area[current]; }
@@ -58,12 +58,24 @@ constexpr size_t header_bytes = 4096;
 constexpr size_t buffer_bytes = header_bytes + 2 * area_words * 8;
 static_assert(sizeof(buffer) <= header_bytes);
 constexpr size_t path_max = 4096;
-// The cycle counter costs about 10 ns (rdtsc, 2-core EPYC VM): it is read after every
-// sample_every-th event of a thread, not at every event (format.h: how events get their times);
-// every 64th rather than 16th took about 1 % off a CPython run.
-constexpr uint32_t sample_every = 64;
+// The cycle counter costs about 10 ns (rdtsc, 2-core EPYC VM): a time sample is written every
+// sample_words words of a thread's events, not at every event (format.h: how events get their
+// times); every 64th event rather than every 16th took about 1 % off a CPython run.  The place
+// of the next sample is the fast path's limit (buffer::limit): no counter to keep per event.
+constexpr size_t sample_words = 64;
 
-__thread buffer* tl_buffer __attribute__((tls_model("initial-exec"))) = nullptr;
+// A thread that has no buffer (yet, or any more) points at this one, whose cursor is past its
+// limit: the fast path's one test sends it to the slow path, with no test for a null buffer.
+uint64_t no_words[2];
+buffer no_buffer{nullptr, nullptr, no_words + 1, no_words, no_words + 1, {nullptr, nullptr}, 0, {false},
+                 {}, nullptr, 0, 0, 0, 0};
+
+// buffer::limit for a thread at `cursor` that writes the next time sample `sample_words` on.
+uint64_t* limit_after(uint64_t* cursor, uint64_t* end) noexcept {
+  return (cursor + sample_words < end ? cursor + sample_words : end) - 2;
+}
+
+__thread buffer* tl_buffer __attribute__((tls_model("initial-exec"))) = &no_buffer;
 
 int fd = -1;
 uint32_t traced_pid = 0;  // the process the open trace belongs to
@@ -110,6 +122,14 @@ chunk_header header_of(buffer* b, uint64_t* upto, uint32_t flags) noexcept {
 // Writes the events of b up to `upto` as one chunk, from the calling thread.
 void write_chunk(buffer* b, uint64_t* upto, uint32_t flags) noexcept { write_words(header_of(b, upto, flags), b->words()); }
 
+// The thread goes on at the start of its current area, whose first event's time is base_cycles.
+void start_area(buffer* b) noexcept {
+  b->cursor = b->words();
+  b->end = b->cursor + b->fill;
+  b->limit = limit_after(b->cursor, b->end);
+  b->base_cycles = cycles_now();
+}
+
 void wait_queued(buffer* b) noexcept {
   while (b->queued.load(std::memory_order_acquire)) sched_yield();
 }
@@ -133,9 +153,7 @@ void flush(buffer* b, uint32_t flags, bool now = false) noexcept {
   } else {
     write_chunk(b, b->cursor, flags);
   }
-  b->cursor = b->words();
-  b->end = b->cursor + b->fill;
-  b->base_cycles = cycles_now();
+  start_area(b);
 }
 
 void* writer_main(void*) noexcept {
@@ -224,10 +242,7 @@ bool write_file_header(uint32_t parent) noexcept {
 void reset(buffer* b) noexcept {
   b->queued.store(false, std::memory_order_relaxed);
   b->fill = fill_words_first;
-  b->cursor = b->words();
-  b->end = b->cursor + b->fill;
-  b->base_cycles = cycles_now();
-  b->countdown = sample_every;
+  start_area(b);
 }
 
 __attribute__((noinline)) buffer* new_buffer() noexcept {
@@ -251,9 +266,9 @@ __attribute__((noinline)) buffer* new_buffer() noexcept {
 }
 
 // The calling thread's buffer, created or emptied, or nullptr (recording stopped).
-__attribute__((noinline)) buffer* make_room(buffer* b) noexcept {
+buffer* make_room(buffer* b) noexcept {
   if (!active) return nullptr;
-  if (b == nullptr) return new_buffer();
+  if (b == &no_buffer) return new_buffer();
   if (writer_wanted.exchange(false, std::memory_order_relaxed)) {
     // This area goes out from here; what pthread_create allocates is recorded in the next.
     flush(b, 0, true);
@@ -264,28 +279,63 @@ __attribute__((noinline)) buffer* make_room(buffer* b) noexcept {
   return active ? b : nullptr;
 }
 
-inline void put(buffer* b, uint64_t w) noexcept { *b->cursor++ = w; }
-
-// Records one event; `room` words are made free first (3: the event, its extension and a time
-// sample; 6 for realloc's pair, which must not be split across chunks).
-template <int room = 3>
-inline void record(op o, const void* p, uint64_t size, unsigned align_log = 0) noexcept {
-  buffer* b = tl_buffer;
-  if (STRATA_TRACE_UNLIKELY(b == nullptr || b->cursor + room > b->end)) {
-    b = make_room(b);
-    if (b == nullptr) return;
-  }
+// Writes the event at b's cursor (one word, or two with the extension).
+inline void put_event(buffer* b, op o, const void* p, uint64_t size, unsigned align_log) noexcept {
   auto address = reinterpret_cast<uintptr_t>(p);
+  uint64_t* c = b->cursor;
+  // A block the program passes (free, realloc's old block) may be anything; one the allocator
+  // returned fits the address field as it is.
+  bool returned = o != op_free && o != op_free_sized && o != op_realloc_from;
   if (STRATA_TRACE_LIKELY(size <= inline_size_max && o != op_aligned)) {
-    put(b, event_word(o, address, size));
+    *c = returned ? event_word_returned(o, address, size) : event_word(o, address, size);
+    b->cursor = c + 1;
   } else {
-    put(b, event_word(o, address, size_in_extension));
-    put(b, extension_word(size, align_log));
+    c[0] = event_word(o, address, size_in_extension);
+    c[1] = extension_word(size, align_log);
+    b->cursor = c + 2;
   }
-  if (STRATA_TRACE_UNLIKELY(--b->countdown == 0)) {
-    b->countdown = sample_every;
-    put(b, time_word(cycles_now()));
+}
+
+// `room`: the words an event may take, 2 (an extension), or 6 for realloc's first event, which
+// leaves room for its second in the same chunk (the pair must not be split across chunks).
+// The slow path: no buffer yet, the area full (it goes out) or a time sample due (written before
+// the event: a free's sample, taken after the free was recorded, is after it; a malloc's, taken
+// before its pointer reached the program, is before anything the program does with the block).
+// Returns p, so that the fast path's callers tail-call it and keep no registers across a call.
+template <int room>
+__attribute__((noinline)) void* record_slow(op o, void* p, uint64_t size, unsigned align_log) noexcept {
+  buffer* b = tl_buffer;
+  if (b == &no_buffer || b->cursor + room + 1 > b->end) {
+    b = make_room(b);
+    if (b == nullptr) return p;
+  } else {
+    *b->cursor++ = time_word(cycles_now());
+    b->limit = limit_after(b->cursor, b->end);
   }
+  put_event(b, o, p, size, align_log);
+  return p;
+}
+
+// Records one event if the thread's area has room and no time sample is due (buffer::limit):
+// a few instructions.  False: record_slow's turn.
+template <int room = 2>
+inline bool record_fast(op o, void* p, uint64_t size, unsigned align_log = 0) noexcept {
+  buffer* b = tl_buffer;
+  if (STRATA_TRACE_UNLIKELY(b->cursor + (room - 2) > b->limit)) return false;
+  put_event(b, o, p, size, align_log);
+  return true;
+}
+
+// Records one event and returns p.
+template <int room = 2>
+inline void* record(op o, void* p, uint64_t size, unsigned align_log = 0) noexcept {
+  if (STRATA_TRACE_LIKELY(record_fast<room>(o, p, size, align_log))) return p;
+  return record_slow<room>(o, p, size, align_log);
+}
+
+// free's slow path records and frees, so that free's fast path makes tail calls only (no frame).
+__attribute__((noinline)) void record_slow_and_free(op o, void* p, uint64_t size) noexcept {
+  detail::free_inline(record_slow<2>(o, p, size, 0));
 }
 
 unsigned log2_of(size_t alignment) noexcept {
@@ -296,7 +346,7 @@ unsigned log2_of(size_t alignment) noexcept {
 // one may still allocate: the key is set again, so the next round writes what they recorded.
 void on_thread_exit(void* arg) noexcept {
   auto* b = static_cast<buffer*>(arg);
-  if (b->cursor == b->words()) return;
+  if (b == &no_buffer || b->cursor == b->words()) return;
   flush(b, chunk_thread_exit, true);
   os::discard_plain(reinterpret_cast<char*>(b) + header_bytes, buffer_bytes - header_bytes);
   pthread_setspecific(key, b);
@@ -362,7 +412,7 @@ void after_fork_child() noexcept {
   }
   next_thread.store(0, std::memory_order_relaxed);
   if (!write_file_header(traced_pid)) return;
-  if (mine != nullptr) {
+  if (mine != &no_buffer) {
     mine->thread = next_thread.fetch_add(1, std::memory_order_relaxed);
     mine->os_tid = os::thread_os_id();
     mine->next = nullptr;
@@ -393,25 +443,20 @@ __attribute__((constructor(102))) void init_at_load() noexcept {
 }  // namespace
 
 void* malloc(size_t size) noexcept {
-  void* p = detail::malloc_inline(size);
-  record(op_malloc, p, size);
-  return p;
+  return record(op_malloc, detail::malloc_inline(size), size);
 }
 
 void* calloc(size_t count, size_t size) noexcept {
   void* p = strata_calloc(count, size);
   size_t bytes;
   if (__builtin_mul_overflow(count, size, &bytes)) bytes = extension_size_mask;
-  record(op_calloc, p, bytes);
-  return p;
+  return record(op_calloc, p, bytes);
 }
 
 void* realloc(void* p, size_t size) noexcept {
   if (p == nullptr) return malloc(size);
-  record<6>(op_realloc_from, p, 0);
-  void* q = strata_realloc(p, size);
-  record(op_realloc, q, size);
-  return q;
+  p = record<6>(op_realloc_from, p, 0);
+  return record(op_realloc, strata_realloc(p, size), size);
 }
 
 void* reallocarray(void* p, size_t count, size_t size) noexcept {
@@ -428,35 +473,31 @@ int posix_memalign(void** out, size_t alignment, size_t size) noexcept {
 
 void* aligned_alloc(size_t alignment, size_t size) noexcept {
   void* p = strata_aligned_alloc(alignment, size);
-  record(op_aligned, p, size, log2_of(alignment));
-  return p;
+  return record(op_aligned, p, size, log2_of(alignment));
 }
 
 void* memalign(size_t alignment, size_t size) noexcept {
   void* p = strata_memalign(alignment, size);
-  record(op_aligned, p, size, log2_of(alignment));
-  return p;
+  return record(op_aligned, p, size, log2_of(alignment));
 }
 
 void* valloc(size_t size) noexcept {
   void* p = strata_valloc(size);
-  record(op_aligned, p, size, log2_of(4096));
-  return p;
+  return record(op_aligned, p, size, log2_of(4096));
 }
 
 void* pvalloc(size_t size) noexcept {
   void* p = strata_pvalloc(size);
-  record(op_aligned, p, size, log2_of(4096));
-  return p;
+  return record(op_aligned, p, size, log2_of(4096));
 }
 
 void free(void* p) noexcept {
-  if (p != nullptr) record(op_free, p, 0);
+  if (p != nullptr && !record_fast(op_free, p, 0)) return record_slow_and_free(op_free, p, 0);
   detail::free_inline(p);
 }
 
 void free_sized(void* p, size_t size) noexcept {
-  if (p != nullptr) record(op_free_sized, p, size);
+  if (p != nullptr && !record_fast(op_free_sized, p, size)) return record_slow_and_free(op_free_sized, p, size);
   detail::free_inline(p);
 }
 
