@@ -84,7 +84,7 @@ void free_remote(page* pg, block* b, bool counted = false) noexcept {
       g_retired.free_count[cls].fetch_add(1, std::memory_order_relaxed);
       g_retired.remote_frees.fetch_add(1, std::memory_order_relaxed);
     }
-    page_push_remote(pg, b, b);
+    page_push_remote(pg, b, b, 1);
   }
 }
 
@@ -144,6 +144,19 @@ STRATA_NOINLINE void free_block(page* pg, block* b, bool from_foreign) noexcept 
   segment* seg = segment_of(b);
   // Acquire: pairs with the release that abandoned the segment, after its last owner's writes.
   heap* owner = seg->owner.load(std::memory_order_acquire);
+  // A thread's first free of a live heap's block, before its first allocation (a consumer): it
+  // takes a heap, so that its frees go back to each page as a chain with one CAS (heap::remote)
+  // instead of one CAS (and two shared counters) per block.  Its heap holds no foreign blocks
+  // until the thread allocates: it would reuse none of them.  prodcon (every free remote, one at
+  // a time): 1.24x [1.19-1.27], with pages' remote lists counted (page.h remote_count) and 64 KiB
+  // pending; with the foreign cache as the sorter instead, 1.21x at 64 KiB held, 1.32x at 256 KiB
+  // but 1.12x the peak RSS.
+  if (h == &empty_heap && owner != nullptr && !from_foreign) {
+    if (heap* mine = heap_get_or_create()) {
+      h = mine;
+      h->frees_only = true;
+    }
+  }
   // A block of an exited thread's segment: it waits on its page's remote list, and each time a
   // quarter of what the segment holds has been freed into it, the freeing thread sweeps it (its
   // emptied pages' spans go back to it, then to the OS after the delay), so what the exited
@@ -164,7 +177,7 @@ STRATA_NOINLINE void free_block(page* pg, block* b, bool from_foreign) noexcept 
     page_push_local(pg, b);
     if (!from_foreign) h->free_count[pg->size_class].add();
     if (--pg->used == 0 || (flags_of(pg) & page_flag::in_full)) page_local_event(h, pg);
-  } else if (!from_foreign && !secure && owner != nullptr && h != &empty_heap && pg->block_size <= foreign_block_max) {
+  } else if (!from_foreign && !secure && owner != nullptr && h != &empty_heap && pg->block_size <= foreign_block_max && !h->frees_only) {
     foreign_put(h, pg, b);
   } else {
     free_remote(pg, b, from_foreign);

@@ -125,7 +125,7 @@ void spares_release(heap* h) noexcept {
     if (h->spare_count[c] == 0) continue;
     for (page* pg = h->queue[c].first; pg;) {
       page* next = pg->next;
-      if ((flags_of(pg) & page_flag::spare) && pg->used == 0 && pg->thread_free.load(std::memory_order_relaxed) == nullptr)
+      if ((flags_of(pg) & page_flag::spare) && pg->used == 0 && pg->thread_free.load(std::memory_order_relaxed) == 0)
         page_free_span(h, pg);
       pg = next;
     }
@@ -156,7 +156,7 @@ void heap_purge(heap* h, bool force) noexcept {
   for (size_t c = 0; c < size_class_count; ++c) {
     for (page* pg = h->queue[c].first; pg;) {
       page* next = pg->next;
-      if (pg->used == 0 && pg->thread_free.load(std::memory_order_relaxed) == nullptr) page_free_span(h, pg);
+      if (pg->used == 0 && pg->thread_free.load(std::memory_order_relaxed) == 0) page_free_span(h, pg);
       pg = next;
     }
   }
@@ -268,7 +268,7 @@ void collect_remote_hinted(heap* h, size_t cls) noexcept {
   for (page_list* l : {&h->full[cls], &h->queue[cls]}) {
     for (page* pg = l->first; pg;) {
       page* next = pg->next;
-      if (pg->thread_free.load(std::memory_order_relaxed) != nullptr) {
+      if (pg->thread_free.load(std::memory_order_relaxed) != 0) {
         page_collect(h, pg);
         page* direct = h->direct[cls];
         bool has_direct = direct != &empty_page && !is_foreign_stand_in(h, cls, direct);
@@ -307,6 +307,7 @@ void* heap_alloc_slow(heap* h, size_t cls) noexcept {
   }
   // Then other threads' blocks this thread freed (foreign_put).
   if (block* b = foreign_take(h, cls)) return b;
+  h->frees_only = false;  // the thread allocates: its foreign cache may serve it
   // Frees this thread made into other threads' pages reach them before it takes new memory.
   if (h->remote_pending != 0) remote_flush(h);
   // Free memory ages out while the thread keeps walking its pages, not only when it needs a new
@@ -404,7 +405,7 @@ void heap_abandon(heap* h) noexcept {
 
 namespace {
 void remote_flush_slot(remote_batch& r) noexcept {
-  page_push_remote(r.pg, r.head, r.tail);
+  page_push_remote(r.pg, r.head, r.tail, r.count);
   r = remote_batch{};
 }
 }  // namespace
@@ -412,7 +413,7 @@ void remote_flush_slot(remote_batch& r) noexcept {
 void remote_free_batched(heap* h, page* pg, block* b) noexcept {
   // A pending block keeps its page in use (pg->used counts it until the owner collects it), so
   // the page cannot be released or reused while it waits here.
-  if (pg->block_size > remote_batch_block_max) return page_push_remote(pg, b, b);
+  if (pg->block_size > remote_batch_block_max) return page_push_remote(pg, b, b, 1);
   size_t slot = static_cast<size_t>((reinterpret_cast<uintptr_t>(pg) * 0x9E3779B97F4A7C15ull) >> 60) % remote_batch_slots;
   remote_batch& r = h->remote[slot];
   if (r.pg != pg) {
@@ -424,8 +425,9 @@ void remote_free_batched(heap* h, page* pg, block* b) noexcept {
     link_set(pg, b, r.head);
   }
   r.head = b;
+  r.count++;
   h->remote_pending += pg->block_size;
-  if (h->remote_pending >= remote_batch_bytes) remote_flush(h);
+  if (h->remote_pending >= (h->frees_only ? remote_frees_only_bytes : remote_batch_bytes)) remote_flush(h);
 }
 
 void remote_flush(heap* h) noexcept {
@@ -575,6 +577,7 @@ heap* heap_acquire(uintptr_t tid) noexcept {
   }
   h->alive.store(true, std::memory_order_relaxed);
   h->tid = tid;
+  h->frees_only = false;
   return h;
 }
 

@@ -395,7 +395,7 @@ page* span_init(segment* seg, size_t idx, size_t cls) noexcept {
   pg->block_size = static_cast<uint32_t>(bs);
   pg->block_mul = block_mul_of(bs);
   pg->start = slice_address(seg, idx) + colour;
-  pg->thread_free.store(nullptr, std::memory_order_relaxed);
+  pg->thread_free.store(0, std::memory_order_relaxed);
   pg->next = pg->prev = nullptr;
   pg->slice_count = static_cast<uint16_t>(n);
   pg->slice_offset = 0;
@@ -447,7 +447,7 @@ page* span_alloc_new(heap* h, size_t cls, bool warm_only) noexcept {
 void span_free(heap* h, page* pg, bool may_release_segment) noexcept {
   // No block of the page is out, so none can be on its way back either.
   STRATA_ASSERT((flags_of(pg) & page_flag::in_use) && pg->used == 0 &&
-                pg->thread_free.load(std::memory_order_relaxed) == nullptr);
+                pg->thread_free.load(std::memory_order_relaxed) == 0);
   segment* seg = segment_of(pg);
   size_t idx = slice_index(seg, pg), n = pg->slice_count;
   pg->flags.store(0, std::memory_order_relaxed);  // only a span's first slice has flags

@@ -23,8 +23,9 @@
 //              needing a span may reclaim it (and with it the frees other threads made in the
 //              meantime); a thread freeing into it sweeps it now and then (segment_sweep).
 // Verbs:
-//   collect  — move the frees made into a page (its local_free and thread_free lists) onto its
-//              free list (page_collect).  strata_collect() and heap_trim collect every page,
+//   collect  — take the frees other threads made into a page (its thread_free list) into its
+//              free lists, so that `free` is empty only if the page has no free block
+//              (page_collect).  strata_collect() and heap_trim collect every page,
 //              then give back.
 //   release  — give a span back to its segment (span_free), or a segment back to the cache
 //              or the OS (segment_release).
@@ -92,7 +93,7 @@ struct alignas(64) page {
   block* free;                     // owner-only: malloc pops from it
   block* local_free;               // owner-only: local frees push here; becomes `free` when that
                                    // runs dry, so malloc's pops never wait on a just-made free
-  std::atomic<block*> thread_free;  // frees by other threads (LIFO, one CAS each)
+  std::atomic<uintptr_t> thread_free;  // frees by other threads: remote_word (page.h), one CAS a chain
   uint32_t used;                   // blocks out (not on free; may be on thread_free)
   uint16_t capacity;               // blocks carved from the span so far (carved lazily)
   std::atomic<uint8_t> flags;      // page_flag bits; written by the owner, read by any thread
@@ -285,9 +286,13 @@ struct remote_batch {
   page* pg;
   block* head;
   block* tail;
+  uint32_t count;  // blocks in the chain
 };
 constexpr size_t remote_batch_slots = 16;
 constexpr size_t remote_batch_bytes = 256 * 1024;  // pending bytes that force a flush
+// The same for a heap whose thread has freed but not allocated (heap::frees_only): it needs
+// none of what it holds, so it holds less.
+constexpr size_t remote_frees_only_bytes = 64 * 1024;
 constexpr size_t remote_batch_block_max = 16 * 1024;  // larger blocks are pushed at once
 
 // Blocks of other live heaps' pages that this heap's thread freed, kept for its own next
@@ -330,6 +335,7 @@ struct heap {
   counter remote_frees;
   // Last: the hot fields above keep their offsets.
   size_t foreign_bytes = 0;                 // block bytes pushed into `foreign` (pops not taken off)
+  bool frees_only = false;                  // made by a free (free_block): no foreign cache, remote_frees_only_bytes pending
   page foreign[foreign_classes] = {};       // other heaps' blocks freed here, for reuse (foreign_put)
 };
 

@@ -40,6 +40,34 @@ TEST(Invariants, HoldAfterMixedAllocationsAndFrees) {
   EXPECT_TRUE(strata_heap_check());
 }
 
+// A page's remote list carries its length (page.h remote_count): chains pushed by other threads
+// are taken without a walk, onto `free` when it is empty, else behind the owner's own frees.
+// The counts must hold whichever lists are empty when the owner collects.
+TEST(Invariants, HoldWhenRemoteChainsMeetLocalFrees) {
+  strata_stats_t before{}, after{};
+  strata_stats_get(&before);
+  std::vector<void*> blocks(6000);
+  for (auto& p : blocks) p = strata_malloc(48);
+  for (size_t i = 0; i < blocks.size(); i += 3) strata_free(blocks[i]);  // local_free
+  std::thread([&] {  // frees only: its frees go back as chains, the last ones when it exits
+    for (size_t i = 1; i < blocks.size(); i += 3) strata_free(blocks[i]);
+  }).join();
+  ASSERT_TRUE(strata_heap_check());
+  // Allocations collect the pages: some with `free` empty, some not, some with local frees.
+  std::vector<void*> again(5000);
+  for (auto& p : again) p = strata_malloc(48);
+  ASSERT_TRUE(strata_heap_check());
+  std::thread([&] {  // more chains into pages the owner now allocates from
+    for (size_t i = 0; i < again.size(); i += 2) strata_free(again[i]);
+  }).join();
+  for (size_t i = 2; i < blocks.size(); i += 3) strata_free(blocks[i]);
+  for (size_t i = 1; i < again.size(); i += 2) strata_free(again[i]);
+  strata_collect(true);
+  EXPECT_TRUE(strata_heap_check());
+  strata_stats_get(&after);
+  EXPECT_EQ(after.in_use_bytes, before.in_use_bytes) << "blocks lost from the counts";
+}
+
 // Blocks of 128 KiB to 1 MiB are one to a page: such a page goes straight to its class's full
 // list when its block is taken, and from there to its segment (or to the class's spares)
 // when the block comes back, by its owner or by another thread.  The lists must stay right, and
