@@ -489,17 +489,29 @@ STRATA_NOINLINE void foreign_trim(heap* h, size_t incoming) noexcept {
 }
 }  // namespace
 
-void foreign_put(heap* h, page* pg, block* b) noexcept {
+namespace {
+inline void foreign_push(heap* h, page* pg, block* b) noexcept {
   size_t cls = pg->size_class;
   b->canary = canary_of(b);  // free: a second free of it is reported
   h->free_count[cls].add();
   h->remote_frees.add();
-  if (h->foreign_bytes + pg->block_size > foreign_bytes_max) foreign_trim(h, pg->block_size);
   page& f = h->foreign[cls];
   b->next = f.free;
   f.free = b;
   f.frees++;
   h->foreign_bytes += pg->block_size;
+}
+
+STRATA_NOINLINE void foreign_trim_and_push(heap* h, page* pg, block* b) noexcept {
+  foreign_trim(h, pg->block_size);
+  foreign_push(h, pg, b);
+}
+}  // namespace
+
+// A leaf without a frame: the trim and the push after it are a tail call.
+void foreign_put(heap* h, page* pg, block* b) noexcept {
+  if (STRATA_UNLIKELY(h->foreign_bytes + pg->block_size > foreign_bytes_max)) return foreign_trim_and_push(h, pg, b);
+  foreign_push(h, pg, b);
 }
 
 void foreign_flush(heap* h) noexcept {
