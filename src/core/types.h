@@ -91,7 +91,8 @@ constexpr uint8_t spare = 16;
 // at every block (larson 1.06x, prodcon 1.06x, mstress 1.04x side by side).
 struct alignas(64) page {
   block* free;                     // owner-only: malloc pops from it
-  block* local_free;               // owner-only: local frees push here; becomes `free` when that
+  block* local_free;               // owner-only: local frees push here (and a collected remote
+                                   // chain when `free` is not empty); becomes `free` when that
                                    // runs dry, so malloc's pops never wait on a just-made free
   std::atomic<uintptr_t> thread_free;  // frees by other threads: remote_word (page.h), one CAS a chain
   uint32_t used;                   // blocks out (not on free; may be on thread_free)
