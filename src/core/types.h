@@ -94,7 +94,8 @@ struct alignas(64) page {
   block* local_free;               // owner-only: local frees push here (and a collected remote
                                    // chain when `free` is not empty); becomes `free` when that
                                    // runs dry, so malloc's pops never wait on a just-made free
-  std::atomic<uintptr_t> thread_free;  // frees by other threads: remote_word (page.h), one CAS a chain
+  std::atomic<uintptr_t> thread_free;  // frees by other threads: head | length << 48 (page.h remote_head,
+                                       // remote_count), one CAS a chain
   uint32_t used;                   // blocks out (not on free; may be on thread_free)
   uint16_t capacity;               // blocks carved from the span so far (carved lazily)
   std::atomic<uint8_t> flags;      // page_flag bits; written by the owner, read by any thread
