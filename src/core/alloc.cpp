@@ -140,7 +140,8 @@ STRATA_NOINLINE void free_slow(void* p) noexcept {
 }
 
 namespace {
-// free_block's cases other than a put into the calling heap's foreign cache.
+// free_block's cases other than a put into the calling heap's foreign cache (free_block tested
+// for that one; a heap made here is frees_only, which takes none).
 STRATA_NOINLINE void free_block_other(page* pg, block* b, bool from_foreign, heap* h, heap* owner) noexcept {
   segment* seg = segment_of(b);
   // A thread's first free of a live heap's block, before its first allocation (a consumer): it
@@ -176,8 +177,6 @@ STRATA_NOINLINE void free_block_other(page* pg, block* b, bool from_foreign, hea
     page_push_local(pg, b);
     if (!from_foreign) h->free_count[pg->size_class].add();
     if (--pg->used == 0 || (flags_of(pg) & page_flag::in_full)) page_local_event(h, pg);
-  } else if (!from_foreign && !secure && owner != nullptr && h != &empty_heap && pg->block_size <= foreign_block_max && !h->frees_only) {
-    foreign_put(h, pg, b);
   } else {
     free_remote(pg, b, from_foreign);
   }

@@ -125,8 +125,7 @@ void spares_release(heap* h) noexcept {
     if (h->spare_count[c] == 0) continue;
     for (page* pg = h->queue[c].first; pg;) {
       page* next = pg->next;
-      if ((flags_of(pg) & page_flag::spare) && pg->used == 0 && pg->thread_free.load(std::memory_order_relaxed) == 0)
-        page_free_span(h, pg);
+      if ((flags_of(pg) & page_flag::spare) && page_is_empty(pg)) page_free_span(h, pg);
       pg = next;
     }
   }
@@ -156,7 +155,7 @@ void heap_purge(heap* h, bool force) noexcept {
   for (size_t c = 0; c < size_class_count; ++c) {
     for (page* pg = h->queue[c].first; pg;) {
       page* next = pg->next;
-      if (pg->used == 0 && pg->thread_free.load(std::memory_order_relaxed) == 0) page_free_span(h, pg);
+      if (page_is_empty(pg)) page_free_span(h, pg);
       pg = next;
     }
   }
@@ -461,10 +460,8 @@ inline block* foreign_take(heap* h, size_t cls) noexcept {
 }  // namespace
 
 namespace {
-// foreign_put found the bound reached (a block of `incoming` bytes to add): out of line, so that
-// the put itself stays a leaf without a stack frame (with this inline, prodcon-batch, whose
-// every free is a put, ran at 0.93x).
-STRATA_NOINLINE void foreign_trim(heap* h, size_t incoming) noexcept {
+// foreign_put found the bound reached (a block of `incoming` bytes to add).
+void foreign_trim(heap* h, size_t incoming) noexcept {
   // What the fast path popped meanwhile comes off first.  Over the bound still, the classes
   // holding the most go back until a quarter of the bound is free: the frees and allocations
   // of one class balance over time, those of another do not (a consumer that frees more of
@@ -487,9 +484,7 @@ STRATA_NOINLINE void foreign_trim(heap* h, size_t incoming) noexcept {
   }
   h->foreign_bytes = total;
 }
-}  // namespace
 
-namespace {
 inline void foreign_push(heap* h, page* pg, block* b) noexcept {
   size_t cls = pg->size_class;
   b->canary = canary_of(b);  // free: a second free of it is reported
@@ -502,6 +497,8 @@ inline void foreign_push(heap* h, page* pg, block* b) noexcept {
   h->foreign_bytes += pg->block_size;
 }
 
+// Out of line, so that foreign_put stays a leaf without a stack frame (with the trim inline,
+// prodcon-batch, whose every free is a put, ran at 0.93x).
 STRATA_NOINLINE void foreign_trim_and_push(heap* h, page* pg, block* b) noexcept {
   foreign_trim(h, pg->block_size);
   foreign_push(h, pg, b);

@@ -132,6 +132,11 @@ inline block* remote_head(uintptr_t w) noexcept {
 }
 inline uint32_t remote_count(uintptr_t w) noexcept { return static_cast<uint32_t>(w >> remote_count_shift); }
 
+// No block of pg is out, none on its way back: its span may go back to its segment.
+inline bool page_is_empty(const page* pg) noexcept {
+  return pg->used == 0 && pg->thread_free.load(std::memory_order_relaxed) == 0;
+}
+
 // The last block of the chain from b.
 inline block* chain_tail(const page* pg, block* b) noexcept {
   while (block* next = link_get(pg, b)) b = next;

@@ -446,8 +446,7 @@ page* span_alloc_new(heap* h, size_t cls, bool warm_only) noexcept {
 
 void span_free(heap* h, page* pg, bool may_release_segment) noexcept {
   // No block of the page is out, so none can be on its way back either.
-  STRATA_ASSERT((flags_of(pg) & page_flag::in_use) && pg->used == 0 &&
-                pg->thread_free.load(std::memory_order_relaxed) == 0);
+  STRATA_ASSERT((flags_of(pg) & page_flag::in_use) && page_is_empty(pg));
   segment* seg = segment_of(pg);
   size_t idx = slice_index(seg, pg), n = pg->slice_count;
   pg->flags.store(0, std::memory_order_relaxed);  // only a span's first slice has flags
