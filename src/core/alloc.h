@@ -6,7 +6,7 @@
 //                                 ├─ or heap->direct[class]->free (over 1 KiB)    (fast)
 //                                 ├─ malloc_slow: collect remote frees, next page,
 //                                 │   new span (heap_span_alloc), new heap          (heap.cpp)
-//                                 └─ huge_alloc for size > 4 MiB                  (segment.cpp)
+//                                 └─ huge_alloc for size > 2 MiB                  (segment.cpp)
 //   free(p) ─ free_inline ─┬─ page map → page; owner thread: push on local_free (fast)
 //                          │    └─ page emptied: page_local_event              (heap.cpp)
 //                          ├─ free_block: another thread's page (batched onto its

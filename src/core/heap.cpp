@@ -149,9 +149,11 @@ void page_free_span(heap* h, page* pg) noexcept {
 }
 
 // A purge pass gives back the spans of empty pages still in their queue (the one page a class
-// keeps, page_local_event) and purges free slices a delay after they became free.
+// keeps, page_local_event) and the huge mapping the thread kept (to the shared cache, which
+// unmaps it after its own delay), and purges free slices a delay after they became free.
 void heap_purge(heap* h, bool force) noexcept {
   foreign_flush(h);
+  huge_spare_release(h);
   for (size_t c = 0; c < size_class_count; ++c) {
     for (page* pg = h->queue[c].first; pg;) {
       page* next = pg->next;
@@ -366,6 +368,7 @@ void* heap_alloc_slow(heap* h, size_t cls) noexcept {
 // Thread exit: everything the heap holds goes back or is abandoned to whoever reclaims it.
 void heap_abandon(heap* h) noexcept {
   foreign_flush(h);
+  huge_spare_release(h);
   remote_flush(h);
   for (size_t c = 0; c < size_class_count; ++c) {
     set_direct(h, c, &empty_page);
@@ -535,7 +538,8 @@ void page_local_event(heap* h, page* pg) noexcept {
     // A full page that empties (a one-block page, mostly) leaves the full list straight for
     // its segment when it is not kept, without a stop in the queue.
     const page_list& q = h->queue[cls];
-    bool keep = (flags_of(pg) & page_flag::spare) || (full ? q.first == nullptr : q.first == pg && pg->next == nullptr);
+    bool keep = (flags_of(pg) & page_flag::spare) ||
+                (pg->reserved != 1 && (full ? q.first == nullptr : q.first == pg && pg->next == nullptr));
     if (!keep && h->spare_count[cls] < (pg->reserved == 1 ? spare_one_block_max : 1) &&
         h->spare_bytes + span_bytes(pg) <= spare_budget) {
       flags_set(pg, page_flag::spare);

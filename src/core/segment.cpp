@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "core/check.h"
 #include "core/lock.h"
@@ -552,6 +553,7 @@ segment* segment_take_abandoned() noexcept {
   return seg;
 }
 
+
 void segment_attach(heap* h, segment* seg) noexcept {
   seg->owner.store(h, std::memory_order_release);
   heap_link_segment(h, seg);
@@ -655,6 +657,9 @@ constexpr size_t huge_cache_floor = size_t{64} << 20;  // bytes the cache may al
 // program replacing 5-25 MiB buffers: with 2, 660 pages faulted in per replacement; with 4,
 // about 200, at 1.15x the peak RSS; docs/design.md).
 constexpr size_t huge_reuse_waste = 4;
+// The largest mapping a heap keeps for its thread (huge_free): a thread that frees one and then
+// only sleeps holds it until it exits, allocates or calls strata_collect.
+constexpr size_t huge_spare_max = size_t{32} << 20;
 // Starts of the last huge blocks unmapped: a later free of one is labelled a double free.
 constexpr size_t huge_freed_slots = 16;
 std::atomic<uintptr_t> huge_freed[huge_freed_slots];
@@ -762,6 +767,13 @@ segment* huge_resize(segment* seg, size_t bytes) noexcept {
   return to;
 }
 
+// Whether seg serves a block at `offset` needing `bytes` of mapping as it is: the same header
+// and alignment room (the colour may differ: huge_alloc sets it anew), and not too large.
+inline bool huge_fits(const segment* seg, size_t offset, size_t bytes) noexcept {
+  return (huge_offset(seg) & ~(slice_size - 1)) == (offset & ~(slice_size - 1)) && seg->mapped_size >= bytes &&
+         seg->mapped_size / huge_reuse_waste <= bytes;
+}
+
 // A cached mapping for a block at `offset` needing `bytes` of mapping: the best fit, else the
 // largest one grown (its resident pages are reused, only the rest is faulted in).
 // *resident: the bytes of the returned mapping that may hold old data (the rest, grown by
@@ -797,6 +809,48 @@ segment* huge_cache_take(size_t offset, size_t bytes, size_t* resident) noexcept
   return pick;
 }
 
+// seg, a huge mapping no block uses, into the shared cache, or back to the OS.
+void huge_cache_put(segment* seg) noexcept {
+  int64_t wait = huge_cache_ms();
+  if (wait > 0) {
+    int64_t now = os::now_ms();
+    segment* expired;
+    bool cached = false;
+    {
+      lock_guard g(huge_lock);
+      expired = huge_cache_expire_locked(now, false);
+      // The cache holds a few mappings, and no more bytes than an eighth of the live huge
+      // blocks (or a floor): a cached mapping is resident memory nobody uses.
+      size_t limit = huge_bytes.load(std::memory_order_relaxed) / 8;
+      if (limit < huge_cache_floor) limit = huge_cache_floor;
+      if (seg->mapped_size <= limit) {
+        while (huge_cache && (huge_cache_count >= huge_cache_max || huge_cache_bytes + seg->mapped_size > limit)) {
+          segment* last = huge_cache;
+          while (last->next) last = last->next;  // the oldest
+          huge_cache_unlink(last);
+          last->next = expired;
+          expired = last;
+        }
+        seg->kind = segment_kind::huge_cached;
+        seg->purge_due_ms = now + wait;
+        seg->prev = nullptr;
+        seg->next = huge_cache;
+        if (huge_cache) huge_cache->prev = seg;
+        huge_cache = seg;
+        ++huge_cache_count;
+        huge_cache_bytes += seg->mapped_size;
+        cached = true;
+      }
+    }
+    huge_unmap_list(expired);
+    if (cached) {
+      idle_due_note(now + wait);  // the idle pass expires it even if no huge call comes
+      return;
+    }
+  }
+  huge_unmap(seg);
+}
+
 }  // namespace
 
 void* huge_alloc(size_t size, size_t alignment, size_t* dirty) noexcept {
@@ -808,7 +862,17 @@ void* huge_alloc(size_t size, size_t alignment, size_t* dirty) noexcept {
   if (align <= 64) offset += next_colour();  // as a one-block page's block (size_class.h)
   size_t total = round_up(offset + size, ps) + huge_guard();
   size_t resident = 0;
-  segment* seg = huge_cache_ms() > 0 ? huge_cache_take(offset, total, &resident) : nullptr;
+  segment* seg = nullptr;
+  if (segment* spare = tl_heap->huge_spare) {  // the thread's own last one, if it fits
+    tl_heap->huge_spare = nullptr;
+    if (huge_fits(spare, offset, total)) {
+      seg = spare;
+      resident = total;
+    } else {
+      huge_cache_put(spare);  // where huge_cache_take may grow or trim it
+    }
+  }
+  if (seg == nullptr && huge_cache_ms() > 0) seg = huge_cache_take(offset, total, &resident);
   if (seg == nullptr) {
     size_t map_align = align > segment_size ? align : segment_size;
     purge_before_growth(tl_heap, total);
@@ -866,44 +930,23 @@ void* huge_realloc(segment* seg, size_t size) noexcept {
 void huge_free(segment* seg) noexcept {
   huge_live.fetch_sub(1, std::memory_order_relaxed);
   huge_bytes.fetch_sub(seg->huge_size, std::memory_order_relaxed);
-  int64_t wait = huge_cache_ms();
-  if (wait > 0) {
-    int64_t now = os::now_ms();
-    segment* expired;
-    bool cached = false;
-    {
-      lock_guard g(huge_lock);
-      expired = huge_cache_expire_locked(now, false);
-      // The cache holds a few mappings, and no more bytes than an eighth of the live huge
-      // blocks (or a floor): a cached mapping is resident memory nobody uses.
-      size_t limit = huge_bytes.load(std::memory_order_relaxed) / 8;
-      if (limit < huge_cache_floor) limit = huge_cache_floor;
-      if (seg->mapped_size <= limit) {
-        while (huge_cache && (huge_cache_count >= huge_cache_max || huge_cache_bytes + seg->mapped_size > limit)) {
-          segment* last = huge_cache;
-          while (last->next) last = last->next;  // the oldest
-          huge_cache_unlink(last);
-          last->next = expired;
-          expired = last;
-        }
-        seg->kind = segment_kind::huge_cached;
-        seg->purge_due_ms = now + wait;
-        seg->prev = nullptr;
-        seg->next = huge_cache;
-        if (huge_cache) huge_cache->prev = seg;
-        huge_cache = seg;
-        ++huge_cache_count;
-        huge_cache_bytes += seg->mapped_size;
-        cached = true;
-      }
-    }
-    huge_unmap_list(expired);
-    if (cached) {
-      idle_due_note(now + wait);  // the idle pass expires it even if no huge call comes
-      return;
-    }
+  // The thread keeps it for its next huge request, which then takes no lock (E1's big band on
+  // 2 threads spent half its time waiting for huge_lock); the one it kept before goes to the
+  // shared cache.
+  heap* h = tl_heap;
+  if (h != &empty_heap && seg->mapped_size <= huge_spare_max && huge_cache_ms() > 0) {
+    seg->kind = segment_kind::huge_cached;  // a second free of its block is still reported
+    std::swap(seg, h->huge_spare);
+    if (seg == nullptr) return;
   }
-  huge_unmap(seg);
+  huge_cache_put(seg);
+}
+
+void huge_spare_release(heap* h) noexcept {
+  if (segment* seg = h->huge_spare) {
+    h->huge_spare = nullptr;
+    huge_cache_put(seg);
+  }
 }
 
 int64_t huge_cache_trim(bool all) noexcept {

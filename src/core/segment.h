@@ -86,6 +86,9 @@ void* huge_alloc(size_t size, size_t alignment, size_t* dirty = nullptr) noexcep
 // address, or nullptr with errno = ENOMEM (the block untouched).
 void* huge_realloc(segment* seg, size_t size) noexcept;
 void huge_free(segment* seg) noexcept;
+// The mapping h keeps from its thread's last huge free goes to the shared cache (purge pass,
+// thread exit, strata_collect).
+void huge_spare_release(heap* h) noexcept;
 // Unmaps the cached huge mappings that waited too long (all of them when `all`); returns the
 // earliest deadline of those left (0: none).
 int64_t huge_cache_trim(bool all) noexcept;

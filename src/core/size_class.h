@@ -23,7 +23,7 @@ constexpr size_t large_max = size_t{16} << 20;
 // buffer then reuses a cached mapping's resident pages (grown or shrunk with mremap) instead of
 // needing a run of free slices in a segment, and goes back to the OS whole.  Classes up to
 // large_max remain for aligned requests.
-constexpr size_t huge_min = size_t{4} << 20;
+constexpr size_t huge_min = size_t{2} << 20;
 constexpr size_t small_table_max = 1024;  // sizes served by table lookup
 
 constexpr size_t size_class_of_computed(size_t size) noexcept {

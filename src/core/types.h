@@ -14,8 +14,9 @@
 //              free() finds a pointer's page with one load from the page map (below), which
 //              names the page of every slice in use; the segment is the pointer with its low 25
 //              bits cleared.
-//   huge     — a request above 4 MiB (huge_min), or a block realloc grew past 1 MiB: a mapping
-//              of its own, segment-aligned; freed ones wait in a small cache for reuse.
+//   huge     — a request above 2 MiB (huge_min), or a block realloc grew past 1 MiB: a mapping
+//              of its own, segment-aligned; the thread keeps the last one it freed (heap::
+//              huge_spare), others wait in a small shared cache for reuse.
 //   heap     — one thread's allocator state: the pages it allocates from, by size class, and
 //              the segments it owns.  Only the owning thread touches a heap's pages' free
 //              lists; other threads push frees onto a page's atomic thread_free list.
@@ -338,6 +339,7 @@ struct heap {
   // Last: the hot fields above keep their offsets.
   size_t foreign_bytes = 0;                 // block bytes pushed into `foreign` (pops not taken off)
   bool frees_only = false;                  // made by a free (free_block): no foreign cache, remote_frees_only_bytes pending
+  segment* huge_spare = nullptr;            // the last huge mapping its thread freed (huge_free), for its next
   page foreign[foreign_classes] = {};       // other heaps' blocks freed here, for reuse (foreign_put)
 };
 

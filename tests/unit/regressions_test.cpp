@@ -403,6 +403,70 @@ TEST(Issue10Churn, FreesIntoAnExitedThreadsSegmentLeaveItAbandoned) {
   EXPECT_LT(stats().committed_bytes + 3 * MiB, committed);
 }
 
+// Issue 10 (thread churn, 8 B to 5 MiB): a one-block page that emptied stayed in its class's
+// queue unbounded by the spare budget, and was not given back before fresh memory was touched:
+// a thread going through one-block classes of falling sizes touched each size anew (the sum of
+// them, 10 MiB here) where one span's memory serves them all.
+TEST(Issue10Churn, EmptiedOneBlockPagesGiveWayBeforeFreshMemory) {
+  scoped_option delay(strata::option::purge_delay, 1000);
+  strata_collect(true);
+  std::thread([] {
+    strata_free(strata_malloc(16));  // the thread's heap and its segment
+    uint64_t committed = stats().committed_bytes;
+    size_t sum = 0;
+    for (size_t kib : {1792, 1536, 1280, 1024, 896, 768, 640, 512, 448, 384, 320, 256, 224, 192, 160}) {
+      size_t size = kib * 1024 - 64;  // one block to a page (size_class.h), under huge_min
+      strata_free(memset(strata_malloc(size), 1, size));
+      sum += size;
+    }
+    EXPECT_GT(sum, 10 * MiB);
+    EXPECT_LT(stats().committed_bytes, committed + 3 * MiB) << "each size touched memory of its own";
+  }).join();
+}
+
+// Issue 10 (big buffers, churn): blocks from 2 MiB up are mappings of their own; a thread keeps
+// the last one it freed for its next request.  What it keeps goes to the shared cache when it
+// exits, where the next thread's request finds it instead of mapping anew.
+TEST(Issue10Huge, AnExitedThreadsLastHugeMappingServesTheNextThread) {
+  scoped_option delay(strata::option::purge_delay, 1000);
+  strata_collect(true);
+  uint64_t maps = 0;
+  std::thread([&] {
+    strata_free(strata_malloc(16));  // a thread with a heap (one without one keeps nothing)
+    strata_free(memset(strata_malloc(3 * MiB), 1, 3 * MiB));
+    maps = stats().mmap_calls;
+    strata_free(memset(strata_malloc(3 * MiB - 4096), 2, 3 * MiB - 4096));  // its own last one
+    EXPECT_EQ(stats().mmap_calls, maps);
+  }).join();
+  void* p = strata_malloc(3 * MiB - 8192);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(stats().mmap_calls, maps) << "the exited thread's mapping was not reused";
+  EXPECT_EQ(stats().huge_count, 1u);
+  strata_free(p);  // kept by this thread now
+  uint64_t reserved = stats().reserved_bytes;
+  strata_collect(true);  // gives it back with the rest
+  EXPECT_LE(stats().reserved_bytes + 3 * MiB, reserved) << "strata_collect(true) left the kept mapping mapped";
+}
+
+// A second free of a block whose mapping the thread keeps is reported, not a second entry.
+TEST(Issue10Huge, DoubleFreeOfAKeptMappingsBlockIsReported) {
+  uint64_t before = stats().bad_free_count;
+  void* p = strata_malloc(3 * MiB);
+  ASSERT_NE(p, nullptr);
+  strata_free(p);
+  testing::internal::CaptureStderr();
+  strata_free(opaque(p));
+  std::string out = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(stats().bad_free_count, before + 1);
+  EXPECT_NE(out.find("double free of the huge block"), std::string::npos) << out;
+  // The mapping is kept once: two requests get two blocks.
+  void* a = strata_malloc(3 * MiB);
+  void* b = strata_malloc(3 * MiB);
+  EXPECT_NE(a, b);
+  strata_free(a);
+  strata_free(b);
+}
+
 }  // namespace
 
 namespace {
