@@ -189,16 +189,6 @@ inline void heap_maybe_purge(heap* h) noexcept {
   if (idle_due && now >= idle_due) segments_purge_idle(now);
 }
 
-void heap_schedule_purge(heap* h) noexcept {
-  // A purge already due comes first: now + delay is no earlier (unless the adaptive delay
-  // shrank meanwhile, when this purge comes a little late), and the clock is not read for each
-  // emptied page (heap_clock_due).
-  if (h->purge_due_ms != 0) return;
-  int64_t delay = purge_delay();
-  if (delay < 0) return;
-  int64_t due = os::now_ms() + delay;
-  if (h->purge_due_ms == 0 || due < h->purge_due_ms) h->purge_due_ms = due;
-}
 
 // Appends pg to its class's queue, making it the direct page if the class has none.
 void queue_push_back(heap* h, page* pg) noexcept {
@@ -284,6 +274,17 @@ void collect_remote_hinted(heap* h, size_t cls) noexcept {
 }
 
 }  // namespace
+
+void heap_schedule_purge(heap* h) noexcept {
+  // A purge already due comes first: now + delay is no earlier (unless the adaptive delay
+  // shrank meanwhile, when this purge comes a little late), and the clock is not read for each
+  // emptied page (heap_clock_due).
+  if (h->purge_due_ms != 0) return;
+  int64_t delay = purge_delay();
+  if (delay < 0) return;
+  int64_t due = os::now_ms() + delay;
+  if (h->purge_due_ms == 0 || due < h->purge_due_ms) h->purge_due_ms = due;
+}
 
 // Remote frees into the classes h no longer allocates from: a thread that hands its blocks to
 // another and moves on to other sizes would otherwise keep those pages (and their memory,

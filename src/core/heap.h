@@ -26,6 +26,8 @@ heap* heap_get_or_create() noexcept;
 // spans of empty pages back to their segments and purges what is due; with force also takes
 // over the abandoned segments first and purges everything free at once.
 void heap_trim(heap* h, bool force) noexcept;
+// h's next purge pass comes a purge delay from now, unless one is due already.
+void heap_schedule_purge(heap* h) noexcept;
 
 // pthread key destructor: the exiting thread's heap is given back or abandoned.
 void heap_thread_done(void* h) noexcept;

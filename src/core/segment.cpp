@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "core/check.h"
+#include "core/heap.h"
 #include "core/lock.h"
 #include "core/options.h"
 #include "core/page.h"
@@ -937,6 +938,7 @@ void huge_free(segment* seg) noexcept {
   if (h != &empty_heap && seg->mapped_size <= huge_spare_max && huge_cache_ms() > 0) {
     seg->kind = segment_kind::huge_cached;  // a second free of its block is still reported
     std::swap(seg, h->huge_spare);
+    heap_schedule_purge(h);  // whose pass gives it to the shared cache, if no request took it
     if (seg == nullptr) return;
   }
   huge_cache_put(seg);

@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -448,6 +449,40 @@ TEST(Issue10Huge, AnExitedThreadsLastHugeMappingServesTheNextThread) {
   EXPECT_LE(stats().reserved_bytes + 3 * MiB, reserved) << "strata_collect(true) left the kept mapping mapped";
 }
 
+// ... and what a live thread keeps goes to the shared cache at its purge pass a delay later, for
+// any thread to reuse, even if that thread makes no huge request again.
+TEST(Issue10Huge, ALiveThreadsKeptMappingGoesToTheSharedCacheAtItsPurgePass) {
+  scoped_option delay(strata::option::purge_delay, 10);  // the shared cache then holds it 250 ms
+  strata_collect(true);
+  std::atomic<int> step{0};
+  uint64_t maps = 0;
+  std::thread t([&] {
+    void* first = strata_malloc(16);  // a heap, and no emptied page to schedule a pass
+    strata_free(memset(strata_malloc(3 * MiB), 1, 3 * MiB));  // kept by this thread
+    maps = stats().mmap_calls;
+    // A delay on (the adaptive delay may have grown past the option in earlier tests).
+    std::this_thread::sleep_for(std::chrono::milliseconds(strata::detail::purge_delay() + 5));
+    // Allocations only (no free to schedule a pass): their slow paths run the pass.
+    std::vector<void*> small;
+    small.reserve(20000);
+    for (int i = 0; i < 20; ++i) {
+      for (int k = 0; k < 1000; ++k) small.push_back(strata_malloc(100));
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    step = 1;
+    while (step != 2) std::this_thread::yield();
+    for (void* b : small) strata_free(b);
+    strata_free(first);
+  });
+  while (step != 1) std::this_thread::yield();
+  void* p = strata_malloc(3 * MiB - 4096);
+  EXPECT_EQ(stats().mmap_calls, maps) << "the live thread still holds the mapping it freed";
+  step = 2;
+  t.join();
+  strata_free(p);
+  strata_collect(true);
+}
+
 // A second free of a block whose mapping the thread keeps is reported, not a second entry.
 TEST(Issue10Huge, DoubleFreeOfAKeptMappingsBlockIsReported) {
   uint64_t before = stats().bad_free_count;
@@ -499,6 +534,9 @@ TEST(Issue13Limits, MemoryFreedByAnotherThreadServesTheOwnersNextSize) {
 // another heap held 8 empty segments).  Empty segments now go to the shared segment cache.
 TEST(Issue13Limits, SegmentsOneThreadEmptiedServeAnotherThread) {
   scoped_option delay(strata::option::purge_delay, 1000);
+  // From a known state: run after Issue17ExitedThread.MemoryFreedByAnotherThreadGoesBack in one
+  // process, the segments that test's exited thread left (abandoned, swept) made it fail.
+  strata_collect(true);
   std::vector<void*> blocks;
   for (size_t i = 0; i < 128 * MiB / (100 * 1024); ++i) blocks.push_back(memset(strata_malloc(100000), 1, 100000));
   for (void* b : blocks) strata_free(b);
