@@ -87,24 +87,34 @@ def check_live(which):
         rep = [json.loads(subprocess.run([REPLAY, "--pace", tr], env=env, capture_output=True, text=True).stdout)["peak_rss_kib"]
                for _ in range(2)]
         lv, rp = st.median(live), st.median(rep)
-        rows.append((a.name, lv, rp, max(live) - min(live)))
+        rows.append((a.name, lv, rp, max(live) - min(live), max(rep) - min(rep)))
         print(f"{which} {a.name:10s} live {lv / 1024:7.1f} MiB  replay {rp / 1024:7.1f} MiB  "
               f"{(rp - lv) / lv * 100:+6.1f} %  (live {live}, replay {rep})", flush=True)
     print(which, "ranking live  ", [r[0] for r in sorted(rows, key=lambda r: r[1])])
     print(which, "ranking replay", [r[0] for r in sorted(rows, key=lambda r: r[2])])
     print(which, "within 15 %:", sum(abs(r[2] - r[1]) <= 0.15 * r[1] for r in rows), "of", len(rows))
-    # Pairs ordered one way live and the other replayed; a pair whose live peaks lie within the
-    # live runs' own spread (or 1 %) is a tie: the live runs do not order it either.
-    ties, discordant = [], []
+    # Pairs ordered one way live and the other replayed.  A pair whose live peaks lie within the
+    # live runs' own spread (or 1 %) is a tie: the live runs do not order it either.  A pair the
+    # live runs do order but whose replayed peaks lie within the replays' own spread (or 1 %) is
+    # one the replay does not resolve: it orders it neither way.  Both are listed, apart.
+    ties, unresolved, discordant = [], [], []
     for i, a in enumerate(rows):
         for b in rows[i + 1:]:
             if (a[1] - b[1]) * (a[2] - b[2]) >= 0:
                 continue
-            tol = max(a[3], b[3], 0.01 * max(a[1], b[1]))
-            (ties if abs(a[1] - b[1]) <= tol else discordant).append(
-                f"{a[0]}/{b[0]} (live {a[1] / 1024:.2f}/{b[1] / 1024:.2f} MiB)")
-    print(which, "ranking:", "agrees" if not discordant else "disagrees on " + ", ".join(discordant),
-          "; swapped ties: " + (", ".join(ties) if ties else "none"))
+            pair = (f"{a[0]}/{b[0]} (live {a[1] / 1024:.2f}/{b[1] / 1024:.2f} MiB, "
+                    f"replay {a[2] / 1024:.2f}/{b[2] / 1024:.2f} MiB)")
+            if abs(a[1] - b[1]) <= max(a[3], b[3], 0.01 * max(a[1], b[1])):
+                ties.append(pair)
+            elif abs(a[2] - b[2]) <= max(a[4], b[4], 0.01 * max(a[2], b[2])):
+                unresolved.append(pair)
+            else:
+                discordant.append(pair)
+    verdict = ("disagrees on " + ", ".join(discordant) if discordant
+               else "agrees where the replay resolves the order" if unresolved else "agrees")
+    print(which, "ranking:", verdict,
+          "; swapped ties: " + (", ".join(ties) if ties else "none"),
+          "; not resolved by the replay: " + (", ".join(unresolved) if unresolved else "none"))
 
 
 def overhead(which, rounds):
