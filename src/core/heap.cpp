@@ -189,7 +189,6 @@ inline void heap_maybe_purge(heap* h) noexcept {
   if (idle_due && now >= idle_due) segments_purge_idle(now);
 }
 
-
 // Appends pg to its class's queue, making it the direct page if the class has none.
 void queue_push_back(heap* h, page* pg) noexcept {
   size_t cls = pg->size_class;

@@ -554,7 +554,6 @@ segment* segment_take_abandoned() noexcept {
   return seg;
 }
 
-
 void segment_attach(heap* h, segment* seg) noexcept {
   seg->owner.store(h, std::memory_order_release);
   heap_link_segment(h, seg);
@@ -658,8 +657,9 @@ constexpr size_t huge_cache_floor = size_t{64} << 20;  // bytes the cache may al
 // program replacing 5-25 MiB buffers: with 2, 660 pages faulted in per replacement; with 4,
 // about 200, at 1.15x the peak RSS; docs/design.md).
 constexpr size_t huge_reuse_waste = 4;
-// The largest mapping a heap keeps for its thread (huge_free): a thread that frees one and then
-// only sleeps holds it until it exits, allocates or calls strata_collect.
+// The largest mapping a heap keeps for its thread (huge_free).  It goes to the shared cache at
+// the heap's purge pass (run from a later malloc or free), its thread's exit or strata_collect
+// on that thread: a thread that frees one and then only sleeps holds it until then.
 constexpr size_t huge_spare_max = size_t{32} << 20;
 // Starts of the last huge blocks unmapped: a later free of one is labelled a double free.
 constexpr size_t huge_freed_slots = 16;
