@@ -768,11 +768,16 @@ segment* huge_resize(segment* seg, size_t bytes) noexcept {
   return to;
 }
 
-// Whether seg serves a block at `offset` needing `bytes` of mapping as it is: the same header
-// and alignment room (the colour may differ: huge_alloc sets it anew), and not too large.
+// Whether seg has the header-and-alignment room of a block at `offset` (the colour may differ:
+// huge_alloc sets it anew).
+inline bool huge_same_room(const segment* seg, size_t offset) noexcept {
+  return (huge_offset(seg) & ~(slice_size - 1)) == (offset & ~(slice_size - 1));
+}
+
+// Whether seg serves a block at `offset` needing `bytes` of mapping as it is: the same room, at
+// least `bytes`, and not over huge_reuse_waste times them.
 inline bool huge_fits(const segment* seg, size_t offset, size_t bytes) noexcept {
-  return (huge_offset(seg) & ~(slice_size - 1)) == (offset & ~(slice_size - 1)) && seg->mapped_size >= bytes &&
-         seg->mapped_size / huge_reuse_waste <= bytes;
+  return huge_same_room(seg, offset) && seg->mapped_size >= bytes && seg->mapped_size / huge_reuse_waste <= bytes;
 }
 
 // A cached mapping for a block at `offset` needing `bytes` of mapping: the best fit, else the
@@ -786,8 +791,7 @@ segment* huge_cache_take(size_t offset, size_t bytes, size_t* resident) noexcept
     lock_guard g(huge_lock);
     expired = huge_cache_expire_locked(os::now_ms(), false);
     for (segment* seg = huge_cache; seg; seg = seg->next) {
-      // The same header-and-alignment room (the colour may differ: huge_alloc sets it anew).
-      if ((huge_offset(seg) & ~(slice_size - 1)) != (offset & ~(slice_size - 1))) continue;
+      if (!huge_same_room(seg, offset)) continue;
       if (pick == nullptr) {
         pick = seg;
       } else if (seg->mapped_size >= bytes) {
@@ -802,7 +806,7 @@ segment* huge_cache_take(size_t offset, size_t bytes, size_t* resident) noexcept
   if (pick == nullptr) return nullptr;
   *resident = pick->mapped_size < bytes ? pick->mapped_size : bytes;
   // Much too large (over huge_reuse_waste times the need): give the tail back.  Too small: grow.
-  if (pick->mapped_size < bytes || pick->mapped_size / huge_reuse_waste > bytes) {
+  if (!huge_fits(pick, offset, bytes)) {
     if (segment* resized = huge_resize(pick, bytes)) return resized;
     huge_unmap(pick);
     return nullptr;

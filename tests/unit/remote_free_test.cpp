@@ -76,6 +76,28 @@ std::vector<void*> allocate(size_t count, size_t size) {
 // block (a heap that holds no foreign blocks until the thread allocates).
 void make_heap() { strata_free(strata_malloc(16)); }
 
+// The owner's `count` blocks of `size`, freed by a consumer that stays alive (with a heap of its
+// own first when `consumer_has_heap`), then what the owner allocates again after collecting what
+// came back (and running `between`, if given).
+struct freed_elsewhere {
+  std::vector<void*> made, again;
+};
+freed_elsewhere free_on_a_live_consumer(worker& owner, worker& consumer, size_t count, size_t size,
+                                        bool consumer_has_heap, const std::function<void()>& between = nullptr) {
+  freed_elsewhere r;
+  owner.run([&] { r.made = allocate(count, size); });
+  consumer.run([&] {
+    if (consumer_has_heap) make_heap();
+    for (void* p : r.made) strata_free(p);
+  });
+  owner.run([&] {
+    strata_collect(false);  // what came back
+    if (between) between();
+    r.again = allocate(count, size);
+  });
+  return r;
+}
+
 size_t count_in(const std::vector<void*>& v, const std::set<void*>& s) {
   size_t n = 0;
   for (void* p : v) n += s.count(p);
@@ -134,16 +156,8 @@ TEST(Issue10Remote, OverTheBoundTheClassHoldingTheMostGoesBackFirst) {
 TEST(Issue10Remote, AHeapHoldsAtMostHalfAMebibyteOfOtherThreadsBlocks) {
   constexpr size_t count = 2048, size = 1024;  // 2 MiB of blocks small enough to be held
   worker producer, consumer;
-  std::vector<void*> made, again;
-  producer.run([&] { made = allocate(count, size); });
-  consumer.run([&] {
-    make_heap();
-    for (void* p : made) strata_free(p);  // the consumer stays alive and allocates nothing more
-  });
-  producer.run([&] {
-    strata_collect(false);  // what came back
-    again = allocate(count, size);
-  });
+  // The consumer allocates nothing after its frees.
+  auto [made, again] = free_on_a_live_consumer(producer, consumer, count, size, true);
   // All but what the consumer may hold (512 KiB: 512 blocks) and a few carved, never used.
   EXPECT_GE(count_in(again, std::set<void*>(made.begin(), made.end())), count - 512 - 64);
   producer.run([&] {
@@ -173,18 +187,10 @@ TEST(Issue10Remote, PendingBlocksReachTheOwnerWhenTheFreeingThreadExits) {
 TEST(Issue10Remote, PendingBytesAreBounded) {
   constexpr size_t count = 1024, size = 4096;  // 4 MiB, more than a heap keeps pending
   worker owner, consumer;
-  std::vector<void*> made, again;
-  owner.run([&] { made = allocate(count, size); });
-  consumer.run([&] {
-    make_heap();
-    for (void* p : made) strata_free(p);  // the consumer stays alive: it holds what it may
-  });
   uint64_t committed = 0;
-  owner.run([&] {
-    strata_collect(false);
-    committed = stats().committed_bytes;
-    again = allocate(count, size);
-  });
+  // The consumer stays alive: it holds what it may.
+  auto note_committed = [&] { committed = stats().committed_bytes; };
+  std::vector<void*> again = free_on_a_live_consumer(owner, consumer, count, size, true, note_committed).again;
   // What the consumer gave back served most of them: at most what it may keep pending (256 KiB)
   // and some slack for other threads' heaps is new memory.
   EXPECT_LE(stats().committed_bytes, committed + 2 * (size_t{1} << 20));
@@ -199,15 +205,8 @@ TEST(Issue10Remote, PendingBytesAreBounded) {
 TEST(Issue10Remote, AThreadThatOnlyFreesHoldsLittle) {
   constexpr size_t count = 4000, size = 1024;  // 4 MB of blocks small enough to be held
   worker owner, consumer;
-  std::vector<void*> made, again;
-  owner.run([&] { made = allocate(count, size); });
-  consumer.run([&] {
-    for (void* p : made) strata_free(p);  // no allocation before or after
-  });
-  owner.run([&] {
-    strata_collect(false);
-    again = allocate(count, size);
-  });
+  // No allocation by the consumer before or after its frees.
+  auto [made, again] = free_on_a_live_consumer(owner, consumer, count, size, false);
   // At most 64 blocks pending in the consumer, and a few carved with the rest and never used:
   // a heap holding foreign blocks (512 KiB) or the usual pending bound (256 KiB) fails this.
   EXPECT_GE(count_in(again, std::set<void*>(made.begin(), made.end())), count - 64 - 64);
