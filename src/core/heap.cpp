@@ -148,20 +148,41 @@ void page_free_span(heap* h, page* pg) noexcept {
   page_release(h, pg);
 }
 
-// A purge pass gives back the spans of empty pages still in their queue (the one page a class
-// keeps, page_local_event) and the huge mapping the thread kept (to the shared cache, which
-// unmaps it after its own delay), and purges free slices a delay after they became free.
+// A purge pass gives back the spans of the empty pages still in their queue (the one page a class
+// keeps and the spares, page_local_event) that were empty already at the previous pass, with no
+// block back since (page_flag::idle); with force, of every empty page.  It hands the huge mapping
+// the thread kept to the shared cache (which unmaps it after its own delay), and purges free
+// slices a delay after they became free.  Two passes, not one: a program that empties its pages
+// at the end of each round of work and fills them again in the next (CPython, a round every
+// 10 ms) had each class's page taken from it at the pass between, and the next round's page
+// carved blocks on slices the old one had left untouched: 30 % more pages faulted in (4.3 k
+// against 3.2 k, mimalloc 3.4 k) at a peak RSS 10 % higher, purging a delay later alike.
 void heap_purge(heap* h, bool force) noexcept {
   foreign_flush(h);
   huge_spare_release(h);
+  bool idle_left = false;
   for (size_t c = 0; c < size_class_count; ++c) {
     for (page* pg = h->queue[c].first; pg;) {
       page* next = pg->next;
-      if (page_is_empty(pg)) page_free_span(h, pg);
+      uint8_t f = flags_of(pg);
+      if (!page_is_empty(pg)) {
+        if (f & page_flag::idle) flags_clear(pg, page_flag::idle);
+      } else if (force || (f & page_flag::idle)) {
+        page_free_span(h, pg);
+      } else {
+        flags_set(pg, page_flag::idle);
+        idle_left = true;
+      }
       pg = next;
     }
   }
-  h->purge_due_ms = segments_purge(h, force);
+  int64_t due = segments_purge(h, force);
+  if (idle_left) {
+    int64_t delay = purge_delay();
+    int64_t idle_due = delay > 0 ? os::now_ms() + delay : 0;
+    if (idle_due != 0 && (due == 0 || idle_due < due)) due = idle_due;
+  }
+  h->purge_due_ms = due;
 }
 
 // The clock is read at most about once a millisecond per heap.  Each read costs little alone
@@ -526,7 +547,7 @@ void page_local_event(heap* h, page* pg) noexcept {
   size_t cls = pg->size_class;
   bool full = flags_of(pg) & page_flag::in_full;
   if (pg->used == 0) {
-    page_unclean(pg);
+    page_block_back(pg);
     // A class keeps empty pages (spares) for its next allocations, sparing a span round trip to
     // a thread that frees and allocates blocks of one size over and over: one page for a class
     // of many blocks to a page, up to spare_one_block_max for a class of one block to a page

@@ -109,9 +109,10 @@ inline bool page_extend(page* pg) noexcept {
 }
 
 
-// A block of pg came back (page_flag::clean): its memory is no longer known to be zero.
-inline void page_unclean(page* pg) noexcept {
-  if (flags_of(pg) & page_flag::clean) flags_clear(pg, page_flag::clean);
+// A block of pg came back: its memory is no longer known to be zero (page_flag::clean), and the
+// page was in use since the last purge pass (page_flag::idle).
+inline void page_block_back(page* pg) noexcept {
+  if (flags_of(pg) & (page_flag::clean | page_flag::idle)) flags_clear(pg, page_flag::clean | page_flag::idle);
 }
 // The page's local frees join h's counters (the fast path counts them in the page).
 inline void page_fold_frees(heap* h, page* pg) noexcept {
@@ -155,7 +156,7 @@ inline uint32_t page_collect(heap* h, page* pg) noexcept {
   uint32_t n = 0;
   if (tf != nullptr) {
     n = remote_count(w);
-    page_unclean(pg);
+    page_block_back(pg);
     if constexpr (secure) {  // hardened: the chain's links and length checked before any is used
       uint32_t k = 1;
       for (block* b = tf; block* next = link_get(pg, b); b = next)

@@ -82,6 +82,9 @@ constexpr uint8_t clean = 8;
 // An empty page its heap keeps for reuse (heap::spare_count): set when kept, cleared when the
 // page is used again (the slow path's walk) or its span goes back (page_release).
 constexpr uint8_t spare = 16;
+// An empty page in its queue that was empty already at the heap's last purge pass and has had no
+// block back since (page_block_back): the next pass gives its span back (heap_purge).
+constexpr uint8_t idle = 32;
 }  // namespace page_flag
 
 // Two cache lines: the first holds what the owner writes on every malloc and free (and the
