@@ -150,16 +150,20 @@ void page_free_span(heap* h, page* pg) noexcept {
 
 // A purge pass gives back the spans of the empty pages still in their queue (the one page a class
 // keeps and the spares, page_local_event) that were empty already at the previous pass, with no
-// block back since (page_flag::idle); with force, of every empty page.  It hands the huge mapping
-// the thread kept to the shared cache (which unmaps it after its own delay), and purges free
-// slices a delay after they became free.  Two passes, not one: a program that empties its pages
-// at the end of each round of work and fills them again in the next (CPython, a round every
-// 10 ms) had each class's page taken from it at the pass between, and the next round's page
-// carved blocks on slices the old one had left untouched: 30 % more pages faulted in (4.3 k
-// against 3.2 k, mimalloc 3.4 k) at a peak RSS 10 % higher, purging a delay later alike.
+// block back since (page_flag::idle); forced or with a purge delay of 0, of every empty page.  It
+// hands the huge mapping the thread kept to the shared cache (which unmaps it after its own
+// delay), and purges free slices a delay after they became free.  Two passes, not one: a program
+// that empties its pages at the end of each round of work and fills them again in the next
+// (CPython, a round every 10 ms) had each class's page taken from it at the pass between, and the
+// next round's page carved blocks on slices the old one had left untouched: 30 % more pages
+// faulted in (4.3 k against 3.2 k, mimalloc 3.4 k) at a peak RSS 10 % higher, purging a delay
+// later alike.
 void heap_purge(heap* h, bool force) noexcept {
   foreign_flush(h);
   huge_spare_release(h);
+  // A delay of 0 gives memory back at once, and with none (-1) only strata_collect's passes run:
+  // no second pass to wait for either way.
+  bool at_once = force || purge_delay() <= 0;
   bool idle_left = false;
   for (size_t c = 0; c < size_class_count; ++c) {
     for (page* pg = h->queue[c].first; pg;) {
@@ -167,7 +171,7 @@ void heap_purge(heap* h, bool force) noexcept {
       uint8_t f = flags_of(pg);
       if (!page_is_empty(pg)) {
         if (f & page_flag::idle) flags_clear(pg, page_flag::idle);
-      } else if (force || (f & page_flag::idle)) {
+      } else if (at_once || (f & page_flag::idle)) {
         page_free_span(h, pg);
       } else {
         flags_set(pg, page_flag::idle);
@@ -176,13 +180,8 @@ void heap_purge(heap* h, bool force) noexcept {
       pg = next;
     }
   }
-  int64_t due = segments_purge(h, force);
-  if (idle_left) {
-    int64_t delay = purge_delay();
-    int64_t idle_due = delay > 0 ? os::now_ms() + delay : 0;
-    if (idle_due != 0 && (due == 0 || idle_due < due)) due = idle_due;
-  }
-  h->purge_due_ms = due;
+  h->purge_due_ms = segments_purge(h, force);
+  if (idle_left) heap_schedule_purge(h);
 }
 
 // The clock is read at most about once a millisecond per heap.  Each read costs little alone

@@ -488,6 +488,13 @@ TEST(Issue10Huge, ALiveThreadsKeptMappingGoesToTheSharedCacheAtItsPurgePass) {
 // round's pages carved blocks on slices the old ones had left untouched (30 % more pages faulted
 // in, a 10 % higher peak RSS).  An emptied page now gives its span back only at the second pass
 // that finds it empty with no block back in between: it survives one pass, not two.
+// Does the page of p, a freed block of 48 bytes, still hold its span (the span may serve another
+// size since)?
+bool holds_its_span(void* p) {
+  const strata::detail::page* pg = strata::detail::page_lookup(p);
+  return pg != nullptr && pg->block_size == 48;
+}
+
 TEST(Issue10Faults, AnEmptiedPageKeepsItsSpanForOnePurgePassNotTwo) {
   scoped_option delay(strata::option::purge_delay, 10);
   std::thread([] {
@@ -499,16 +506,29 @@ TEST(Issue10Faults, AnEmptiedPageKeepsItsSpanForOnePurgePassNotTwo) {
     void* p = strata_malloc(48);
     strata_free(p);  // its page is empty, kept by its class; a pass is scheduled
     pass();
-    EXPECT_NE(strata::detail::page_lookup(p), nullptr) << "the first pass took the emptied page's span";
+    EXPECT_TRUE(holds_its_span(p)) << "the first pass took the emptied page's span";
     pass();
-    EXPECT_EQ(strata::detail::page_lookup(p), nullptr) << "the second pass left the idle page's span";
+    EXPECT_FALSE(holds_its_span(p)) << "the second pass left the idle page's span";
     // A block back between two passes makes the page young again.
     void* q = strata_malloc(48);
     strata_free(q);
     pass();
     strata_free(strata_malloc(48));
     pass();
-    EXPECT_NE(strata::detail::page_lookup(q), nullptr) << "a page used between the passes lost its span";
+    EXPECT_TRUE(holds_its_span(q)) << "a page used between the passes lost its span";
+  }).join();
+}
+
+// ... but a purge delay of 0 means at once: the first pass takes the span (with the two-pass rule
+// alone, it waited for another page of the thread to empty).
+TEST(Issue10Faults, WithAPurgeDelayOf0AnEmptiedPageGoesBackAtTheFirstPass) {
+  scoped_option at_once(strata::option::purge_delay, 0);
+  std::thread([] {
+    strata_collect(true);  // no purge deadline left from the other tests' delays
+    void* p = strata_malloc(48);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // past the clock gate (heap.cpp)
+    strata_free(p);  // its page empties: the pass runs here
+    EXPECT_FALSE(holds_its_span(p)) << "a delay of 0 waited for a second pass";
   }).join();
 }
 
