@@ -38,6 +38,11 @@
 //                        uniform random size 8 B-16 KiB; 10 % of the replaced blocks go to another
 //                        thread, which frees them. --ops: replacements (total, split over threads).
 //                        Also reports ops_per_cpu_sec (ops per CPU-second of the process).
+//   fill                 each thread keeps a working set of 4096 blocks of 64 B and replaces a
+//                        random one, freed first, then allocated: the live blocks stay as many as
+//                        they were, so an allocator whose pages they fill has one free block, the
+//                        one just freed, at each malloc (a server's steady state; larson's at its
+//                        smallest). --ops: replacements (total, split over threads).
 //
 // Usage: strata-bench-patterns --pattern NAME [--threads N] [--seconds S] [--ops N] [--seed N] [--smoke]
 // Output: {"workload":"patterns","pattern":..,"threads":..,"seconds":..,"ops":..,"ops_per_sec":..,
@@ -592,10 +597,37 @@ result randsize(const options& o) {
   return {ops.load(), n, extra + work_json(done.load(), per_thread * n)};
 }
 
+// ---------------------------------------------------------------------------------------------
+result fill(const options& o) {
+  const int n = o.threads;
+  const size_t slots = 4096, size = 64;
+  const uint64_t planned = work_amount(o, 20000000, 20000);  // replacements, over all threads
+  const uint64_t per_thread = std::max<uint64_t>(1, planned / n);
+  const auto deadline = clock_type::now() + std::chrono::duration<double>(o.seconds);
+  std::atomic<uint64_t> done{0};
+  run_threads(n, [&](int t) {
+    rng r(o.seed + t);
+    std::vector<void*> ws(slots);
+    for (auto& p : ws) p = must_malloc(size);
+    uint64_t k = 0;
+    for (; k < per_thread; ++k) {
+      if ((k & 4095) == 0 && clock_type::now() >= deadline) break;
+      size_t i = r.next() % slots;
+      std::free(ws[i]);
+      auto* p = static_cast<char*>(must_malloc(size));
+      p[0] = char(k);
+      ws[i] = p;
+    }
+    for (void* p : ws) std::free(p);
+    done.fetch_add(k);
+  });
+  return {done.load(), n, work_json(done.load(), per_thread * n)};
+}
+
 constexpr const char* kUsage =
     "usage: strata-bench-patterns --pattern "
     "larson|prodcon|cache-thrash|cache-scratch|mstress|pareto|realloc|"
-    "prodcon-batch|prodcon-batch-mixed|churn|bigbuf|randsize "
+    "prodcon-batch|prodcon-batch-mixed|churn|bigbuf|randsize|fill "
     "[--threads N] [--seconds S] [--ops N] [--seed N] [--smoke]";
 
 }  // namespace
@@ -634,6 +666,7 @@ int main(int argc, char** argv) {
   else if (o.pattern == "churn") r = churn(o);
   else if (o.pattern == "bigbuf") r = bigbuf(o);
   else if (o.pattern == "randsize") r = randsize(o);
+  else if (o.pattern == "fill") r = fill(o);
   else args.fail("unknown pattern '" + o.pattern + "'");
   const double secs = std::chrono::duration<double>(clock_type::now() - t0).count();
 

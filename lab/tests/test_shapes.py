@@ -14,6 +14,7 @@ from strata_lab.suite import SuiteContext, load_suite
 from .conftest import program
 
 SHAPES = ("prodcon-batch", "prodcon-batch-mixed", "churn", "bigbuf", "randsize")
+ALL_SHAPES = SHAPES + ("fill",)  # the shapes suite's; make bench runs SHAPES
 
 
 def run_pattern(*args: str, timeout: float = 60) -> dict:
@@ -23,7 +24,7 @@ def run_pattern(*args: str, timeout: float = 60) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("pattern", SHAPES)
+@pytest.mark.parametrize("pattern", ALL_SHAPES)
 @pytest.mark.parametrize("threads", [1, 2, 4])
 def test_shape_smoke_does_all_its_work(pattern, threads):
     d = run_pattern("--pattern", pattern, "--threads", str(threads), "--smoke", "--seconds", "5")
@@ -56,7 +57,7 @@ def test_suite_cells(built):
     cells = suite.cells(SuiteContext(smoke=False))
     got = {(c.workload, c.threads) for c in cells}
     assert got == {("prodcon-batch", 2), ("prodcon-batch-mixed", 2), ("churn", 1), ("churn", 2),
-                   ("bigbuf", 1), ("randsize", 1), ("randsize", 2), ("randsize", 4)}
+                   ("bigbuf", 1), ("randsize", 1), ("randsize", 2), ("randsize", 4), ("fill", 1), ("fill", 2)}
     for c in cells:
         argv = [str(a) for a in c.argv]
         assert "--ops" in argv and "--smoke" not in argv

@@ -1,6 +1,7 @@
 """Allocation shapes of programs strata lost on (issue 10), as fixed-work patterns of
 bench/host/patterns.cpp: batched producer/consumer (64 B and 8 B-2 KiB), thread churn with blocks
-outliving their thread, big zero-filled buffers, random sizes with some remote frees.
+outliving their thread, big zero-filled buffers, random sizes with some remote frees, and a
+working set of one small size replaced one block at a time (fill).
 
 Each sample does a fixed amount of work (`--ops`, recorded in the cell's params) and the metric is
 operations per second, so a ratio of medians is the inverse ratio of times (randsize: operations
@@ -12,7 +13,7 @@ from strata_lab.allocators import BUILTINS
 from strata_lab.suite import Cell
 
 DESCRIPTION = ("allocation shapes of programs strata lost on (issue 10): prodcon-batch(-mixed), "
-               "churn, bigbuf, randsize; fixed work, all allocators vs mimalloc")
+               "churn, bigbuf, randsize, fill; fixed work, all allocators vs mimalloc")
 ALLOCATORS = list(BUILTINS)  # every allocator the lab knows
 BASELINE = "mimalloc"
 ROUNDS = 5
@@ -26,6 +27,7 @@ SHAPES = {
     "churn": (384, (1, 2), "ops_per_sec"),               # short-lived threads started
     "bigbuf": (300, (1,), "ops_per_sec"),                # 5-25 MiB buffer replacements, one thread
     "randsize": (3000000, (1, 2, 4), "ops_per_cpu_sec"),  # 8 B-16 KiB replacements, 10 % remote frees
+    "fill": (20000000, (1, 2), "ops_per_sec"),  # 64 B replacements in a working set of 4096 per thread
 }
 
 BOUND_SECONDS = 10.0  # per-sample bound on the fixed work (strata took ~5x glibc's time on bigbuf)
