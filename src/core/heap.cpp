@@ -347,23 +347,17 @@ void* heap_alloc_slow(heap* h, size_t cls) noexcept {
     spare_clear(h, pg);  // served from, or full: in use either way
     page_collect(h, pg);
     // A page of 16 blocks or more with one block left to give (all carved) goes to the full list
-    // with it, and if no other page has more, the class takes a new page.  A program that frees
-    // one block and allocates one, its live blocks filling their pages exactly, had one free
-    // block in all its pages, the one just freed: each malloc walked to its page and each free
-    // into a full page took it back to the queue (4096 replacements of 64 B: 29-35 M operations
-    // a second, mimalloc 140 M).  With a page's worth of free blocks to spare, the walks are
-    // rare again: 135 M, at the same peak RSS (3.6 MiB).  The block left waits for the page's
-    // next free, which brings the page back to the queue.  Pages of fewer blocks are left out:
-    // one of R blocks is used up to (R - 1) / R by this rule (a 2-block page would be used by
-    // one block at most).
-    if (pg->free && pg->reserved >= 16 && pg->capacity == pg->reserved && pg->capacity - pg->used <= 1) {
-      list_remove(q, pg);
-      flags_set(pg, page_flag::in_full);
-      list_push_back(h->full[cls], pg);
-      pg = next;
-      continue;
-    }
-    if (pg->free || page_extend(pg)) {
+    // with it, as a page with none does, and if no other page has more, the class takes a new
+    // page.  A program that frees one block and allocates one, its live blocks filling their
+    // pages exactly, had one free block in all its pages, the one just freed: each malloc walked
+    // to its page and each free into a full page took it back to the queue (4096 replacements of
+    // 64 B: 29-35 M operations a second, mimalloc 140 M).  With a page's worth of free blocks to
+    // spare, the walks are rare again: 135 M, at the same peak RSS (3.6 MiB).  The block left
+    // waits for the page's next free, which brings the page back to the queue.  Pages of fewer
+    // blocks are left out: one of R blocks is used up to (R - 1) / R by this rule (a 2-block page
+    // would be used by one block at most).
+    bool one_left = pg->reserved >= 16 && pg->capacity == pg->reserved && pg->capacity - pg->used == 1;
+    if (!one_left && (pg->free || page_extend(pg))) {
       if (pg != q.first) {
         list_remove(q, pg);
         list_push_front(q, pg);
