@@ -8,11 +8,13 @@
 #include <condition_variable>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
 #include <vector>
 
+#include "core/segment.h"
 #include "strata/strata.h"
 
 namespace {
@@ -165,23 +167,39 @@ TEST(Issue10Remote, AHeapHoldsAtMostHalfAMebibyteOfOtherThreadsBlocks) {
   });
 }
 
+// Counted in the owner's pages, not by which blocks the owner's next allocations return: a
+// worker thread may adopt an earlier test's abandoned segment, whose pages of the class (with
+// free blocks of their own) then serve before the returned blocks (488 of 1000 reused when the
+// binary runs whole; each test alone passed).  The owner keeps one block in each page, so no
+// page it counts in gives its span back meanwhile.
 TEST(Issue10Remote, PendingBlocksReachTheOwnerWhenTheFreeingThreadExits) {
+  using strata::detail::page;
   worker owner;
-  std::vector<void*> made, again;
-  owner.run([&] { made = allocate(1000, 128); });
+  std::vector<void*> made, handed;
+  std::map<const page*, void*> kept;  // a block of each page of `made`, still the owner's
+  auto used = [&] {
+    long sum = 0;
+    for (auto& [pg, block] : kept) sum += pg->used;
+    return sum;
+  };
+  long before = 0, after = 0;
+  owner.run([&] {
+    made = allocate(1000, 128);
+    for (void* p : made)
+      if (!kept.emplace(strata::detail::page_lookup(p), p).second) handed.push_back(p);
+    before = used();
+  });
   std::thread([&] {
     make_heap();
-    for (void* p : made) strata_free(p);  // pending in this thread's heap until it exits
+    for (void* p : handed) strata_free(p);  // pending in this thread's heap until it exits
   }).join();
   owner.run([&] {
     strata_collect(false);  // the owner picks up what came back
-    again = allocate(1000, 128);
+    after = used();
+    for (auto& [pg, block] : kept) strata_free(block);
   });
-  // All but the few never-used blocks carved with them.
-  EXPECT_GE(count_in(again, std::set<void*>(made.begin(), made.end())), 950u);
-  owner.run([&] {
-    for (void* p : again) strata_free(p);
-  });
+  EXPECT_EQ(before - after, static_cast<long>(handed.size()))
+      << "blocks of the owner's pages still out after the freeing thread exited";
 }
 
 TEST(Issue10Remote, PendingBytesAreBounded) {
