@@ -256,7 +256,8 @@ void heap_adopt_segment(heap* h, segment* seg) noexcept {
 // go before a new span (the caller walks the queue again).  Taking a span in the adopted segment
 // at once, as before, carved a fresh page for every class a new thread used while the exited
 // threads' pages of that class kept their holes (mstress: 2 threads at a time swapping 16 B-2 KiB
-// objects through a shared array: peak RSS 25.8 MiB, now 23.7; mimalloc 2 21.2).
+// objects through a shared array, 15 interleaved rounds: peak RSS 26.6 MiB, now 23.8; mimalloc 2
+// 22.4; docs/results/adopted-pages-2core).
 page* heap_span_alloc(heap* h, size_t cls) noexcept {
   if (page* pg = span_alloc_owned(h, cls, true)) return pg;
   // The spare pages give their spans back before memory is touched for the first time: kept
