@@ -34,6 +34,10 @@
 //                        --ops: threads started (total).
 //   bigbuf               one thread replaces random entries of a table of 20 buffers with new
 //                        5-25 MiB buffers that it zero-fills (memset). --ops: replacements.
+//   bigcalloc            each thread works in rounds: 16 buffers of 2-6 MiB from calloc, read
+//                        back (a byte of each 4 KiB page, which must be zero) and written at both
+//                        ends, then all freed (a batch of big buffers per request, per frame, per
+//                        file). --ops: buffers (total).
 //   randsize             each thread replaces random entries of its working set with blocks of
 //                        uniform random size 8 B-16 KiB; 10 % of the replaced blocks go to another
 //                        thread, which frees them. --ops: replacements (total, split over threads).
@@ -489,6 +493,46 @@ result churn(const options& o) {
 }
 
 // ---------------------------------------------------------------------------------------------
+result bigcalloc(const options& o) {
+  constexpr size_t batch = 16;
+  const size_t lo = o.smoke ? 64 << 10 : (2 << 20) + 1, hi = o.smoke ? 256 << 10 : 6 << 20;
+  const uint64_t planned = work_amount(o, 3200, 64);
+  const uint64_t rounds = std::max<uint64_t>(1, planned / batch / o.threads);
+  const auto deadline = clock_type::now() + std::chrono::duration<double>(o.seconds);
+  std::atomic<uint64_t> done{0}, nonzero{0};
+  run_threads(o.threads, [&](int t) {
+    rng r(o.seed * 13 + t);
+    char* bufs[batch];
+    uint64_t k = 0;
+    for (uint64_t round = 0; round < rounds && clock_type::now() < deadline; ++round) {
+      for (auto& p : bufs) {
+        size_t sz = r.range(lo, hi);
+        p = static_cast<char*>(std::calloc(1, sz));
+        if (!p) {
+          std::fprintf(stderr, "calloc(1, %zu) failed\n", sz);
+          std::abort();
+        }
+        for (size_t i = 0; i < sz; i += 4096)
+          if (p[i] != 0) {
+            nonzero.fetch_add(1);
+            break;
+          }
+        p[0] = p[sz - 1] = char(k | 1);
+        ++k;
+      }
+      for (size_t i = batch; i > 1; --i) std::swap(bufs[i - 1], bufs[r.next() % i]);  // freed in random order
+      for (char* p : bufs) std::free(p);
+    }
+    done.fetch_add(k);
+  });
+  if (nonzero.load() != 0) {
+    std::fprintf(stderr, "bigcalloc: %llu buffers from calloc were not zero\n", (unsigned long long)nonzero.load());
+    std::exit(1);
+  }
+  return {done.load(), o.threads, work_json(done.load(), rounds * batch * o.threads)};
+}
+
+// ---------------------------------------------------------------------------------------------
 result bigbuf(const options& o) {
   const size_t entries = 20;
   const size_t lo = o.smoke ? 64 << 10 : 5 << 20, hi = o.smoke ? 256 << 10 : 25 << 20;
@@ -627,7 +671,7 @@ result fill(const options& o) {
 constexpr const char* kUsage =
     "usage: strata-bench-patterns --pattern "
     "larson|prodcon|cache-thrash|cache-scratch|mstress|pareto|realloc|"
-    "prodcon-batch|prodcon-batch-mixed|churn|bigbuf|randsize|fill "
+    "prodcon-batch|prodcon-batch-mixed|churn|bigbuf|bigcalloc|randsize|fill "
     "[--threads N] [--seconds S] [--ops N] [--seed N] [--smoke]";
 
 }  // namespace
@@ -649,7 +693,8 @@ int main(int argc, char** argv) {
   // --smoke shortens the timed patterns; the fixed-work ones shrink their work instead and keep
   // --seconds as the bound, so a loaded machine cannot cut a smoke run short.
   const bool fixed_work = o.pattern == "prodcon-batch" || o.pattern == "prodcon-batch-mixed" ||
-                          o.pattern == "churn" || o.pattern == "bigbuf" || o.pattern == "randsize";
+                          o.pattern == "churn" || o.pattern == "bigbuf" || o.pattern == "bigcalloc" ||
+                          o.pattern == "randsize";
   if (o.smoke && !fixed_work) o.seconds = std::min(o.seconds, 0.05);
 
   const auto t0 = clock_type::now();
@@ -665,6 +710,7 @@ int main(int argc, char** argv) {
   else if (o.pattern == "prodcon-batch-mixed") r = prodcon_batch(o, true);
   else if (o.pattern == "churn") r = churn(o);
   else if (o.pattern == "bigbuf") r = bigbuf(o);
+  else if (o.pattern == "bigcalloc") r = bigcalloc(o);
   else if (o.pattern == "randsize") r = randsize(o);
   else if (o.pattern == "fill") r = fill(o);
   else args.fail("unknown pattern '" + o.pattern + "'");

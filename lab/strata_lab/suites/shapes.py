@@ -13,7 +13,7 @@ from strata_lab.allocators import BUILTINS
 from strata_lab.suite import Cell
 
 DESCRIPTION = ("allocation shapes of programs strata lost on (issue 10): prodcon-batch(-mixed), "
-               "churn, bigbuf, randsize, fill; fixed work, all allocators vs mimalloc")
+               "churn, bigbuf, bigcalloc, randsize, fill; fixed work, all allocators vs mimalloc")
 ALLOCATORS = list(BUILTINS)  # every allocator the lab knows
 BASELINE = "mimalloc"
 ROUNDS = 5
@@ -26,6 +26,7 @@ SHAPES = {
     "prodcon-batch-mixed": (4000, (2,), "ops_per_sec"),  # batches of 1000 x 8 B-2 KiB
     "churn": (384, (1, 2), "ops_per_sec"),               # short-lived threads started
     "bigbuf": (300, (1,), "ops_per_sec"),                # 5-25 MiB buffer replacements, one thread
+    "bigcalloc": (3200, (1, 2), "ops_per_sec"),          # 2-6 MiB buffers from calloc, 16 a round
     "randsize": (3000000, (1, 2, 4), "ops_per_cpu_sec"),  # 8 B-16 KiB replacements, 10 % remote frees
     "fill": (20000000, (1, 2), "ops_per_sec"),  # 64 B replacements in a working set of 4096 per thread
 }
