@@ -34,10 +34,10 @@
 //                        --ops: threads started (total).
 //   bigbuf               one thread replaces random entries of a table of 20 buffers with new
 //                        5-25 MiB buffers that it zero-fills (memset). --ops: replacements.
-//   bigcalloc            each thread works in rounds: 16 buffers of 2-6 MiB from calloc, read
-//                        back (a byte of each 4 KiB page, which must be zero) and written at both
-//                        ends, then all freed (a batch of big buffers per request, per frame, per
-//                        file). --ops: buffers (total).
+//   bigcalloc            each thread works in rounds: 16 buffers of 2-6 MiB from calloc, each
+//                        filled (a byte of each 4 KiB page read, which must be zero, then
+//                        written), then all freed in random order (a batch of big buffers per
+//                        request, per frame, per file). --ops: buffers (total).
 //   randsize             each thread replaces random entries of its working set with blocks of
 //                        uniform random size 8 B-16 KiB; 10 % of the replaced blocks go to another
 //                        thread, which frees them. --ops: replacements (total, split over threads).
@@ -512,12 +512,13 @@ result bigcalloc(const options& o) {
           std::fprintf(stderr, "calloc(1, %zu) failed\n", sz);
           std::abort();
         }
-        for (size_t i = 0; i < sz; i += 4096)
-          if (p[i] != 0) {
-            nonzero.fetch_add(1);
-            break;
-          }
-        p[0] = p[sz - 1] = char(k | 1);
+        bool zero = p[sz - 1] == 0;
+        for (size_t i = 0; i < sz; i += 4096) {
+          zero &= p[i] == 0;
+          p[i] = char(k | 1);
+        }
+        p[sz - 1] = char(k | 1);
+        if (!zero) nonzero.fetch_add(1);
         ++k;
       }
       for (size_t i = batch; i > 1; --i) std::swap(bufs[i - 1], bufs[r.next() % i]);  // freed in random order
