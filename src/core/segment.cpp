@@ -651,14 +651,13 @@ spin_lock huge_lock;
 segment* huge_cache = nullptr;  // kind huge_cached, newest first, linked by next/prev
 size_t huge_cache_count = 0, huge_cache_bytes = 0;
 // At most huge_cache_max mappings, and no more bytes than an eighth of the live huge blocks or
-// huge_cache_floor, whichever is more (each for 25 purge delays at most, huge_cache_ms).  A
-// program that keeps 32 buffers of 2-6 MiB and replaces random ones with calloc found the cache
-// full at 8 mappings and 64 MiB: every other request mapped and faulted in a new buffer, and a
-// second thread doing the same contended for the kernel's mapping lock on every fault (1 thread:
-// 5.4 s and 1.8 M minor faults, 2 threads 15.3 s and 3.7 M; tcmalloc 2.9 s / 3.8 s with
-// 80-120 k).  With 32 and 256 MiB: 2.9 s / 4.3 s and 150 k faults, peak RSS 1.16x the old
-// limits' (243 -> 281 MiB; tcmalloc 271 / 320 MiB).  The lab's cells did not move (bigbuf,
-// e1-big, churn: peak RSS and faults alike, bigbuf 1.08x faster; docs/results/huge-cache-2core).
+// huge_cache_floor, whichever is more (each for 25 purge delays at most, huge_cache_ms).  With 8
+// and 64 MiB, a thread that frees a batch of 16 buffers of 2-6 MiB and allocates 16 again (the
+// bigcalloc shape) found most of them unmapped and faulted them in anew: 594 buffers a second
+// and 896 k minor faults against tcmalloc's 4079 and 22 k; on 2 threads, whose faults also
+// waited on the kernel's mapping lock for the other's munmap and mmap, 316 against 5150.  With
+// 32 and 256 MiB: 3719 (42 k faults) and 2313, peak RSS 85 and 151 MiB (before 80 and 142,
+// tcmalloc 85 and 145).  bigbuf, e1-big and churn did not move (docs/results/huge-cache-2core).
 constexpr size_t huge_cache_max = 32;
 constexpr size_t huge_cache_floor = size_t{256} << 20;  // bytes the cache may always hold
 // A cached mapping serves a request of at least 1/huge_reuse_waste of its size whole; a smaller
