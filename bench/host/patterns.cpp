@@ -97,6 +97,15 @@ void* must_malloc(size_t n) {
   return p;
 }
 
+void* must_calloc(size_t n) {
+  void* p = std::calloc(1, n);
+  if (!p) {
+    std::fprintf(stderr, "calloc(1, %zu) failed\n", n);
+    std::abort();
+  }
+  return p;
+}
+
 // Runs body(thread_index) on n threads and joins them.
 void run_threads(int n, const std::function<void(int)>& body) {
   std::vector<std::thread> ts;
@@ -507,11 +516,7 @@ result bigcalloc(const options& o) {
     for (uint64_t round = 0; round < rounds && clock_type::now() < deadline; ++round) {
       for (auto& p : bufs) {
         size_t sz = r.range(lo, hi);
-        p = static_cast<char*>(std::calloc(1, sz));
-        if (!p) {
-          std::fprintf(stderr, "calloc(1, %zu) failed\n", sz);
-          std::abort();
-        }
+        p = static_cast<char*>(must_calloc(sz));
         bool zero = p[sz - 1] == 0;
         for (size_t i = 0; i < sz; i += 4096) {
           zero &= p[i] == 0;
