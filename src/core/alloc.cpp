@@ -245,12 +245,8 @@ STRATA_EXPORT void* strata_calloc(size_t count, size_t size) {
     return nullptr;
   }
   if (bytes > huge_min) {
-    size_t dirty = 0;
     global_init();
-    void* p = huge_alloc(bytes, 0, &dirty);
-    // Only a reused mapping's old pages: zeroing the fresh rest would fault it in for nothing.
-    if (p != nullptr && dirty != 0) memset(p, 0, dirty < bytes ? dirty : bytes);
-    return p;
+    return huge_calloc(bytes);
   }
   void* p = malloc_inline(bytes);
   // A block alone in a page whose span was fresh from the OS (or purged) is zero already: calloc

@@ -82,6 +82,9 @@ void page_map_init() noexcept;
 // A huge block of at least `size` bytes; *dirty (if given) is how many of its first bytes may
 // hold old data (a reused mapping): the rest is fresh from the OS and reads as zero.
 void* huge_alloc(size_t size, size_t alignment, size_t* dirty = nullptr) noexcept;
+// calloc of a huge block: the pages a reused mapping brings are zeroed; the fresh ones are
+// faulted in writable at once or left to read as zero, as recent huge callocs' pages were used.
+void* huge_calloc(size_t size) noexcept;
 // Resizes a huge block's mapping (growth with headroom, pages moved, never copied); its new
 // address, or nullptr with errno = ENOMEM (the block untouched).
 void* huge_realloc(segment* seg, size_t size) noexcept;

@@ -140,6 +140,10 @@ struct segment {
   uint32_t used_slices;            // slices in pages (the header not counted)
   size_t mapped_size;              // bytes mapped (huge: the whole mapping)
   size_t huge_size;                // huge: usable bytes from the block start
+  // huge: the pages [lazy_from, lazy_to) of the mapping (offsets) that a calloc left to read as
+  // the kernel's zero pages; how many the program touched is looked at when it frees the block
+  // (huge_calloc).  0, 0: none.
+  size_t lazy_from, lazy_to;
   int64_t purge_due_ms;            // when dirty free slices are to be purged (0: none);
                                    // huge_cached: when the mapping leaves the cache
   int64_t purged_ms;               // when slices were last purged (purged_bits)

@@ -131,6 +131,41 @@ void purge(void* p, size_t size) noexcept {
   errno = saved;
 }
 
+bool populate_write(void* p, size_t size) noexcept {
+#ifdef MADV_POPULATE_WRITE
+  static std::atomic<bool> unsupported{false};
+  if (unsupported.load(std::memory_order_relaxed)) return false;
+  stats.madvise_calls.fetch_add(1, std::memory_order_relaxed);
+  int saved = errno;
+  bool ok = madvise(p, size, MADV_POPULATE_WRITE) == 0;
+  if (!ok && errno == EINVAL) unsupported.store(true, std::memory_order_relaxed);
+  errno = saved;
+  return ok;
+#else
+  (void)p, (void)size;
+  return false;
+#endif
+}
+
+residency resident_sample(void* p, size_t size) noexcept {
+  constexpr size_t window = 1024;  // pages per mincore call: its vector on the stack
+  unsigned char vec[window];
+  size_t ps = page_size(), pages = size / ps;
+  size_t windows = pages <= 4 * window ? (pages + window - 1) / window : 4;
+  size_t stride = windows > 1 ? (pages - window) / (windows - 1) : 0;
+  residency r{0, 0};
+  int saved = errno;
+  for (size_t w = 0; w < windows; ++w) {
+    size_t first = pages <= 4 * window ? w * window : w * stride;
+    size_t n = pages - first < window ? pages - first : window;
+    if (mincore(static_cast<char*>(p) + first * ps, n * ps, vec) != 0) break;
+    for (size_t i = 0; i < n; ++i) r.resident += vec[i] & 1;
+    r.sampled += n;
+  }
+  errno = saved;
+  return r;
+}
+
 bool advise_huge_pages(void* p, size_t size) noexcept {
   stats.madvise_calls.fetch_add(1, std::memory_order_relaxed);
   int saved = errno;

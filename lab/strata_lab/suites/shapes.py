@@ -25,7 +25,7 @@ SHAPES = {
     "prodcon-batch": (10000, (2,), "ops_per_sec"),       # batches of 1000 x 64 B; a ring of threads
     "prodcon-batch-mixed": (4000, (2,), "ops_per_sec"),  # batches of 1000 x 8 B-2 KiB
     "churn": (384, (1, 2), "ops_per_sec"),               # short-lived threads started
-    "bigbuf": (300, (1,), "ops_per_sec"),                # 5-25 MiB buffer replacements, one thread
+    "bigbuf": (2000, (1,), "ops_per_sec"),               # 5-25 MiB buffer replacements, one thread
     "bigcalloc": (3200, (1, 2), "ops_per_sec"),          # 2-6 MiB buffers from calloc, 16 a round
     "randsize": (3000000, (1, 2, 4), "ops_per_cpu_sec"),  # 8 B-16 KiB replacements, 10 % remote frees
     "fill": (20000000, (1, 2), "ops_per_sec"),  # 64 B replacements in a working set of 4096 per thread
