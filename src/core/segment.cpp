@@ -935,13 +935,18 @@ namespace {
 // many of the pages it left lazy the program touched (os::resident_sample): at each free of such
 // a block, and at each huge calloc, in the last block left lazy if it is in use already.  While
 // recent blocks had three quarters or more touched, the fresh pages are faulted in, all but a
-// probe of the last few, left lazy to be looked at in turn.  Sparse evidence comes from frees
+// probe of the last few, left lazy to be looked at in turn (and none of a block over
+// calloc_populate_max).  Sparse evidence comes from frees
 // only (a block just allocated has not been used yet) and counts double: a wrong fault-in costs
 // memory, a wrong lazy page one more fault.
 std::atomic<int> calloc_dense{0};  // > 0: fault fresh pages in; within +-calloc_dense_max
 constexpr int calloc_dense_max = 4;
 constexpr size_t calloc_probe_max = 16;  // pages
 constexpr size_t calloc_purge_min = size_t{1} << 20;  // old pages given back rather than written
+// Fresh pages faulted in at most, per calloc: what a wrong guess can cost.  The evidence comes
+// from blocks freed before; a much bigger block is likelier something else (a sparse table
+// allocated once and kept, whose free would come too late to say so).
+constexpr size_t calloc_populate_max = size_t{64} << 20;
 // The last lazy range a huge calloc left: its first page number << 28 | its pages (0: none).  A
 // range, not its segment: the block may be freed and its mapping unmapped meanwhile, and mincore
 // of an unmapped range only fails.
@@ -999,7 +1004,7 @@ void* huge_calloc(size_t size) noexcept {
     }
   }
   if (to <= from) return p;
-  if (dense) {
+  if (dense && static_cast<size_t>(to - from) <= calloc_populate_max) {
     // All but the probe: the last pages, an eighth of them and calloc_probe_max at most.
     size_t probe = std::min(static_cast<size_t>(to - from) / ps / 8, calloc_probe_max) * ps;
     if (os::populate_write(from, static_cast<size_t>(to - from) - probe)) from = to - probe;

@@ -558,6 +558,11 @@ TEST(Issue10Huge, CallocFaultsFreshPagesInOnlyWhileRecentBlocksWereUsedWhole) {
     strata_free(p);
   }
   EXPECT_GT(last, 0.95) << "fresh pages left to the zero page although recent blocks were used whole";
+  // A block far bigger than those is not faulted in on their evidence (a sparse table kept).
+  p = strata_calloc(1, 96 * MiB);
+  ASSERT_NE(p, nullptr);
+  EXPECT_LT(resident_share(p, 96 * MiB), 0.01) << "96 MiB faulted in on the evidence of 6 MiB blocks";
+  strata_free(p);
   // And sparse again: back to the zero page (sparse evidence only comes with frees).
   for (int i = 0; i < 6; ++i) {
     auto* q = static_cast<unsigned char*>(strata_calloc(1, n));
