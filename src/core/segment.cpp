@@ -933,12 +933,13 @@ namespace {
 // writes zeros over every calloc'd block).  Faulted in at once, a program that uses a few pages
 // of a big zeroed buffer (a sparse table) would have all of it resident.  So strata looks at how
 // many of the pages it left lazy the program touched (os::resident_sample): at each free of such
-// a block, and at each huge calloc, in the last block left lazy if it is in use already.  While
-// recent blocks had three quarters or more touched, the fresh pages are faulted in, all but a
-// probe of the last few, left lazy to be looked at in turn (and none of a block over
-// calloc_populate_max).  Sparse evidence comes from frees
-// only (a block just allocated has not been used yet) and counts double: a wrong fault-in costs
-// memory, a wrong lazy page one more fault.
+// a block; at the next huge calloc, in the block just left lazy if it is in use already (an
+// unused one says nothing yet); and calloc_ring lazy ranges later, used or not (a program
+// keeping sparse tables frees none of them).  While recent blocks had three quarters or more
+// touched, the fresh pages are faulted in, all but a probe of the last few, left lazy to be
+// looked at in turn (and none of a block over calloc_populate_max).  Sparse evidence ends a dense
+// run at once and counts double: a wrong fault-in costs memory, a wrong lazy page one more fault
+// (a program that callocs a batch and fills it after is taken for sparse: faults, no memory).
 std::atomic<int> calloc_dense{0};  // > 0: fault fresh pages in; within +-calloc_dense_max
 constexpr int calloc_dense_max = 4;
 constexpr size_t calloc_probe_max = 16;  // pages
@@ -952,20 +953,64 @@ constexpr size_t calloc_populate_max = size_t{64} << 20;
 // of an unmapped range only fails.
 std::atomic<uint64_t> calloc_last_lazy{0};
 constexpr unsigned calloc_pages_bits = 28;
+// The last calloc_ring lazy ranges, packed the same way; the one a new range replaces is looked at.
+constexpr unsigned calloc_ring = 4;
+std::atomic<uint64_t> calloc_recent[calloc_ring];
+std::atomic<unsigned> calloc_recent_next{0};
 
 void calloc_evidence(bool dense) noexcept {
   int v = calloc_dense.load(std::memory_order_relaxed);
-  v = dense ? std::min(v + 1, calloc_dense_max) : std::max(v - 2, -calloc_dense_max);
+  v = dense ? std::min(v + 1, calloc_dense_max) : std::max(std::min(v, 0) - 2, -calloc_dense_max);
   calloc_dense.store(v, std::memory_order_relaxed);  // two threads at once: one update is lost
 }
 
 inline bool mostly_touched(const os::residency& r) noexcept { return r.resident * 4 >= r.sampled * 3; }
 
+inline os::residency residency_of(uint64_t packed) noexcept {
+  uintptr_t ps = os::page_size();
+  return os::resident_sample(reinterpret_cast<void*>((packed >> calloc_pages_bits) * ps),
+                             (packed & ((uint64_t{1} << calloc_pages_bits) - 1)) * ps);
+}
+
+inline uint64_t pack_range(uint8_t* from, uint8_t* to) noexcept {
+  size_t ps = os::page_size(), pages = static_cast<size_t>(to - from) / ps;
+  if (pages >= (uint64_t{1} << calloc_pages_bits)) pages = (uint64_t{1} << calloc_pages_bits) - 1;  // its start
+  return pages == 0 ? 0 : reinterpret_cast<uintptr_t>(from) / ps << calloc_pages_bits | pages;
+}
+
+// [from, to) left to read as the zero page: looked at by the next huge calloc, and when
+// calloc_ring more ranges have been left.
+void calloc_note_lazy(uint8_t* from, uint8_t* to) noexcept {
+  uint64_t packed = pack_range(from, to);
+  if (packed == 0) return;
+  calloc_last_lazy.store(packed, std::memory_order_relaxed);
+  unsigned slot = calloc_recent_next.fetch_add(1, std::memory_order_relaxed) % calloc_ring;
+  if (uint64_t old = calloc_recent[slot].exchange(packed, std::memory_order_relaxed)) {
+    os::residency r = residency_of(old);
+    if (r.sampled != 0) calloc_evidence(mostly_touched(r));
+  }
+}
+
+// seg's lazy range is no longer its block's (freed, or moved by realloc): out of the ranges still
+// to be looked at, whose pages may serve another block next.
+void huge_lazy_forget(segment* seg) noexcept {
+  auto* base = reinterpret_cast<uint8_t*>(seg);
+  if (uint64_t packed = pack_range(base + seg->lazy_from, base + seg->lazy_to)) {
+    uint64_t expect = packed;
+    calloc_last_lazy.compare_exchange_strong(expect, 0, std::memory_order_relaxed);
+    for (auto& slot : calloc_recent) {
+      expect = packed;
+      slot.compare_exchange_strong(expect, 0, std::memory_order_relaxed);
+    }
+  }
+  seg->lazy_from = seg->lazy_to = 0;
+}
+
 // seg's lazy range is given back with its block: what the program touched of it.
 void huge_calloc_observe(segment* seg) noexcept {
   auto* base = reinterpret_cast<uint8_t*>(seg);
   os::residency r = os::resident_sample(base + seg->lazy_from, seg->lazy_to - seg->lazy_from);
-  seg->lazy_from = seg->lazy_to = 0;
+  huge_lazy_forget(seg);
   if (r.sampled != 0) calloc_evidence(mostly_touched(r));
 }
 }  // namespace
@@ -979,8 +1024,7 @@ void* huge_calloc(size_t size) noexcept {
   auto page_up = [ps](uint8_t* a) { return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(a) + ps - 1) & ~(ps - 1)); };
   auto page_down = [ps](uint8_t* a) { return reinterpret_cast<uint8_t*>(reinterpret_cast<uintptr_t>(a) & ~(ps - 1)); };
   if (uint64_t last = calloc_last_lazy.exchange(0, std::memory_order_relaxed)) {
-    os::residency r = os::resident_sample(reinterpret_cast<void*>((last >> calloc_pages_bits) * ps),
-                                          (last & ((uint64_t{1} << calloc_pages_bits) - 1)) * ps);
+    os::residency r = residency_of(last);
     if (r.sampled != 0 && mostly_touched(r)) calloc_evidence(true);
   }
   bool dense = calloc_dense.load(std::memory_order_relaxed) > 0;
@@ -1013,14 +1057,12 @@ void* huge_calloc(size_t size) noexcept {
   segment* seg = segment_of(p);  // no alignment asked: the block starts in its mapping's first chunk
   seg->lazy_from = static_cast<size_t>(from - reinterpret_cast<uint8_t*>(seg));
   seg->lazy_to = static_cast<size_t>(to - reinterpret_cast<uint8_t*>(seg));
-  size_t pages = static_cast<size_t>(to - from) / ps;
-  if (pages < (uint64_t{1} << calloc_pages_bits))
-    calloc_last_lazy.store(reinterpret_cast<uintptr_t>(from) / ps << calloc_pages_bits | pages, std::memory_order_relaxed);
+  calloc_note_lazy(from, to);
   return p;
 }
 
 void* huge_realloc(segment* seg, size_t size) noexcept {
-  seg->lazy_from = seg->lazy_to = 0;  // its pages are the program's now, whatever it does next
+  if (seg->lazy_to != 0) huge_lazy_forget(seg);  // its pages are the program's now, whatever it does next
   size_t offset = huge_offset(seg), ps = os::page_size();
   if (size > SIZE_MAX / 4 - offset) return errno = ENOMEM, nullptr;
   size_t need = round_up(offset + (size ? size : min_block), ps) + huge_guard();
