@@ -944,9 +944,9 @@ std::atomic<int> calloc_dense{0};  // > 0: fault fresh pages in; within +-calloc
 constexpr int calloc_dense_max = 4;
 constexpr size_t calloc_probe_max = 16;  // pages
 constexpr size_t calloc_purge_min = size_t{1} << 20;  // old pages given back rather than written
-// Fresh pages faulted in at most, per calloc: what a wrong guess can cost.  The evidence comes
-// from blocks freed before; a much bigger block is likelier something else (a sparse table
-// allocated once and kept, whose free would come too late to say so).
+// Fresh pages faulted in at most, per calloc: what a wrong guess can cost before the look
+// calloc_ring ranges later says so.  A block much bigger than those the evidence came from is
+// likelier something else (a sparse table allocated once and kept).
 constexpr size_t calloc_populate_max = size_t{64} << 20;
 // The last lazy range a huge calloc left: its first page number << 28 | its pages (0: none).  A
 // range, not its segment: the block may be freed and its mapping unmapped meanwhile, and mincore
