@@ -249,9 +249,11 @@ STRATA_EXPORT void* strata_calloc(size_t count, size_t size) {
     return huge_calloc(bytes);
   }
   void* p = malloc_inline(bytes);
+  if (p == nullptr) return nullptr;
   // A block alone in a page whose span was fresh from the OS (or purged) is zero already: calloc
-  // must not touch (and so fault in) every page of a big block nobody has written.
-  if (p != nullptr && !(bytes > one_block_page_min && block_is_clean(p))) memset(p, 0, bytes);
+  // need not write it (faulting every page in), and treats its pages as a huge block's fresh ones.
+  if (bytes > one_block_page_min && block_is_clean(p)) calloc_clean_block(p, bytes);
+  else memset(p, 0, bytes);
   return p;
 }
 

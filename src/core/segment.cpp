@@ -1013,21 +1013,48 @@ void huge_calloc_observe(segment* seg) noexcept {
   huge_lazy_forget(seg);
   if (r.sampled != 0) calloc_evidence(mostly_touched(r));
 }
+
+inline uint8_t* page_up(uint8_t* a) noexcept {
+  uintptr_t ps = os::page_size();
+  return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(a) + ps - 1) & ~(ps - 1));
+}
+inline uint8_t* page_down(uint8_t* a) noexcept {
+  return reinterpret_cast<uint8_t*>(reinterpret_cast<uintptr_t>(a) & ~(os::page_size() - 1));
+}
+
+// Whether to fault a calloc's fresh pages in, after looking at the range the last one left lazy:
+// dense evidence if it is in use already (an unused one says nothing yet).
+bool calloc_dense_now() noexcept {
+  if (uint64_t last = calloc_last_lazy.exchange(0, std::memory_order_relaxed)) {
+    os::residency r = residency_of(last);
+    if (r.sampled != 0 && mostly_touched(r)) calloc_evidence(true);
+  }
+  return calloc_dense.load(std::memory_order_relaxed) > 0;
+}
+
+// Faults in the fresh whole pages [from, to) but the probe at their end, an eighth of them and
+// calloc_probe_max at most; returns where the pages left lazy begin.
+uint8_t* calloc_populate(uint8_t* from, uint8_t* to) noexcept {
+  size_t ps = os::page_size(), probe = std::min(static_cast<size_t>(to - from) / ps / 8, calloc_probe_max) * ps;
+  return os::populate_write(from, static_cast<size_t>(to - from) - probe) ? to - probe : from;
+}
 }  // namespace
+
+void calloc_clean_block(void* p, size_t size) noexcept {
+  auto* b = static_cast<uint8_t*>(p);
+  uint8_t* from = page_up(b);
+  uint8_t* to = page_down(b + size);
+  if (to <= from) return;
+  if (calloc_dense_now()) from = calloc_populate(from, to);
+  if (to > from) calloc_note_lazy(from, to);
+}
 
 void* huge_calloc(size_t size) noexcept {
   size_t dirty = 0;
   auto* p = static_cast<uint8_t*>(huge_alloc(size, 0, &dirty));
   if (p == nullptr) return nullptr;
   if (dirty > size) dirty = size;
-  uintptr_t ps = os::page_size();
-  auto page_up = [ps](uint8_t* a) { return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(a) + ps - 1) & ~(ps - 1)); };
-  auto page_down = [ps](uint8_t* a) { return reinterpret_cast<uint8_t*>(reinterpret_cast<uintptr_t>(a) & ~(ps - 1)); };
-  if (uint64_t last = calloc_last_lazy.exchange(0, std::memory_order_relaxed)) {
-    os::residency r = residency_of(last);
-    if (r.sampled != 0 && mostly_touched(r)) calloc_evidence(true);
-  }
-  bool dense = calloc_dense.load(std::memory_order_relaxed) > 0;
+  bool dense = calloc_dense_now();
   // [from, to): the whole pages that read as zero without being written.
   uint8_t* from = page_up(p + dirty);
   uint8_t* to = page_down(p + size);
@@ -1049,9 +1076,7 @@ void* huge_calloc(size_t size) noexcept {
   }
   if (to <= from) return p;
   if (dense && static_cast<size_t>(to - from) <= calloc_populate_max) {
-    // All but the probe: the last pages, an eighth of them and calloc_probe_max at most.
-    size_t probe = std::min(static_cast<size_t>(to - from) / ps / 8, calloc_probe_max) * ps;
-    if (os::populate_write(from, static_cast<size_t>(to - from) - probe)) from = to - probe;
+    from = calloc_populate(from, to);
     if (to <= from) return p;
   }
   segment* seg = segment_of(p);  // no alignment asked: the block starts in its mapping's first chunk

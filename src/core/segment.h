@@ -85,6 +85,9 @@ void* huge_alloc(size_t size, size_t alignment, size_t* dirty = nullptr) noexcep
 // calloc of a huge block: the pages a reused mapping brings are zeroed; the fresh ones are
 // faulted in writable at once or left to read as zero, as recent huge callocs' pages were used.
 void* huge_calloc(size_t size) noexcept;
+// calloc of the block p (`size` bytes asked) alone in a page whose span came clean from the OS:
+// its pages read as zero already; faulted in at once or left lazy as a huge block's fresh pages.
+void calloc_clean_block(void* p, size_t size) noexcept;
 // Resizes a huge block's mapping (growth with headroom, pages moved, never copied); its new
 // address, or nullptr with errno = ENOMEM (the block untouched).
 void* huge_realloc(segment* seg, size_t size) noexcept;

@@ -591,6 +591,35 @@ TEST(Issue10Huge, CallocFaultsFreshPagesInOnlyWhileRecentBlocksWereUsedWhole) {
   strata_free(p);
 }
 
+// ... and a block of 128 KiB-2 MiB alone in a page whose span came clean from the OS follows the
+// same evidence: its pages read as zero already, and a read-then-write use faulted each twice.
+TEST(Issue10Huge, ACleanOneBlockPageCallocFollowsTheSameEvidence) {
+  if (!kernel_populates()) GTEST_SKIP() << "the kernel has no MADV_POPULATE_WRITE";
+  constexpr size_t n = 1 * MiB;
+  std::vector<void*> kept;  // kept, so that every block takes slices no block has used
+  auto fresh = [&] {
+    void* p = strata_calloc(1, n);
+    EXPECT_NE(p, nullptr);
+    kept.push_back(p);
+    return p;
+  };
+  std::thread([&] {
+    strata_collect(true);  // free slices purged: the next spans come clean
+    double last = 0;
+    for (int i = 0; i < 10; ++i) {  // used whole
+      void* p = fresh();
+      last = resident_share(p, n);
+      read_then_write(p, n);
+    }
+    EXPECT_GT(last, 0.85) << "a clean block's pages left to the zero page after blocks used whole";
+    for (int i = 0; i < 12; ++i) static_cast<unsigned char*>(fresh())[4096] = 1;  // one page of each
+    for (size_t i = kept.size() - 6; i < kept.size(); ++i)
+      EXPECT_LT(resident_share(kept[i], n), 0.05) << "kept sparse block " << i << " faulted in";
+    for (void* p : kept) strata_free(p);
+  }).join();
+  strata_collect(true);
+}
+
 // A reused mapping's old pages are given back rather than written with zeros while the program
 // uses few pages of what it callocs: writing them faulted in every page the last block had left
 // untouched (8 sparse tables of 8-40 MiB, 10 pages of each used: 185 MB peak RSS, glibc 49 MB).
