@@ -966,6 +966,12 @@ void calloc_evidence(bool dense) noexcept {
 
 inline bool mostly_touched(const os::residency& r) noexcept { return r.resident * 4 >= r.sampled * 3; }
 
+// A look at pages left lazy whose block has had its chance to be used: evidence either way (none
+// where mincore refused, the range unmapped).
+void calloc_judge(const os::residency& r) noexcept {
+  if (r.sampled != 0) calloc_evidence(mostly_touched(r));
+}
+
 inline os::residency residency_of(uint64_t packed) noexcept {
   uintptr_t ps = os::page_size();
   return os::resident_sample(reinterpret_cast<void*>((packed >> calloc_pages_bits) * ps),
@@ -985,10 +991,8 @@ void calloc_note_lazy(uint8_t* from, uint8_t* to) noexcept {
   if (packed == 0) return;
   calloc_last_lazy.store(packed, std::memory_order_relaxed);
   unsigned slot = calloc_recent_next.fetch_add(1, std::memory_order_relaxed) % calloc_ring;
-  if (uint64_t old = calloc_recent[slot].exchange(packed, std::memory_order_relaxed)) {
-    os::residency r = residency_of(old);
-    if (r.sampled != 0) calloc_evidence(mostly_touched(r));
-  }
+  if (uint64_t old = calloc_recent[slot].exchange(packed, std::memory_order_relaxed))
+    calloc_judge(residency_of(old));
 }
 
 // seg's lazy range is no longer its block's (freed, or moved by realloc): out of the ranges still
@@ -1009,14 +1013,12 @@ void huge_lazy_forget(segment* seg) noexcept {
 // seg's lazy range is given back with its block: what the program touched of it.
 void huge_calloc_observe(segment* seg) noexcept {
   auto* base = reinterpret_cast<uint8_t*>(seg);
-  os::residency r = os::resident_sample(base + seg->lazy_from, seg->lazy_to - seg->lazy_from);
+  calloc_judge(os::resident_sample(base + seg->lazy_from, seg->lazy_to - seg->lazy_from));
   huge_lazy_forget(seg);
-  if (r.sampled != 0) calloc_evidence(mostly_touched(r));
 }
 
 inline uint8_t* page_up(uint8_t* a) noexcept {
-  uintptr_t ps = os::page_size();
-  return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(a) + ps - 1) & ~(ps - 1));
+  return reinterpret_cast<uint8_t*>(round_up(reinterpret_cast<uintptr_t>(a), os::page_size()));
 }
 inline uint8_t* page_down(uint8_t* a) noexcept {
   return reinterpret_cast<uint8_t*>(reinterpret_cast<uintptr_t>(a) & ~(os::page_size() - 1));

@@ -21,8 +21,8 @@ WARMUP = 0
 
 # Measured on the 2-core VM (one round of every cell under all 8 allocators, samples only):
 # E1 and the patterns ~0.32 s a sample at SECONDS; the shapes 0.1-0.5 s at SHAPES_SCALE (bigbuf
-# 0.6 s for strata and tcmalloc, up to its bound for the others); the programs 0.3-1.4 s at their bench size plus ~0.2 s
-# of driver.  About 12 s per allocator and round, ~95 s per round of all 8 on a quiet machine.
+# 0.6 s for strata and tcmalloc, up to its bound for the others); the programs 0.3-1.4 s at their
+# bench size plus ~0.2 s of driver.  About 12 s per allocator and round, ~95 s per round of all 8 on a quiet machine.
 # 5 rounds of all 8 would take the whole budget; 3 take ~300 s, and the rest buys strata and
 # mimalloc alone (~25 s a round of every cell) about 8-10 more rounds where the cells need them.
 # Warm-ups are off: rounds are paired and the interval is the median's, so a cold first round is

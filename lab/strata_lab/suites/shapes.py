@@ -34,16 +34,15 @@ SHAPES = {
 BOUND_SECONDS = 10.0  # per-sample bound on the fixed work (strata took ~5x glibc's time on bigbuf)
 
 
-def cells(ctx, scale: float = 1.0, bound: float = BOUND_SECONDS, shapes=tuple(SHAPES),
-          scales: dict | None = None):
-    """`scale` multiplies every pattern's work, `scales` a pattern's own (the default suite runs
-    less of it)."""
+def cells(ctx, scale: float = 1.0, bound: float = BOUND_SECONDS, shapes=tuple(SHAPES)):
+    """`scale` multiplies every pattern's work (the default suite runs less of it); `bound` caps
+    each sample's seconds."""
     exe = ctx.bin("patterns")
     secs = ctx.duration(bound, smoke=bound)  # --smoke shrinks the work, not the bound
     out = []
     for p in shapes:
         work, threads, metric = SHAPES[p]
-        ops = max(1, round(work * (scales or {}).get(p, scale)))
+        ops = max(1, round(work * scale))
         for t in ctx.thread_counts(list(threads)):  # smoke runs are tiny: every count
             if p.startswith("prodcon") and t < 2:
                 continue  # one thread would hand its batches to itself: no remote free at all
