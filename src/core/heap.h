@@ -26,6 +26,9 @@ heap* heap_get_or_create() noexcept;
 // spans of empty pages back to their segments and purges what is due; with force also takes
 // over the abandoned segments first and purges everything free at once.
 void heap_trim(heap* h, bool force) noexcept;
+// The spans of h's spare pages (empty pages kept for their class) go back to their segments,
+// where a purge may take their memory (before strata maps more: purge_before_growth).
+void heap_spares_release(heap* h) noexcept;
 // h's next purge pass comes a purge delay from now, unless one is due already.
 void heap_schedule_purge(heap* h) noexcept;
 

@@ -771,6 +771,36 @@ TEST(Issue10Pages, APageWithOneBlockLeftGivesWayToANewPage) {
   }).join();
 }
 
+// Issue 10 (E1's large band: blocks of 64 KiB-1 MiB freed and allocated at random): an emptied
+// one-block page kept for its class waited behind the older ones, so the next block of the class
+// took the page whose lines had gone coldest; and a one-block page served from the queue stayed
+// there as the direct page, for the class's next malloc to walk it to the full list.  The newest
+// now serves first, and a page whose block is out is on the full list at once.
+TEST(Issue10Pages, TheOneBlockPageFreedLastServesItsClassFirst) {
+  std::thread([] {
+    using namespace strata::detail;
+    constexpr size_t size = 600 * 1024;  // one block to a page
+    void* a = strata_malloc(size);
+    void* b = strata_malloc(size);
+    void* c = strata_malloc(size);
+    ASSERT_TRUE(a && b && c);
+    ASSERT_EQ(page_lookup(a)->reserved, 1u);
+    strata_free(a);
+    strata_free(b);  // both kept as spares: b is the newer
+    void* p = strata_malloc(size);
+    EXPECT_EQ(p, b) << "the older spare served first";
+    page* pg = page_lookup(p);
+    EXPECT_TRUE(flags_of(pg) & page_flag::in_full) << "a page whose only block is out stayed in the queue";
+    void* q = strata_malloc(size);
+    EXPECT_EQ(q, a);
+    EXPECT_TRUE(strata_heap_check());
+    strata_free(p);
+    strata_free(q);
+    strata_free(c);
+    EXPECT_TRUE(strata_heap_check());
+  }).join();
+}
+
 // Issue 10 (mstress: threads created and destroyed, 2 at a time, swapping 16 B-2 KiB objects
 // through a shared array): a new thread that took over an exited thread's segment carved a new
 // page in it for its first block of a class, although the adopted pages of that class had room,
