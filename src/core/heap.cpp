@@ -633,8 +633,7 @@ void page_local_event(heap* h, page* pg) noexcept {
     } else if (full && pg->reserved == 1) {
       // Newest first: the class's next block reuses the lines and OS pages the last one touched
       // (with the branch-free lists, E1's large band in four runs of 5-9 interleaved rounds:
-      // 1.04-1.10x at 1 thread, 0.98-1.11x at 2, at the same peak RSS; oldest first, the
-      // simulated last-level cache missed 3.4x as often as rpmalloc's there).
+      // 1.04-1.10x at 1 thread, 0.98-1.11x at 2, at the same peak RSS; docs/design.md).
       list_remove(h->full[cls], pg);
       flags_clear(pg, page_flag::in_full);
       list_push_front(h->queue[cls], pg);
