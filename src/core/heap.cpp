@@ -51,8 +51,9 @@ inline block* foreign_take(heap* h, size_t cls) noexcept;
 // The lists' operations have no branch on the list's ends: the link to write is picked with a
 // mask.  A thread that frees and allocates blocks of random classes moves pages between lists of
 // varying lengths, where a branch on "first of its list?" went either way (E1's large band, a
-// page onto and off two lists per operation: 1.1 of its 3.8 mispredicted branches per operation
-// under cachegrind were these).  gcc turned a conditional expression back into a branch.
+// page onto and off two lists per operation: cachegrind counted 5.3 mispredicted branches per
+// operation before, 2.9 with these and the newest-first spares; docs/design.md).  gcc turned a
+// conditional expression back into a branch.
 // The link field at `offset` in page p, or `alt` when p is null (computed as integers: no
 // member access through a null pointer).
 inline page** link_or(page* p, size_t offset, page** alt) noexcept {
