@@ -319,9 +319,7 @@ void collect_remote_hinted(heap* h, size_t cls) noexcept {
 
 }  // namespace
 
-void heap_spares_release(heap* h) noexcept {
-  if (h->spare_bytes != 0) spares_release(h);
-}
+void heap_spares_release(heap* h) noexcept { spares_release(h); }
 
 void heap_schedule_purge(heap* h) noexcept {
   // A purge already due comes first: now + delay is no earlier (unless the adaptive delay
@@ -372,13 +370,18 @@ void* heap_alloc_slow(heap* h, size_t cls) noexcept {
   return heap_alloc_walk(h, cls);
 }
 
+// Moves pg from its class's queue to the full list.
+void page_to_full(heap* h, page* pg) noexcept {
+  list_remove(h->queue[pg->size_class], pg);
+  flags_set(pg, page_flag::in_full);
+  list_push_back(h->full[pg->size_class], pg);
+}
+
 // A one-block page of h's queue with its block free: onto the full list as its block goes out
 // (the class's direct page stays empty: the page has nothing more to give, and the next
 // malloc of the class would only walk it there).
 void* one_block_pop(heap* h, page* pg) noexcept {
-  list_remove(h->queue[pg->size_class], pg);
-  flags_set(pg, page_flag::in_full);
-  list_push_back(h->full[pg->size_class], pg);
+  page_to_full(h, pg);
   return page_pop(h, pg);
 }
 
@@ -415,9 +418,7 @@ void* heap_alloc_walk(heap* h, size_t cls) noexcept {
       set_direct(h, cls, pg);
       return page_pop(h, pg);
     }
-    list_remove(q, pg);
-    flags_set(pg, page_flag::in_full);
-    list_push_back(h->full[cls], pg);
+    page_to_full(h, pg);
     pg = next;
   }
   // Full pages that other threads freed into since we last looked.

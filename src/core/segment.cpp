@@ -1044,15 +1044,22 @@ uint8_t* calloc_populate(uint8_t* from, uint8_t* to) noexcept {
   size_t ps = os::page_size(), probe = std::min(static_cast<size_t>(to - from) / ps / 8, calloc_probe_max) * ps;
   return os::populate_write(from, static_cast<size_t>(to - from) - probe) ? to - probe : from;
 }
+
+// A calloc's fresh whole pages [from, to) (from < to): faulted in but the probe when `dense`
+// (none over calloc_populate_max), the rest left lazy and noted to be looked at; returns where
+// the lazy pages begin (to: none).
+uint8_t* calloc_fresh(uint8_t* from, uint8_t* to, bool dense) noexcept {
+  if (dense && static_cast<size_t>(to - from) <= calloc_populate_max) from = calloc_populate(from, to);
+  if (to > from) calloc_note_lazy(from, to);
+  return from;
+}
 }  // namespace
 
 void calloc_clean_block(void* p, size_t size) noexcept {
   auto* b = static_cast<uint8_t*>(p);
   uint8_t* from = page_up(b);
   uint8_t* to = page_down(b + size);
-  if (to <= from) return;
-  if (calloc_dense_now()) from = calloc_populate(from, to);
-  if (to > from) calloc_note_lazy(from, to);
+  if (to > from) calloc_fresh(from, to, calloc_dense_now());
 }
 
 void* huge_calloc(size_t size) noexcept {
@@ -1081,14 +1088,11 @@ void* huge_calloc(size_t size) noexcept {
     }
   }
   if (to <= from) return p;
-  if (dense && static_cast<size_t>(to - from) <= calloc_populate_max) {
-    from = calloc_populate(from, to);
-    if (to <= from) return p;
-  }
+  from = calloc_fresh(from, to, dense);
+  if (to <= from) return p;
   segment* seg = segment_of(p);  // no alignment asked: the block starts in its mapping's first chunk
   seg->lazy_from = static_cast<size_t>(from - reinterpret_cast<uint8_t*>(seg));
   seg->lazy_to = static_cast<size_t>(to - reinterpret_cast<uint8_t*>(seg));
-  calloc_note_lazy(from, to);
   return p;
 }
 
