@@ -192,7 +192,8 @@ STRATA_NOINLINE void free_block(page* pg, block* b, bool from_foreign) noexcept 
   // Acquire: pairs with the release that abandoned the segment, after its last owner's writes.
   heap* owner = segment_of(b)->owner.load(std::memory_order_acquire);
   if (!secure && STRATA_LIKELY(owner != h && owner != nullptr && !from_foreign && h != &empty_heap &&
-                               pg->block_size <= foreign_block_max && !h->frees_only))
+                               pg->block_size <= foreign_block_max && !h->frees_only &&
+                               !heap_idle_beside(owner, h)))
     return foreign_put(h, pg, b);
   free_block_other(pg, b, from_foreign, h, owner);
 }

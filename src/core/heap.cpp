@@ -348,6 +348,10 @@ namespace {
 void* heap_alloc_walk(heap* h, size_t cls) noexcept;
 
 void* heap_alloc_slow(heap* h, size_t cls) noexcept {
+  // Every 64th call reads the clock for heap_idle_beside: here, before the paths that serve from
+  // the direct page's own frees or the foreign cache (a thread fed by other threads' blocks
+  // allocates without a walk, and must not look idle to them).
+  if ((++h->slow_calls & 63) == 0) h->active_tsc.store(activity_clock(), std::memory_order_relaxed);
   // The common case: the direct page's own frees become its free list.
   if (page* pg = h->direct[cls]; pg->local_free != nullptr) {
     page_fold_frees(h, pg);
@@ -683,6 +687,7 @@ heap* heap_acquire(uintptr_t tid) noexcept {
     h = fresh;
   }
   h->alive.store(true, std::memory_order_relaxed);
+  h->active_tsc.store(activity_clock(), std::memory_order_relaxed);  // a new thread is active
   h->tid = tid;
   h->frees_only = false;
   return h;

@@ -2,6 +2,10 @@
 #pragma once
 #include "core/types.h"
 
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
+
 namespace strata::detail {
 
 // Slow path of malloc for size class cls (no free block on the direct page, or no heap yet).
@@ -15,6 +19,26 @@ void remote_flush(heap* h) noexcept;
 // A free of b, a block of pg, a page of another live heap's: kept in h's foreign cache for h's
 // next allocation of its class (types.h foreign_block_max), or batched back to its page.
 void foreign_put(heap* h, page* pg, block* b) noexcept;
+// The clock heap::active_tsc is read from: the time-stamp counter (about 10 ns on the lab's VM,
+// hence read at every 64th slow call only); 0 where there is none.
+inline uint64_t activity_clock() noexcept {
+#if defined(__x86_64__)
+  return __rdtsc();
+#else
+  return 0;
+#endif
+}
+// Has owner's thread not allocated for a while, judged from h's clock (heap::active_tsc)?  Its
+// blocks that h frees then go back to its pages, not into h's foreign cache: a block of a thread
+// that waits (a main thread that set up the data and joins its workers) would otherwise come back
+// to h's cache at each of its frees, each through free's slow path, for as long as h reuses it.
+// Never idle where there is no clock.  Set high enough that a thread between two bursts of work
+// keeps its blocks cached, and a test's steps never look idle.
+constexpr uint64_t owner_idle_ticks = uint64_t{1} << 28;  // 67-268 ms at 1-4 GHz
+inline bool heap_idle_beside(const heap* owner, const heap* h) noexcept {
+  return owner->active_tsc.load(std::memory_order_relaxed) + owner_idle_ticks <
+         h->active_tsc.load(std::memory_order_relaxed);
+}
 // Sends every block of h's foreign cache back to its page (purge pass, trim, thread exit).
 void foreign_flush(heap* h) noexcept;
 // Collects the remote frees into every class of h's (pages emptied give their spans back):
