@@ -61,8 +61,7 @@ inline void free_inline(void* p) noexcept {
   if (STRATA_LIKELY(is_carved_block_start(pg, offset) && b->canary != canary)) {
     if (STRATA_LIKELY(pg->owner_tid.load(std::memory_order_relaxed) == thread_id())) {
       page_push_local(pg, b);
-      pg->frees++;
-      if (STRATA_UNLIKELY(--pg->used == 0)) page_local_event(tl_heap, pg);
+      if (STRATA_UNLIKELY(page_count_local_free(pg))) page_local_event(tl_heap, pg);
       return;
     }
     return free_block(pg, b);

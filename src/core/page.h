@@ -18,6 +18,19 @@ inline bool link_is_valid(const page* pg, const block* next) noexcept {
   return offset < uint64_t{pg->capacity} * pg->block_size && is_carved_block_start(pg, offset);
 }
 
+// `used` and `frees` as the one word the fast paths change (types.h, page).
+using page_count_word = uint64_t __attribute__((may_alias));
+inline page_count_word* page_counts(page* pg) noexcept { return reinterpret_cast<page_count_word*>(&pg->used); }
+// A block handed out: used + 1.
+inline void page_count_pop(page* pg) noexcept { *page_counts(pg) += 1; }
+// The owner freed a block: used - 1 and frees + 1 in one add (used > 0: the borrow out of the
+// low half is the high half's increment).  True when the page has no block out any more.
+inline bool page_count_local_free(page* pg) noexcept {
+  uint64_t w = *page_counts(pg) + 0xffffffffu;
+  *page_counts(pg) = w;
+  return static_cast<uint32_t>(w) == 0;
+}
+
 // Pops the first free block of pg, or returns nullptr.
 inline block* page_pop_fast(page* pg) noexcept {
   block* b = pg->free;
@@ -32,13 +45,13 @@ inline block* page_pop_fast(page* pg) noexcept {
     // which its key could be worked out), and a clean page's block stays zero for calloc.
     if constexpr (secure) b->next = nullptr;
     b->canary = 0;
-    pg->used++;
+    page_count_pop(pg);
   }
   return b;
 }
 
 // The owner's free of b: onto local_free, marked free (the canary).  The caller counts it and
-// decrements pg->used.
+// decrements pg->used (page_count_local_free).
 inline void page_push_local(page* pg, block* b) noexcept {
   STRATA_ASSERT_INTERNAL(pg->used > 0);
   b->canary = canary_of(b);  // first: free's fast path has just read g_secret for its test

@@ -100,17 +100,18 @@ struct alignas(64) page {
                                    // runs dry, so malloc's pops never wait on a just-made free
   std::atomic<uintptr_t> thread_free;  // frees by other threads: head | length << 48 (page.h remote_head,
                                        // remote_count), one CAS a chain
-  uint32_t used;                   // blocks out (not on free; may be on thread_free)
+  // `used` and `frees` form one 8-byte word (`used` the low half) that malloc's and free's fast
+  // paths change with one 8-byte add each (page_count_pop, page_count_local_free): free's
+  // decrement of one and increment of the other is one instruction, and every access of the
+  // fast paths has the same size and address, so that each store is forwarded to the next load
+  // (a 4-byte store to `used` followed by an 8-byte load of both stalled every free after a
+  // malloc of the same page, when gcc fused two 4-byte updates into one vector load and store).
+  alignas(8) uint32_t used;        // blocks out (not on free; may be on thread_free)
+  uint32_t frees;                  // local frees not yet added to the heap's counters (owner-only)
   uint16_t capacity;               // blocks carved from the span so far (carved lazily)
   std::atomic<uint8_t> flags;      // page_flag bits; written by the owner, read by any thread
   page* next;                      // in the heap's queue or full list of this size class
   page* prev;
-  // Not beside `used`: free's fast path decrements one and increments the other, and gcc then
-  // did both with one 8-byte vector load and store, which the next malloc's 4-byte store to
-  // `used` kept from being forwarded (a stall on every free after a malloc of the same page).
-  // Apart, side by side (9 rounds): E1 tiny 1.02x / 1.01x, the programs 0.99-1.04x, all with
-  // intervals across 1.
-  uint32_t frees;                  // local frees not yet added to the heap's counters (owner-only)
   alignas(64) uint64_t block_mul;  // block_mul_of(block_size)
   std::atomic<uint64_t> block_bound;  // capacity * (block_mul * block_size mod 2^64)
   uint8_t* start;                  // first block
@@ -128,6 +129,9 @@ struct alignas(64) page {
   uint8_t size_class;
 };
 static_assert(sizeof(page) == 128);
+static_assert(offsetof(page, frees) == offsetof(page, used) + 4 && offsetof(page, used) % 8 == 0 &&
+              offsetof(page, prev) + sizeof(page*) <= 64 && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "page_count_pop and page_count_local_free change used and frees as one little-endian word");
 
 // huge_cached: a freed huge mapping waiting for reuse (segment.cpp).
 enum class segment_kind : uint32_t { normal, huge, huge_cached };
