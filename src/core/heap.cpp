@@ -557,8 +557,8 @@ void foreign_trim(heap* h, size_t incoming) noexcept {
   // of one class balance over time, those of another do not (a consumer that frees more of
   // one size than it allocates), and sending every class back emptied the lists that were
   // serving the thread's allocations (prodcon-batch-mixed 1.24x with this, 9 rounds).
-  // (A stand-in's pops carry into its push count after 2^32 of them without a flush: its class
-  // then looks full and goes back, which resets both.)
+  // (A stand-in's pops carry into its push count at each 2^32 of them without a flush: the
+  // difference, taken mod 2^32, counts one block too many each time, until the class goes back.)
   size_t held[foreign_classes], total = 0;
   for (size_t c = 0; c < foreign_classes; ++c)
     total += held[c] = size_t{h->foreign[c].frees - h->foreign[c].used} * block_stride(c);
