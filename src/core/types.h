@@ -342,10 +342,10 @@ struct heap {
   heap* next_in_registry = nullptr;
   uintptr_t tid = 0;                        // thread_id() of the thread using it
   std::atomic<bool> alive{false};          // written under the registry lock, read by statistics without it
-  // The time-stamp counter at every 64th call of heap_alloc_slow: how recently the thread
-  // allocated, read by other threads' frees (heap_idle_beside); set when the heap is taken.  A line of its own:
-  // beside the counters the owner adds to at each allocation, every free another thread made
-  // of its blocks pulled the line over (prodcon-batch 0.74x, 7 rounds).
+  // The time-stamp counter when the heap was taken and at every 64th call of heap_alloc_slow:
+  // how recently the thread allocated, read by other threads' frees (heap_idle_beside).  On a
+  // line of its own, so that those reads never share a line with the counters the owner adds to
+  // at each allocation (not measured alone: docs/design.md).
   alignas(64) std::atomic<uint64_t> active_tsc{0};
   alignas(64) int64_t purge_due_ms = 0;
   // statistics (this thread's view; remote frees counted by the freeing thread)
