@@ -9,9 +9,6 @@
 
 #include <cerrno>
 #include <pthread.h>
-#if defined(__x86_64__)
-#include <x86intrin.h>
-#endif
 
 #include "core/alloc.h"
 #include "core/check.h"
@@ -207,7 +204,7 @@ void heap_purge(heap* h, bool force) noexcept {
 constexpr uint64_t clock_gate_ticks = uint64_t{1} << 20;
 inline bool heap_clock_due(heap* h) noexcept {
 #if defined(__x86_64__)
-  uint64_t t = __rdtsc();
+  uint64_t t = tsc_now();
   if (t - h->clock_tsc < clock_gate_ticks) return false;
   h->clock_tsc = t;
 #endif
@@ -351,7 +348,7 @@ void* heap_alloc_slow(heap* h, size_t cls) noexcept {
   // Every 64th call reads the clock for heap_idle_beside: here, before the paths that serve from
   // the direct page's own frees or the foreign cache (a thread fed by other threads' blocks
   // allocates without a walk, and must not look idle to them).
-  if ((++h->slow_calls & 63) == 0) h->active_tsc.store(activity_clock(), std::memory_order_relaxed);
+  if ((++h->slow_calls & 63) == 0) h->active_tsc.store(tsc_now(), std::memory_order_relaxed);
   // The common case: the direct page's own frees become its free list.
   if (page* pg = h->direct[cls]; pg->local_free != nullptr) {
     page_fold_frees(h, pg);
@@ -689,7 +686,7 @@ heap* heap_acquire(uintptr_t tid) noexcept {
     h = fresh;
   }
   h->alive.store(true, std::memory_order_relaxed);
-  h->active_tsc.store(activity_clock(), std::memory_order_relaxed);  // a new thread is active
+  h->active_tsc.store(tsc_now(), std::memory_order_relaxed);  // a new thread is active
   h->tid = tid;
   h->frees_only = false;
   return h;

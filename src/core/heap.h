@@ -19,9 +19,9 @@ void remote_flush(heap* h) noexcept;
 // A free of b, a block of pg, a page of another live heap's: kept in h's foreign cache for h's
 // next allocation of its class (types.h foreign_block_max), or batched back to its page.
 void foreign_put(heap* h, page* pg, block* b) noexcept;
-// The clock heap::active_tsc is read from: the time-stamp counter (about 10 ns on the lab's VM,
-// hence read at every 64th slow call only); 0 where there is none.
-inline uint64_t activity_clock() noexcept {
+// The time-stamp counter (about 10 ns on the lab's VM, hence read sparingly: heap::active_tsc at
+// every 64th slow call, heap.cpp's purge clock gate); 0 where there is none.
+inline uint64_t tsc_now() noexcept {
 #if defined(__x86_64__)
   return __rdtsc();
 #else
