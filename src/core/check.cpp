@@ -101,7 +101,26 @@ bool heap_is_valid(const heap* h) noexcept {
     }
     if (spares != h->spare_count[c]) return broken("spare count disagrees with the pages flagged spare", h);
   }
+  for (size_t m = 0; m <= bin_slices_max; ++m) {
+    size_t kept = 0;
+    const page* prev = nullptr;
+    for (const page* pg = h->bins[m].first; pg; prev = pg, pg = pg->next) {
+      if (pg->prev != prev) return broken("bin links disagree", pg);
+      if (pg->slice_count != m || pg->reserved != 1) return broken("bin holds a page of another span length", pg);
+      if ((flags_of(pg) & (page_flag::spare | page_flag::in_full)) != page_flag::spare || !page_is_empty(pg))
+        return broken("bin holds a page in use", pg);
+      if (segment_of(pg)->owner.load(std::memory_order_relaxed) != h) return broken("bin page of another heap's segment", pg);
+      ++kept;
+      ++listed;
+      spare_bytes += size_t{pg->slice_count} << slice_shift;
+    }
+    if (h->bins[m].last != prev) return broken("bin's last link is wrong", h);
+    if (kept != h->bin_count[m] || (kept != 0) != ((h->bin_mask[m / 64] >> (m % 64)) & 1))
+      return broken("bin count or mask disagrees with the bin", h);
+    if (kept > bin_length_max) return broken("bin holds more spans than its bound", h);
+  }
   if (spare_bytes != h->spare_bytes) return broken("spare bytes disagree with the pages flagged spare", h);
+  if (spare_bytes > spare_budget) return broken("spare pages hold more than the spare budget", h);
   for (size_t i = 0; i < small_slots; ++i)
     if (h->direct_small[i] != h->direct[small_classes.cls[i]]) return broken("direct page by size and by class differ", h);
   size_t in_use = 0;

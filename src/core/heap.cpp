@@ -7,6 +7,8 @@
 // looks at its full pages again when something was freed into them.
 #include "core/heap.h"
 
+#include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <pthread.h>
 
@@ -102,7 +104,10 @@ void set_direct(heap* h, size_t cls, page* pg) noexcept {
 }
 
 page_list& list_of(heap* h, page* pg) noexcept {
-  return (flags_of(pg) & page_flag::in_full) ? h->full[pg->size_class] : h->queue[pg->size_class];
+  uint8_t f = flags_of(pg);
+  if (f & page_flag::in_full) return h->full[pg->size_class];
+  if ((f & page_flag::spare) && pg->reserved == 1) return h->bins[pg->slice_count];
+  return h->queue[pg->size_class];
 }
 
 // Pops a block from a page known to have a free one (the slow path's pop, counted by class).
@@ -112,26 +117,139 @@ inline void* page_pop(heap* h, page* pg) noexcept {
   return page_pop_fast(pg);
 }
 
-// At most this much memory sits in spare pages per heap (page_local_event), and at most this
-// many pages per class: one for a class of many blocks to a page, spare_one_block_max for a
-// class of one block to a page.
-constexpr size_t spare_budget = size_t{32} << 20;
-constexpr size_t spare_one_block_max = 8;
 
 inline size_t span_bytes(const page* pg) noexcept { return size_t{pg->slice_count} << slice_shift; }
 
-// pg is no longer a spare: used again, or its span goes back.
+// pg is no longer a spare: used again, or its span goes back (the caller takes it off its list
+// first: list_of reads the flag).
 inline void spare_clear(heap* h, page* pg) noexcept {
   if (!(flags_of(pg) & page_flag::spare)) return;
   flags_clear(pg, page_flag::spare);
-  h->spare_count[pg->size_class]--;
   h->spare_bytes -= span_bytes(pg);
+  if (pg->reserved == 1) {
+    size_t m = pg->slice_count;
+    if (--h->bin_count[m] == 0) h->bin_mask[m / 64] &= ~(uint64_t{1} << (m % 64));
+  } else {
+    h->spare_count[pg->size_class]--;
+  }
 }
 
 void page_free_span(heap* h, page* pg) noexcept;
+void page_release(heap* h, page* pg) noexcept;
 
-// The spans of the empty spare pages go back to their segments.
-void spares_release(heap* h) noexcept {
+// Takes pg off its list; the next page of its queue becomes direct if pg was.
+void page_unlist(heap* h, page* pg) noexcept {
+  list_remove(list_of(h, pg), pg);
+  if (h->direct[pg->size_class] == pg) {
+    page* next = h->queue[pg->size_class].first;
+    set_direct(h, pg->size_class, next ? next : &empty_page);
+  }
+}
+
+// ---- bins: kept one-block spans --------------------------------------------------------------
+// A one-block page (blocks over 128 KiB) whose block comes back keeps its span, in the bin of the
+// span's length, and the next one-block allocation that fits takes it, whatever its class, as
+// rpmalloc's span caches do: the span is neither merged into its segment's free slices nor cut
+// out of them again, so a thread that frees and allocates such blocks reuses a few spans in their
+// places, and the lines and OS pages its blocks' ends touch stay few and warm.  With the classes
+// of one span length each (size_class.h), a block's end falls in its span's last slice.
+constexpr size_t one_block_class_min = size_class_of_computed(one_block_page_min) + 1;
+static_assert(class_size(one_block_class_min - 1) == one_block_page_min && one_block_class_min == slice_class_first);
+
+// Keeps pg, an emptied one-block page, in its bin; false when the bin or the spare budget is full.
+bool bin_put(heap* h, page* pg) noexcept {
+  size_t m = pg->slice_count;
+  if (h->bin_count[m] >= bin_length_max || h->spare_bytes + span_bytes(pg) > spare_budget) return false;
+  page_unlist(h, pg);  // off the full list (an adopted page may be in its queue, even direct)
+  page_fold_frees(h, pg);  // its next block may be of another class
+  flags_clear(pg, page_flag::in_full | page_flag::clean | page_flag::idle);
+  flags_set(pg, page_flag::spare);
+  list_push_front(h->bins[m], pg);
+  h->bin_count[m]++;
+  h->bin_mask[m / 64] |= uint64_t{1} << (m % 64);
+  h->spare_bytes += span_bytes(pg);
+  return true;
+}
+
+// The shortest length in [lo, hi] with a kept span, or 0.
+size_t bin_find(const heap* h, size_t lo, size_t hi) noexcept {
+  for (size_t w = lo / 64; w <= hi / 64; ++w) {
+    uint64_t m = h->bin_mask[w];
+    if (w == lo / 64) m &= ~uint64_t{0} << (lo % 64);
+    if (w == hi / 64 && hi % 64 != 63) m &= (uint64_t{2} << (hi % 64)) - 1;
+    if (m) return w * 64 + static_cast<size_t>(std::countr_zero(m));
+  }
+  return 0;
+}
+
+// A kept span for a block of one-block class cls, set up for it (empty, on no list), or
+// nullptr.  A span up to half as long again as the class needs serves (rpmalloc's bound): with
+// the class's own length only, E1's large band missed often enough that its spans drifted
+// through the segments as with no bins at all (peak RSS 114 MiB, against 33 with the bound).
+page* bin_take(heap* h, size_t cls) noexcept {
+  uint32_t now = ++h->one_block_allocs;
+  size_t n = page_slices(cls);
+  size_t m = bin_find(h, n, std::min(n + n / 2, bin_slices_max));
+  if (m == 0) return nullptr;
+  h->bin_served_at[m] = now;
+  page* pg = h->bins[m].first;
+  list_remove(h->bins[m], pg);
+  spare_clear(h, pg);
+  if (pg->size_class == cls) {
+    // The same class: the page keeps its block where it was (a new colour at each reuse, as a
+    // new span gets, made E1's large band 0.77x as fast); what its last use left is reset.
+    pg->free = pg->local_free = nullptr;
+    pg->capacity = 0;
+    pg->block_bound.store(0, std::memory_order_relaxed);
+    flags_clear(pg, page_flag::has_aligned | page_flag::idle);
+  } else {
+    page_reshape(pg, cls);
+  }
+  return pg;
+}
+
+// Every kept span goes back to its segment.  Walked as the mask read first shows the bins, each
+// page taken off its bin by the bin, not by its flags: in a child of fork, the heap of a thread
+// that was inside bin_take or bin_put (heap_locks_release abandons it) may have a bin's bit set
+// and the bin empty, or a page in a bin before its flag says so; a walk led by either ran
+// forever.
+void bins_release(heap* h) noexcept {
+  for (size_t w = 0; w < bin_mask_words; ++w)
+    for (uint64_t m = h->bin_mask[w]; m != 0; m &= m - 1) {
+      page_list& bin = h->bins[w * 64 + static_cast<size_t>(std::countr_zero(m))];
+      while (page* pg = bin.first) {
+        list_remove(bin, pg);
+        page_release(h, pg);
+      }
+    }
+}
+
+// Every kept span goes back, and which bins served lately is forgotten (strata_collect, thread
+// exit): the next one-block class that finds no kept span fitting takes the slices of any that
+// were kept since, not fresh memory.
+void bins_clear(heap* h) noexcept {
+  bins_release(h);
+  std::fill(std::begin(h->bin_served_at), std::end(h->bin_served_at), uint32_t{0});
+  h->one_block_allocs = 0;
+}
+
+// The kept spans of the bins that served none of the heap's last bin_hot_allocs one-block
+// allocations go back to their segments; true if any did.
+bool bins_release_cold(heap* h) noexcept {
+  bool any = false;
+  for (size_t w = 0; w < bin_mask_words; ++w)
+    for (uint64_t m = h->bin_mask[w]; m != 0; m &= m - 1) {
+      size_t len = w * 64 + static_cast<size_t>(std::countr_zero(m));
+      if (h->bin_served_at[len] != 0 && h->one_block_allocs - h->bin_served_at[len] <= bin_hot_allocs) continue;
+      while (page* pg = h->bins[len].first) page_free_span(h, pg);
+      any = true;
+    }
+  return any;
+}
+
+// The spans of the empty spare pages go back to their segments, with the bins' kept spans or not.
+void spares_release(heap* h, bool with_bins) noexcept {
+  if (with_bins) bins_release(h);
   for (size_t c = 0; c < size_class_count && h->spare_bytes != 0; ++c) {
     if (h->spare_count[c] == 0) continue;
     for (page* pg = h->queue[c].first; pg;) {
@@ -151,17 +269,14 @@ void page_release(heap* h, page* pg) noexcept {
 }
 
 void page_free_span(heap* h, page* pg) noexcept {
-  list_remove(list_of(h, pg), pg);
-  if (h->direct[pg->size_class] == pg) {
-    page* next = h->queue[pg->size_class].first;
-    set_direct(h, pg->size_class, next ? next : &empty_page);
-  }
+  page_unlist(h, pg);
   page_release(h, pg);
 }
 
 // A purge pass gives back the spans of the empty pages still in their queue (the one page a class
-// keeps and the spares, page_local_event) that were empty already at the previous pass, with no
-// block back since (page_flag::idle); forced or with a purge delay of 0, of every empty page.  It
+// keeps and the spares, page_local_event) and the bins' kept spans that were empty already at the
+// previous pass, with no block back since (page_flag::idle); forced or with a purge delay of 0,
+// of every empty page.  It
 // hands the huge mapping the thread kept to the shared cache (which unmaps it after its own
 // delay), and purges free slices a delay after they became free.  Two passes, not one: a program
 // that empties its pages at the end of each round of work and fills them again in the next
@@ -176,6 +291,20 @@ void heap_purge(heap* h, bool force) noexcept {
   // no second pass to wait for either way.
   bool at_once = force || purge_delay() <= 0;
   bool idle_left = false;
+  for (size_t w = 0; w < bin_mask_words; ++w) {
+    for (uint64_t m = h->bin_mask[w]; m != 0; m &= m - 1) {
+      for (page* pg = h->bins[w * 64 + static_cast<size_t>(std::countr_zero(m))].first; pg;) {
+        page* next = pg->next;
+        if (at_once || (flags_of(pg) & page_flag::idle)) {
+          page_free_span(h, pg);
+        } else {
+          flags_set(pg, page_flag::idle);
+          idle_left = true;
+        }
+        pg = next;
+      }
+    }
+  }
   for (size_t c = 0; c < size_class_count; ++c) {
     for (page* pg = h->queue[c].first; pg;) {
       page* next = pg->next;
@@ -221,8 +350,7 @@ inline void heap_maybe_purge(heap* h) noexcept {
 }
 
 // Appends pg to its class's queue, making it the direct page if the class has none and pg is
-// the queue's only page (the direct page is first in its queue; a one-block class keeps its
-// spares in the queue with no direct page, page_local_event).
+// the queue's only page (the direct page is first in its queue).
 void queue_push_back(heap* h, page* pg) noexcept {
   size_t cls = pg->size_class;
   list_push_back(h->queue[cls], pg);
@@ -275,10 +403,22 @@ page* heap_span_alloc(heap* h, size_t cls) noexcept {
   if (page* pg = span_alloc_owned(h, cls, true)) return pg;
   // The spare pages give their spans back before memory is touched for the first time: kept
   // while they cost no new memory, they do not push the heap into fresh slices (E1's large
-  // band, 16 MiB of spares kept regardless: peak RSS 1.17x).
+  // band, 16 MiB of spares kept regardless: peak RSS 1.17x).  Of the bins' kept spans, the
+  // shortest one long enough gives way (the oldest of its length) and the block is cut from its
+  // slices; if none is long enough, the spans of the cold bins do (those that served none of the
+  // last bin_hot_allocs one-block allocations).  Each kept span that went back was cut again
+  // elsewhere: giving all of them back here, or one at a time until a run fits, made E1's large
+  // band's spans drift through the segments as with no bins (peak RSS 69-72 MiB against 33,
+  // 0.75x as fast; docs/design.md).
   if (h->spare_bytes != 0) {
-    spares_release(h);
+    spares_release(h, false);
     if (page* pg = span_alloc_owned(h, cls, true)) return pg;
+    if (size_t m = bin_find(h, page_slices(cls), bin_slices_max)) {
+      page_free_span(h, h->bins[m].last);
+      if (page* pg = span_alloc_owned(h, cls, true)) return pg;
+    } else if (bins_release_cold(h)) {
+      if (page* pg = span_alloc_owned(h, cls, true)) return pg;
+    }
   }
   while (segment* seg = segment_take_abandoned()) {
     heap_adopt_segment(h, seg);
@@ -303,7 +443,7 @@ void collect_remote_hinted(heap* h, size_t cls) noexcept {
         page_collect(h, pg);
         page* direct = h->direct[cls];
         bool has_direct = direct != &empty_page && !is_foreign_stand_in(h, cls, direct);
-        // A one-block page has no direct page to keep (its class's spares are in the queue).
+        // A one-block page has no direct page to keep (its class's spans are kept in the bins).
         if (pg->used == 0 && pg != direct && (has_direct || pg->reserved == 1))
           page_free_span(h, pg);
         else if (flags_of(pg) & page_flag::in_full)
@@ -316,7 +456,7 @@ void collect_remote_hinted(heap* h, size_t cls) noexcept {
 
 }  // namespace
 
-void heap_spares_release(heap* h) noexcept { spares_release(h); }
+void heap_spares_release(heap* h) noexcept { spares_release(h, true); }
 
 void heap_schedule_purge(heap* h) noexcept {
   // A purge already due comes first: now + delay is no earlier (unless the adaptive delay
@@ -378,11 +518,20 @@ void page_to_full(heap* h, page* pg) noexcept {
   list_push_back(h->full[pg->size_class], pg);
 }
 
-// A one-block page of h's queue with its block free: onto the full list as its block goes out
-// (the class's direct page stays empty: the page has nothing more to give, and the next
-// malloc of the class would only walk it there).
+// A one-block page of h's queue with its block free (an adopted one): onto the full list as its
+// block goes out (the class's direct page stays empty: the page has nothing more to give, and
+// the next malloc of the class would only walk it there).
 void* one_block_pop(heap* h, page* pg) noexcept {
   page_to_full(h, pg);
+  return page_pop(h, pg);
+}
+
+// A new or kept span's one-block page, on no list: its block goes out and the page goes straight
+// onto the full list, sparing the next allocation's walk the move.
+void* one_block_serve(heap* h, size_t cls, page* pg) noexcept {
+  page_extend(pg);
+  flags_set(pg, page_flag::in_full);
+  list_push_back(h->full[cls], pg);
   return page_pop(h, pg);
 }
 
@@ -391,6 +540,8 @@ void* one_block_pop(heap* h, page* pg) noexcept {
 // hold a free list and a local_free list at once, and heap_alloc_slow's first step (local_free
 // becomes the free list) is for a direct page whose free list ran out (it lost the other list).
 void* heap_alloc_walk(heap* h, size_t cls) noexcept {
+  if (cls >= one_block_class_min)
+    if (page* pg = bin_take(h, cls)) return one_block_serve(h, cls, pg);
   page_list& q = h->queue[cls];
   // The direct page first, then the rest of the queue; pages without a free block go to the
   // full list.
@@ -436,14 +587,8 @@ void* heap_alloc_walk(heap* h, size_t cls) noexcept {
     errno = ENOMEM;
     return nullptr;
   }
+  if (pg->reserved == 1) return one_block_serve(h, cls, pg);
   page_extend(pg);
-  if (pg->reserved == 1) {
-    // A one-block page is full once its block is out: straight onto the full list, sparing the
-    // next allocation's walk the move (E1's large band: every block is one page).
-    flags_set(pg, page_flag::in_full);
-    list_push_back(h->full[cls], pg);
-    return page_pop(h, pg);
-  }
   list_push_front(q, pg);
   set_direct(h, cls, pg);
   return page_pop(h, pg);
@@ -454,6 +599,13 @@ void heap_abandon(heap* h) noexcept {
   foreign_flush(h);
   huge_spare_release(h);
   remote_flush(h);
+  bins_clear(h);
+  // Empty now, unless a fork caught another thread inside a bin operation (bins_release): the
+  // heap's next thread starts with empty bins either way (a span left listed is still in use in
+  // its segment, where whoever adopts the segment finds it empty and takes it back).
+  for (page_list& bin : h->bins) bin = page_list{};
+  std::fill(std::begin(h->bin_count), std::end(h->bin_count), uint8_t{0});
+  std::fill(std::begin(h->bin_mask), std::end(h->bin_mask), uint64_t{0});
   for (size_t c = 0; c < size_class_count; ++c) {
     set_direct(h, c, &empty_page);
     for (page_list* l : {&h->queue[c], &h->full[c]}) {
@@ -468,7 +620,9 @@ void heap_abandon(heap* h) noexcept {
       }
     }
     h->remote_hint[c].store(0, std::memory_order_relaxed);
+    h->spare_count[c] = 0;  // 0 already, but for a heap a fork caught mid-operation (above)
   }
+  h->spare_bytes = 0;
   segments_abandon(h);
   for (size_t i = 0; i < small_slots; ++i) {
     g_retired.alloc_count[small_classes.cls[i]].fetch_add(h->alloc_small[i].get(), std::memory_order_relaxed);
@@ -613,38 +767,29 @@ void page_local_event(heap* h, page* pg) noexcept {
   bool full = flags_of(pg) & page_flag::in_full;
   if (pg->used == 0) {
     page_block_back(pg);
-    // A class keeps empty pages (spares) for its next allocations, sparing a span round trip to
-    // a thread that frees and allocates blocks of one size over and over: one page for a class
-    // of many blocks to a page, up to spare_one_block_max for a class of one block to a page
-    // (E1's large band frees and allocates random classes: with one spare each, an allocation
-    // found its class's spare taken half the time and went to the segment for a span).  Any
-    // other page that empties gives its span back to the segment at once, where any class can
-    // reuse its already-touched slices: keeping every empty page until the purge pass made the
-    // other classes touch fresh memory meanwhile (E1 large band: peak RSS 1.27x mimalloc's).
-    // A full page that empties (a one-block page, mostly) leaves the full list straight for
-    // its segment when it is not kept, without a stop in the queue.
-    const page_list& q = h->queue[cls];
-    bool keep = (flags_of(pg) & page_flag::spare) ||
-                (pg->reserved != 1 && (full ? q.first == nullptr : q.first == pg && pg->next == nullptr));
-    if (!keep && h->spare_count[cls] < (pg->reserved == 1 ? spare_one_block_max : 1) &&
-        h->spare_bytes + span_bytes(pg) <= spare_budget) {
-      flags_set(pg, page_flag::spare);
-      h->spare_count[cls]++;
-      h->spare_bytes += span_bytes(pg);
-      keep = true;
-    }
-    if (!keep) {
-      page_free_span(h, pg);
-    } else if (full && pg->reserved == 1) {
-      // Newest first: the class's next block reuses the lines and OS pages the last one touched
-      // (with the branch-free lists, E1's large band in four runs of 5-9 interleaved rounds:
-      // 1.04-1.10x at 1 thread, 0.98-1.11x at 2, at the same peak RSS; docs/design.md).
-      list_remove(h->full[cls], pg);
-      flags_clear(pg, page_flag::in_full);
-      list_push_front(h->queue[cls], pg);
-      if (h->direct[cls] != &empty_page) set_direct(h, cls, pg);
-    } else if (full) {
-      page_unfull(h, pg);
+    // A one-block page keeps its span in a bin while the bin and the spare budget allow (the
+    // bins above); one that is not kept leaves the full list straight for its segment.
+    if (pg->reserved == 1) {
+      if (!bin_put(h, pg)) page_free_span(h, pg);
+    } else {
+      // A class of many blocks to a page keeps one empty page (a spare) for its next
+      // allocations, sparing a span round trip to a thread that frees and allocates blocks of
+      // one size over and over.  Any other page that empties gives its span back to the segment
+      // at once, where any class can reuse its already-touched slices: keeping every empty page
+      // until the purge pass made the other classes touch fresh memory meanwhile (E1 large band:
+      // peak RSS 1.27x mimalloc's).
+      const page_list& q = h->queue[cls];
+      bool keep = (flags_of(pg) & page_flag::spare) || (full ? q.first == nullptr : q.first == pg && pg->next == nullptr);
+      if (!keep && h->spare_count[cls] == 0 && h->spare_bytes + span_bytes(pg) <= spare_budget) {
+        flags_set(pg, page_flag::spare);
+        h->spare_count[cls]++;
+        h->spare_bytes += span_bytes(pg);
+        keep = true;
+      }
+      if (!keep)
+        page_free_span(h, pg);
+      else if (full)
+        page_unfull(h, pg);
     }
     heap_schedule_purge(h);
   } else if (full) {
@@ -738,6 +883,7 @@ void heap_trim(heap* h, bool force) noexcept {
   if (force) {
     while (segment* seg = segment_take_abandoned()) heap_adopt_segment(h, seg);
   }
+  bins_clear(h);
   for (size_t c = 0; c < size_class_count; ++c) {
     for (page_list* l : {&h->full[c], &h->queue[c]}) {
       for (page* pg = l->first; pg;) {

@@ -384,11 +384,10 @@ void segment_release(heap* h, segment* seg) noexcept {
   segment_unmap(seg);
 }
 
-page* span_init(segment* seg, size_t idx, size_t cls) noexcept {
-  size_t n = page_slices(cls);
+// Sets up pg, the first page of a span of n slices at slice idx of seg, for blocks of class cls:
+// empty, in use, on no list.
+void page_shape(segment* seg, size_t idx, size_t n, size_t cls) noexcept {
   page* pg = &seg->pages[idx];
-  if (!page_map_ready())
-    for (size_t k = 1; k < n; ++k) pg[k].slice_offset = static_cast<uint16_t>(k);
   size_t bs = block_stride(cls);
   size_t colour = 0;
   if (bs > one_block_page_min && n * slice_size - bs >= 64) {
@@ -411,6 +410,14 @@ page* span_init(segment* seg, size_t idx, size_t cls) noexcept {
   pg->flags.store(page_flag::in_use, std::memory_order_relaxed);
   pg->frees = 0;
   pg->owner_tid.store(owner_tid_of(seg->owner.load(std::memory_order_relaxed), pg), std::memory_order_relaxed);
+}
+
+page* span_init(segment* seg, size_t idx, size_t cls) noexcept {
+  size_t n = page_slices(cls);
+  page* pg = &seg->pages[idx];
+  if (!page_map_ready())
+    for (size_t k = 1; k < n; ++k) pg[k].slice_offset = static_cast<uint16_t>(k);
+  page_shape(seg, idx, n, cls);
   page_map_set(seg, idx, n, pg);
   bits_assign(seg->free_bits, idx, n, false);
   size_t fresh = bits_all(seg->dirty_bits, idx, n) ? 0 : n - bits_count(seg->dirty_bits, idx, n);
@@ -433,6 +440,13 @@ long free_run(const segment* seg, size_t n, bool warm_only) noexcept {
   if (usable_slices - seg->used_slices < n) return -1;
   if (!warm_only) return find_run({seg->free_bits}, n);
   return find_run({seg->free_bits, seg->dirty_bits}, n);
+}
+
+void page_reshape(page* pg, size_t cls) noexcept {
+  segment* seg = segment_of(pg);
+  STRATA_ASSERT_INTERNAL(pg->used == 0 && page_slices(cls) <= pg->slice_count);
+  page_shape(seg, static_cast<size_t>(pg - seg->pages), pg->slice_count, cls);
+  pg->reserved = 1;  // a longer span than the class needs still holds one block
 }
 
 page* span_alloc_owned(heap* h, size_t cls, bool warm_only) noexcept {

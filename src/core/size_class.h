@@ -1,7 +1,15 @@
-// Size classes.  Spacing: 16 bytes up to 128, then four classes per power of two, so a block is
-// at most 25 % larger than the request (at most 20 % of a block is waste), mean ~12 %.
+// Size classes.  Spacing: 16 bytes up to 128, then four classes per power of two up to 128 KiB,
+// so a block is at most 25 % larger than the request (at most 20 % of a block is waste), mean
+// ~12 %; then one class per span length (64 KiB slices) up to a little past huge_min, and four
+// per power of two again up to large_max.
 //   class  0..7   : 16, 32, ..., 128
-//   class  8..    : 160, 192, 224, 256, 320, 384, 448, 512, 640, ... up to large_max (16 MiB)
+//   class  8..47  : 160, 192, 224, 256, 320, 384, 448, 512, 640, ... 128 KiB
+//   class 48..78  : 188 KiB, 252 KiB, ... (n slices - 4 KiB, n = 3..33), 2108 KiB
+//   class 79..    : 2.5 MiB, 3 MiB, 3.5 MiB, 4 MiB, 5 MiB, ... up to large_max (16 MiB)
+// A block of the slice classes ends in its span's last slice: a thread that frees and allocates
+// such blocks of random sizes, reusing kept spans (heap.cpp, the bins), touches the end of each
+// span only, where a block of a class 25 % wide ended anywhere in its span's last quarter.  The
+// waste is address space, up to 64 KiB + 4 KiB a block: what is not written is not faulted in.
 // Above large_max a request is huge (a segment of its own).  Pages (spans of 64 KiB slices):
 //   block <= 1 KiB     : 1 slice (at least 64 blocks)
 //   block <= 32 KiB    : enough slices for at least 32 blocks (a page with few blocks empties and
@@ -26,17 +34,42 @@ constexpr size_t large_max = size_t{16} << 20;
 constexpr size_t huge_min = size_t{2} << 20;
 constexpr size_t small_table_max = 1024;  // sizes served by table lookup
 
-constexpr size_t size_class_of_computed(size_t size) noexcept {
+// Four classes per power of two (the classes above 128 KiB before the slice classes replaced
+// them: `geometric` below).
+constexpr size_t geometric_class_of(size_t size) noexcept {
   if (size <= 128) return size == 0 ? 0 : (size - 1) >> 4;
   size_t b = std::bit_width(size - 1) - 1;  // floor(log2(size-1)), >= 7
   size_t sub = ((size - 1) >> (b - 2)) & 3;
   return 8 + (b - 7) * 4 + sub;
 }
-
-constexpr size_t class_size(size_t c) noexcept {
+constexpr size_t geometric_class_size(size_t c) noexcept {
   if (c < 8) return (c + 1) * 16;
   size_t b = 7 + (c - 8) / 4, sub = (c - 8) % 4;
   return (size_t{1} << b) + ((sub + 1) << (b - 2));
+}
+
+// Above 128 KiB up to a little past huge_min, a class per span length: n slices of 64 KiB hold
+// a block of n * 64 KiB - 4 KiB (the 4 KiB leave room for the block's colour, segment.cpp).
+constexpr size_t slice_class_first = geometric_class_of(size_t{128} << 10) + 1;
+constexpr size_t slice_class_min_slices = 3, slice_class_max_slices = 33;
+constexpr size_t slice_class_last = slice_class_first + slice_class_max_slices - slice_class_min_slices;
+constexpr size_t slice_class_bytes(size_t n) noexcept { return (n << 16) - 4096; }
+// Past the slice classes, the geometric classes again, shifted by the classes added.
+constexpr size_t geometric_shift = slice_class_last + 1 - geometric_class_of(slice_class_bytes(slice_class_max_slices) + 1);
+
+constexpr size_t size_class_of_computed(size_t size) noexcept {
+  if (size <= (size_t{128} << 10)) return geometric_class_of(size);
+  if (size <= slice_class_bytes(slice_class_max_slices)) {
+    size_t n = (size + 4096 + 0xffff) >> 16;
+    return slice_class_first + (n < slice_class_min_slices ? slice_class_min_slices : n) - slice_class_min_slices;
+  }
+  return geometric_class_of(size) + geometric_shift;
+}
+
+constexpr size_t class_size(size_t c) noexcept {
+  if (c < slice_class_first) return geometric_class_size(c);
+  if (c <= slice_class_last) return slice_class_bytes(c - slice_class_first + slice_class_min_slices);
+  return geometric_class_size(c - geometric_shift);
 }
 
 constexpr size_t size_class_count = size_class_of_computed(large_max) + 1;

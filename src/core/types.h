@@ -320,6 +320,20 @@ constexpr size_t foreign_block_max = 2 * 1024;
 constexpr size_t foreign_bytes_max = 512 * 1024;
 constexpr size_t foreign_classes = size_class_of_computed(foreign_block_max) + 1;
 
+// Kept empty one-block spans (heap::bins) are listed by length in slices, up to the longest,
+// at most bin_length_max of each length.
+constexpr size_t bin_slices_max = page_slices(size_class_count - 1);
+constexpr size_t bin_mask_words = bin_slices_max / 64 + 1;
+constexpr size_t bin_length_max = 16;
+constexpr uint32_t bin_hot_allocs = 1024;
+// At most this much memory (span bytes) sits in a heap's spare pages: the one empty page a class
+// of many blocks to a page may keep in its queue and the kept one-block spans (heap.cpp
+// page_local_event, the bins).  With 32 MiB, E1's large band (64 blocks of 64 KiB-1 MiB, random
+// replacement, 36 MiB live) overflowed the bins, its spans went back and were cut again
+// elsewhere, and over a run its blocks' ends touched 75 MiB; with 64 MiB, 33 MiB
+// (docs/design.md).
+constexpr size_t spare_budget = size_t{64} << 20;
+
 struct heap {
   constexpr heap() noexcept : direct{}, direct_small{} {
     for (auto& d : direct) d = &empty_page;
@@ -331,7 +345,18 @@ struct heap {
   page_list full[size_class_count];         // pages found full
   std::atomic<uint8_t> remote_hint[size_class_count];  // a remote free hit this class
   std::atomic<uint8_t> remote_any;          // some remote_hint was set since collect_remote_all
-  uint8_t spare_count[size_class_count] = {};  // pages flagged page_flag::spare, per class
+  uint8_t spare_count[size_class_count] = {};  // pages flagged page_flag::spare in queue, per class
+  // Empty one-block pages kept with their spans (flagged page_flag::spare), by the span's length
+  // in slices, newest first: any one-block class whose block the span holds reuses it (heap.cpp
+  // bin_take).  bin_mask has bit m set while bins[m] has a page.
+  page_list bins[bin_slices_max + 1];
+  uint8_t bin_count[bin_slices_max + 1] = {};
+  uint64_t bin_mask[bin_mask_words] = {};
+  // One-block allocations so far (bin_take's calls), and its value when each bin last served one
+  // (0: never): a bin that served none of the last bin_hot_allocs is cold, and gives way before
+  // fresh memory (heap_span_alloc).
+  uint32_t one_block_allocs = 0;
+  uint32_t bin_served_at[bin_slices_max + 1] = {};
   remote_batch remote[remote_batch_slots] = {};  // frees into other heaps' pages, not yet pushed
   size_t remote_pending = 0;                // bytes in `remote`
   uint64_t slow_walks = 0;                  // heap_alloc_slow's page walks (purge check pacing)

@@ -53,6 +53,26 @@ class scoped_option {
 
 constexpr size_t MiB = size_t{1} << 20;
 
+// A block of `size` freed twice: the second free is reported (`message` on stderr, one bad free
+// counted) and the block is kept once: two requests of the size get two blocks.
+void expect_second_free_reported_and_kept_once(size_t size, const char* message) {
+  uint64_t before = stats().bad_free_count;
+  void* p = strata_malloc(size);
+  ASSERT_NE(p, nullptr);
+  strata_free(p);
+  testing::internal::CaptureStderr();
+  strata_free(opaque(p));
+  std::string out = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(stats().bad_free_count, before + 1);
+  EXPECT_NE(out.find(message), std::string::npos) << out;
+  void* a = strata_malloc(size);
+  void* b = strata_malloc(size);
+  EXPECT_NE(a, b);
+  strata_free(a);
+  strata_free(b);
+}
+
+
 // `count` blocks of `size` bytes, written, from a thread that has exited when this returns (its
 // segments are abandoned with the blocks live).
 std::vector<void*> allocate_in_a_thread_that_exits(size_t count, size_t size) {
@@ -424,6 +444,81 @@ TEST(Issue10Churn, EmptiedOneBlockPagesGiveWayBeforeFreshMemory) {
     }
     EXPECT_GT(sum, 10 * MiB);
     EXPECT_LT(stats().committed_bytes, committed + 3 * MiB) << "each size touched memory of its own";
+  }).join();
+}
+
+// Issue 10 (E1's large band: 64 blocks of 64 KiB-1 MiB, each replaced by one of a random size):
+// a one-block page's span is kept when its block comes back (heap.cpp, the bins), and the next
+// one-block block whose class needs a span up to half as long again takes it in place; the same
+// class gets its block back at the same address, and of two kept spans that fit, the shorter
+// serves.  Before, a span went to its class's spares only, and the blocks of other classes cut
+// new spans out of the segments' free slices (a fifth of E1's large band's allocations).
+TEST(Issue10Large, AKeptSpanServesTheNextBlockThatFitsInPlace) {
+  std::thread([] {
+    auto slice_of = [](void* p) { return reinterpret_cast<uintptr_t>(p) >> 16; };
+    void* a = strata_malloc(600 * 1024);  // a class of 10 slices (size_class.h)
+    ASSERT_NE(a, nullptr);
+    strata_free(a);
+    void* same = strata_malloc(590 * 1024);  // the same class
+    EXPECT_EQ(same, a) << "the same class's block moved";
+    strata_free(same);
+    void* shorter = strata_malloc(420 * 1024);  // 7 slices: 10 is at most 7 + 7 / 2
+    EXPECT_EQ(slice_of(shorter), slice_of(a)) << "the kept span did not serve a class it holds";
+    // The span kept its 10 slices: a 3-slice block is not cut from the 3 the 7-slice one leaves.
+    void* three = strata_malloc(150 * 1024);
+    ASSERT_NE(three, nullptr);
+    EXPECT_TRUE(slice_of(three) < slice_of(a) || slice_of(three) >= slice_of(a) + 10)
+        << "the kept span was cut for the shorter class";
+    strata_free(three);
+    strata_free(shorter);
+    // Kept now: spans of 3 and 10 slices, and one of 11.  A 9-slice class takes the 10.
+    void* eleven = strata_malloc(700 * 1024);
+    ASSERT_NE(eleven, nullptr);
+    EXPECT_NE(slice_of(eleven), slice_of(a));
+    strata_free(eleven);
+    void* nine = strata_malloc(520 * 1024);
+    EXPECT_EQ(slice_of(nine), slice_of(a)) << "not the shortest kept span that fits";
+    strata_free(nine);
+    EXPECT_TRUE(strata_heap_check());
+  }).join();
+}
+
+// A second free of a block whose span a bin keeps is reported, and the span is kept once.
+TEST(Issue10Large, DoubleFreeOfAKeptSpansBlockIsReported) {
+  std::thread([] {
+    expect_second_free_reported_and_kept_once(600 * 1024, "double free");
+    EXPECT_TRUE(strata_heap_check());
+  }).join();
+}
+
+// Kept spans are bounded per length (types.h bin_length_max): a thread that frees many blocks
+// of one class keeps some and gives the rest back to its segments (strata_heap_check counts the
+// kept spans against the bound and the spare budget).
+TEST(Issue10Large, KeptSpansAreBounded) {
+  std::thread([] {
+    std::vector<void*> blocks;
+    for (int i = 0; i < 40; ++i) blocks.push_back(strata_malloc(900 * 1024));
+    for (void* p : blocks) strata_free(p);
+    EXPECT_TRUE(strata_heap_check());
+  }).join();
+}
+
+// Before a thread touches fresh memory for a one-block class that no kept span serves, the
+// shortest kept span long enough gives way and the block is cut from its slices, which are
+// resident.  Kept regardless, the spans of one size would hold their memory while each other
+// size faulted in its own.
+TEST(Issue10Large, AKeptSpanGivesWayBeforeFreshMemory) {
+  scoped_option delay(strata::option::purge_delay, 1000);
+  strata_collect(true);
+  std::thread([] {
+    strata_free(strata_malloc(16));  // the thread's heap and its segment
+    std::vector<void*> blocks;
+    for (int i = 0; i < 10; ++i) blocks.push_back(memset(strata_malloc(900 * 1024), 1, 900 * 1024));
+    for (void* p : blocks) strata_free(p);  // all kept
+    uint64_t committed = stats().committed_bytes;
+    for (size_t kib : {200, 260, 330, 200}) strata_free(memset(strata_malloc(kib * 1024), 2, kib * 1024));
+    EXPECT_EQ(stats().committed_bytes, committed) << "a class no kept span serves touched fresh memory";
+    EXPECT_TRUE(strata_heap_check());
   }).join();
 }
 
@@ -854,21 +949,7 @@ TEST(Issue10Churn, AnAdoptedPageWithTwoFreeListsKeepsBoth) {
 
 // A second free of a block whose mapping the thread keeps is reported, not a second entry.
 TEST(Issue10Huge, DoubleFreeOfAKeptMappingsBlockIsReported) {
-  uint64_t before = stats().bad_free_count;
-  void* p = strata_malloc(3 * MiB);
-  ASSERT_NE(p, nullptr);
-  strata_free(p);
-  testing::internal::CaptureStderr();
-  strata_free(opaque(p));
-  std::string out = testing::internal::GetCapturedStderr();
-  EXPECT_EQ(stats().bad_free_count, before + 1);
-  EXPECT_NE(out.find("double free of the huge block"), std::string::npos) << out;
-  // The mapping is kept once: two requests get two blocks.
-  void* a = strata_malloc(3 * MiB);
-  void* b = strata_malloc(3 * MiB);
-  EXPECT_NE(a, b);
-  strata_free(a);
-  strata_free(b);
+  expect_second_free_reported_and_kept_once(3 * MiB, "double free of the huge block");
 }
 
 }  // namespace

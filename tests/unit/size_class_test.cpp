@@ -7,7 +7,7 @@
 using namespace strata::detail;
 
 TEST(SizeClass, SmallestClassThatFits) {
-  for (size_t size = 0; size <= (size_t{1} << 20); size += (size < 4096 ? 1 : 61)) {
+  for (size_t size = 0; size <= large_max; size += (size < 4096 ? 1 : size < (size_t{4} << 20) ? 61 : 4093)) {
     size_t c = size_class_of(size);
     ASSERT_LT(c, size_class_count);
     ASSERT_GE(class_size(c), size) << size;
@@ -21,11 +21,22 @@ TEST(SizeClass, TableAgreesWithComputation) {
   for (size_t size = 0; size <= small_table_max; ++size) ASSERT_EQ(size_class_of(size), size_class_of_computed(size)) << size;
 }
 
-TEST(SizeClass, WasteIsAtMostAQuarterOfTheRequest) {
+// A quarter of the request at most, except in the classes of one span length each (128 KiB to
+// 2108 KiB), where the block is its span less 4 KiB, and the waste less than a slice and 4 KiB.
+TEST(SizeClass, WasteIsAtMostAQuarterOfTheRequestOrUnderASlice) {
   for (size_t size = 129; size <= large_max; size += 97) {
-    size_t bs = class_size(size_class_of(size));
-    ASSERT_LE(bs - size, size / 4) << size;
+    size_t c = size_class_of(size);
+    size_t bs = class_size(c);
+    if (c >= slice_class_first && c <= slice_class_last) {
+      ASSERT_EQ(bs + 4096, page_slices(c) * slice_size) << size;
+      ASSERT_LT(bs - size, slice_size + 4096) << size;
+      ASSERT_GT(size, size_t{128} << 10);
+    } else {
+      ASSERT_LE(bs - size, size / 4) << size;
+    }
   }
+  EXPECT_EQ(class_size(slice_class_first - 1), size_t{128} << 10);
+  EXPECT_GE(class_size(slice_class_last), huge_min);
 }
 
 TEST(SizeClass, ClassesAreSixteenByteMultiplesAndIncreasing) {
