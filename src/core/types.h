@@ -346,17 +346,6 @@ struct heap {
   std::atomic<uint8_t> remote_hint[size_class_count];  // a remote free hit this class
   std::atomic<uint8_t> remote_any;          // some remote_hint was set since collect_remote_all
   uint8_t spare_count[size_class_count] = {};  // pages flagged page_flag::spare in queue, per class
-  // Empty one-block pages kept with their spans (flagged page_flag::spare), by the span's length
-  // in slices, newest first: any one-block class whose block the span holds reuses it (heap.cpp
-  // bin_take).  bin_mask has bit m set while bins[m] has a page.
-  page_list bins[bin_slices_max + 1];
-  uint8_t bin_count[bin_slices_max + 1] = {};
-  uint64_t bin_mask[bin_mask_words] = {};
-  // One-block allocations so far (bin_take's calls), and its value when each bin last served one
-  // (0: never): a bin that served none of the last bin_hot_allocs is cold, and gives way before
-  // fresh memory (heap_span_alloc).
-  uint32_t one_block_allocs = 0;
-  uint32_t bin_served_at[bin_slices_max + 1] = {};
   remote_batch remote[remote_batch_slots] = {};  // frees into other heaps' pages, not yet pushed
   size_t remote_pending = 0;                // bytes in `remote`
   uint64_t slow_walks = 0;                  // heap_alloc_slow's page walks (purge check pacing)
@@ -383,6 +372,17 @@ struct heap {
   bool frees_only = false;                  // made by a free (free_block): no foreign cache, remote_frees_only_bytes pending
   segment* huge_spare = nullptr;            // the last huge mapping its thread freed (huge_free), for its next
   page foreign[foreign_classes] = {};       // other heaps' blocks freed here, for reuse (foreign_put)
+  // Empty one-block pages kept with their spans (flagged page_flag::spare), by the span's length
+  // in slices, newest first: any one-block class whose block the span holds reuses it (heap.cpp
+  // bin_take).  bin_mask has bit m set while bins[m] has a page.
+  page_list bins[bin_slices_max + 1];
+  uint8_t bin_count[bin_slices_max + 1] = {};
+  uint64_t bin_mask[bin_mask_words] = {};
+  // One-block allocations so far (bin_take's calls), and its value when each bin last served one
+  // (0: never): a bin that served none of the last bin_hot_allocs is cold, and gives way before
+  // fresh memory (heap_span_alloc).
+  uint32_t one_block_allocs = 0;
+  uint32_t bin_served_at[bin_slices_max + 1] = {};
 };
 
 // Is pg the stand-in page through which h's held foreign blocks of class cls are served?
