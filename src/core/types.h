@@ -382,6 +382,7 @@ struct heap {
   // (0: never): a bin that served none of the last bin_hot_allocs is cold, and gives way before
   // fresh memory (heap_span_alloc).
   uint32_t one_block_allocs = 0;
+  uint32_t bin_puts = 0;  // spans kept (page_local_event's purge check paces itself by it)
   uint32_t bin_served_at[bin_slices_max + 1] = {};
 };
 
