@@ -449,7 +449,7 @@ TEST(Issue10Churn, EmptiedOneBlockPagesGiveWayBeforeFreshMemory) {
 
 // Issue 10 (E1's large band: 64 blocks of 64 KiB-1 MiB, each replaced by one of a random size):
 // a one-block page's span is kept when its block comes back (heap.cpp, the bins), and the next
-// one-block block whose class needs a span up to half as long again takes it in place; the same
+// one-block block whose class needs a span up to a quarter shorter takes it in place; the same
 // class gets its block back at the same address, and of two kept spans that fit, the shorter
 // serves.  Before, a span went to its class's spares only, and the blocks of other classes cut
 // new spans out of the segments' free slices (a fifth of E1's large band's allocations).
@@ -462,16 +462,17 @@ TEST(Issue10Large, AKeptSpanServesTheNextBlockThatFitsInPlace) {
     void* same = strata_malloc(590 * 1024);  // the same class
     EXPECT_EQ(same, a) << "the same class's block moved";
     strata_free(same);
-    void* shorter = strata_malloc(420 * 1024);  // 7 slices: 10 is at most 7 + 7 / 2
+    void* shorter = strata_malloc(470 * 1024);  // 8 slices: 10 is at most 8 + 8 / 4
     EXPECT_EQ(slice_of(shorter), slice_of(a)) << "the kept span did not serve a class it holds";
-    // The span kept its 10 slices: a 3-slice block is not cut from the 3 the 7-slice one leaves.
-    void* three = strata_malloc(150 * 1024);
-    ASSERT_NE(three, nullptr);
-    EXPECT_TRUE(slice_of(three) < slice_of(a) || slice_of(three) >= slice_of(a) + 10)
+    // The span kept its 10 slices: a page of 2 slices (3 KiB blocks) is not cut from the 2 the
+    // 8-slice block leaves.
+    void* two = strata_malloc(3000);
+    ASSERT_NE(two, nullptr);
+    EXPECT_TRUE(slice_of(two) < slice_of(a) || slice_of(two) >= slice_of(a) + 10)
         << "the kept span was cut for the shorter class";
-    strata_free(three);
+    strata_free(two);
     strata_free(shorter);
-    // Kept now: spans of 3 and 10 slices, and one of 11.  A 9-slice class takes the 10.
+    // Kept now: the span of 10 slices, and one of 11.  A 9-slice class takes the 10.
     void* eleven = strata_malloc(700 * 1024);
     ASSERT_NE(eleven, nullptr);
     EXPECT_NE(slice_of(eleven), slice_of(a));
