@@ -449,7 +449,7 @@ TEST(Issue10Churn, EmptiedOneBlockPagesGiveWayBeforeFreshMemory) {
 
 // Issue 10 (E1's large band: 64 blocks of 64 KiB-1 MiB, each replaced by one of a random size):
 // a one-block page's span is kept when its block comes back (heap.cpp, the bins), and the next
-// one-block block whose class needs a span up to a quarter shorter takes it in place; the same
+// one-block block whose class needs at least four fifths of the span takes it in place; the same
 // class gets its block back at the same address, and of two kept spans that fit, the shorter
 // serves.  Before, a span went to its class's spares only, and the blocks of other classes cut
 // new spans out of the segments' free slices (a fifth of E1's large band's allocations).
