@@ -117,7 +117,6 @@ inline void* page_pop(heap* h, page* pg) noexcept {
   return page_pop_fast(pg);
 }
 
-
 inline size_t span_bytes(const page* pg) noexcept { return size_t{pg->slice_count} << slice_shift; }
 
 // pg is no longer a spare: used again, or its span goes back (the caller takes it off its list
@@ -171,6 +170,14 @@ bool bin_put(heap* h, page* pg) noexcept {
   return true;
 }
 
+// Calls f(length) for each bin that held a span when its word of the mask was read (one read a
+// word: f may empty bins as it goes).
+template <class F>
+void for_each_bin(const heap* h, F f) noexcept {
+  for (size_t w = 0; w < bin_mask_words; ++w)
+    for (uint64_t m = h->bin_mask[w]; m != 0; m &= m - 1) f(w * 64 + static_cast<size_t>(std::countr_zero(m)));
+}
+
 // The shortest length in [lo, hi] with a kept span, or 0.
 size_t bin_find(const heap* h, size_t lo, size_t hi) noexcept {
   for (size_t w = lo / 64; w <= hi / 64; ++w) {
@@ -219,14 +226,13 @@ page* bin_take(heap* h, size_t cls) noexcept {
 // and the bin empty, or a page in a bin before its flag says so; a walk led by either ran
 // forever.
 void bins_release(heap* h) noexcept {
-  for (size_t w = 0; w < bin_mask_words; ++w)
-    for (uint64_t m = h->bin_mask[w]; m != 0; m &= m - 1) {
-      page_list& bin = h->bins[w * 64 + static_cast<size_t>(std::countr_zero(m))];
-      while (page* pg = bin.first) {
-        list_remove(bin, pg);
-        page_release(h, pg);
-      }
+  for_each_bin(h, [h](size_t len) {
+    page_list& bin = h->bins[len];
+    while (page* pg = bin.first) {
+      list_remove(bin, pg);
+      page_release(h, pg);
     }
+  });
 }
 
 // Every kept span goes back, and which bins served lately is forgotten (strata_collect, thread
@@ -242,13 +248,11 @@ void bins_clear(heap* h) noexcept {
 // allocations go back to their segments; true if any did.
 bool bins_release_cold(heap* h) noexcept {
   bool any = false;
-  for (size_t w = 0; w < bin_mask_words; ++w)
-    for (uint64_t m = h->bin_mask[w]; m != 0; m &= m - 1) {
-      size_t len = w * 64 + static_cast<size_t>(std::countr_zero(m));
-      if (h->bin_served_at[len] != 0 && h->one_block_allocs - h->bin_served_at[len] <= bin_hot_allocs) continue;
-      while (page* pg = h->bins[len].first) page_free_span(h, pg);
-      any = true;
-    }
+  for_each_bin(h, [h, &any](size_t len) {
+    if (h->bin_served_at[len] != 0 && h->one_block_allocs - h->bin_served_at[len] <= bin_hot_allocs) return;
+    while (page* pg = h->bins[len].first) page_free_span(h, pg);
+    any = true;
+  });
   return any;
 }
 
@@ -281,14 +285,13 @@ void page_free_span(heap* h, page* pg) noexcept {
 // A purge pass gives back the spans of the empty pages still in their queue (the one page a class
 // keeps and the spares, page_local_event) and the bins' kept spans that were empty already at the
 // previous pass, with no block back since (page_flag::idle); forced or with a purge delay of 0,
-// of every empty page.  It
-// hands the huge mapping the thread kept to the shared cache (which unmaps it after its own
-// delay), and purges free slices a delay after they became free.  Two passes, not one: a program
-// that empties its pages at the end of each round of work and fills them again in the next
-// (CPython, a round every 10 ms) had each class's page taken from it at the pass between, and the
-// next round's page carved blocks on slices the old one had left untouched: 30 % more pages
-// faulted in (4.3 k against 3.2 k, mimalloc 3.4 k) at a peak RSS 10 % higher, purging a delay
-// later alike.
+// of every empty page.  It hands the huge mapping the thread kept to the shared cache (which
+// unmaps it after its own delay), and purges free slices a delay after they became free.  Two
+// passes, not one: a program that empties its pages at the end of each round of work and fills
+// them again in the next (CPython, a round every 10 ms) had each class's page taken from it at
+// the pass between, and the next round's page carved blocks on slices the old one had left
+// untouched: 30 % more pages faulted in (4.3 k against 3.2 k, mimalloc 3.4 k) at a peak RSS 10 %
+// higher, purging a delay later alike.
 void heap_purge(heap* h, bool force) noexcept {
   foreign_flush(h);
   huge_spare_release(h);
@@ -296,20 +299,18 @@ void heap_purge(heap* h, bool force) noexcept {
   // no second pass to wait for either way.
   bool at_once = force || purge_delay() <= 0;
   bool idle_left = false;
-  for (size_t w = 0; w < bin_mask_words; ++w) {
-    for (uint64_t m = h->bin_mask[w]; m != 0; m &= m - 1) {
-      for (page* pg = h->bins[w * 64 + static_cast<size_t>(std::countr_zero(m))].first; pg;) {
-        page* next = pg->next;
-        if (at_once || (flags_of(pg) & page_flag::idle)) {
-          page_free_span(h, pg);
-        } else {
-          flags_set(pg, page_flag::idle);
-          idle_left = true;
-        }
-        pg = next;
+  for_each_bin(h, [h, at_once, &idle_left](size_t len) {
+    for (page* pg = h->bins[len].first; pg;) {
+      page* next = pg->next;
+      if (at_once || (flags_of(pg) & page_flag::idle)) {
+        page_free_span(h, pg);
+      } else {
+        flags_set(pg, page_flag::idle);
+        idle_left = true;
       }
+      pg = next;
     }
-  }
+  });
   for (size_t c = 0; c < size_class_count; ++c) {
     for (page* pg = h->queue[c].first; pg;) {
       page* next = pg->next;
