@@ -299,20 +299,10 @@ void heap_purge(heap* h, bool force) noexcept {
   // no second pass to wait for either way.
   bool at_once = force || purge_delay() <= 0;
   bool idle_left = false;
-  for_each_bin(h, [h, at_once, &idle_left](size_t len) {
-    for (page* pg = h->bins[len].first; pg;) {
-      page* next = pg->next;
-      if (at_once || (flags_of(pg) & page_flag::idle)) {
-        page_free_span(h, pg);
-      } else {
-        flags_set(pg, page_flag::idle);
-        idle_left = true;
-      }
-      pg = next;
-    }
-  });
-  for (size_t c = 0; c < size_class_count; ++c) {
-    for (page* pg = h->queue[c].first; pg;) {
+  // The bins' kept spans (always empty) and the queues' pages alike: an empty page idle since the
+  // last pass goes, a page in use is not idle.
+  auto age = [h, at_once, &idle_left](page_list& l) {
+    for (page* pg = l.first; pg;) {
       page* next = pg->next;
       uint8_t f = flags_of(pg);
       if (!page_is_empty(pg)) {
@@ -325,7 +315,9 @@ void heap_purge(heap* h, bool force) noexcept {
       }
       pg = next;
     }
-  }
+  };
+  for_each_bin(h, [h, &age](size_t len) { age(h->bins[len]); });
+  for (size_t c = 0; c < size_class_count; ++c) age(h->queue[c]);
   h->purge_due_ms = segments_purge(h, force);
   if (idle_left) heap_schedule_purge(h);
 }
