@@ -83,6 +83,19 @@ STRATA_EXPORT int malloc_trim(size_t) {
   return 1;
 }
 
+// glibc's own names for its allocator, which some programs and libraries call directly (a
+// malloc wrapper forwarding to __libc_malloc, a library built to bypass interposition): the
+// blocks they get must be strata's, or the program's free() of one is a bad free (and glibc's
+// free of one of strata's a crash).  mimalloc and tcmalloc take them over as well.
+// Aliases: the same functions under a second name (recorded alike when STRATA_TRACE is set).
+STRATA_EXPORT void* __libc_malloc(size_t) __attribute__((alias("malloc"), copy(malloc)));
+STRATA_EXPORT void* __libc_calloc(size_t, size_t) __attribute__((alias("calloc"), copy(calloc)));
+STRATA_EXPORT void* __libc_realloc(void*, size_t) __attribute__((alias("realloc"), copy(realloc)));
+STRATA_EXPORT void __libc_free(void*) __attribute__((alias("free"), copy(free)));
+STRATA_EXPORT void* __libc_memalign(size_t, size_t) __attribute__((alias("memalign"), copy(memalign)));
+STRATA_EXPORT void* __libc_valloc(size_t) __attribute__((alias("valloc"), copy(valloc)));
+STRATA_EXPORT void* __libc_pvalloc(size_t) __attribute__((alias("pvalloc"), copy(pvalloc)));
+
 // Weak: resolved only when libstdc++ is in the process.
 using new_handler_fn = void (*)();
 new_handler_fn strata_get_new_handler() __asm__("_ZSt15get_new_handlerv") __attribute__((weak));

@@ -514,6 +514,51 @@ TEST(CxxOperators, NewHandlerIsCalledBeforeThrowing) {
   EXPECT_EQ(handler_calls, 1);
 }
 
+// glibc's own entry points, which some programs call directly: strata's too, so that the
+// program's free() of what they return is not a bad free, and the other way round.
+extern "C" {
+void* __libc_malloc(size_t);
+void* __libc_calloc(size_t, size_t);
+void* __libc_realloc(void*, size_t);
+void __libc_free(void*);
+void* __libc_memalign(size_t, size_t);
+void* __libc_valloc(size_t);
+void* __libc_pvalloc(size_t);
+}
+
+TEST(Override, GlibcEntryPointsAreStrata) {
+  uint64_t before = bad_frees();
+  auto* p = static_cast<char*>(__libc_malloc(100));
+  ASSERT_NE(p, nullptr);
+  EXPECT_GE(strata_usable_size(p), 100u);
+  strcpy(p, "kept");
+  p = static_cast<char*>(realloc(p, 5000));
+  ASSERT_NE(p, nullptr);
+  EXPECT_STREQ(p, "kept");
+  free(p);
+  auto* z = static_cast<unsigned char*>(__libc_calloc(10, 100));
+  ASSERT_NE(z, nullptr);
+  EXPECT_EQ(std::count(z, z + 1000, 0), 1000);
+  z = static_cast<unsigned char*>(__libc_realloc(z, 100000));
+  ASSERT_NE(z, nullptr);
+  EXPECT_GE(strata_usable_size(z), 100000u);
+  __libc_free(z);
+  void* q = malloc(50);
+  __libc_free(q);
+  void* a = __libc_memalign(4096, 100);
+  EXPECT_TRUE(aligned_to(a, 4096));
+  EXPECT_GT(strata_usable_size(a), 0u);
+  free(a);
+  long page = sysconf(_SC_PAGESIZE);
+  void* v = __libc_valloc(10);
+  EXPECT_TRUE(aligned_to(v, static_cast<size_t>(page)));
+  free(v);
+  void* pv = __libc_pvalloc(10);
+  EXPECT_GE(strata_usable_size(pv), static_cast<size_t>(page));
+  free(pv);
+  EXPECT_EQ(bad_frees(), before);
+}
+
 TEST(Override, MallocIsStrata) {
   void* p = malloc(100);
   EXPECT_GE(strata_usable_size(p), 100u);
