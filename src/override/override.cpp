@@ -6,9 +6,12 @@
 // references, present whenever the program itself uses libstdc++.
 #include <cerrno>
 #include <cstddef>
+#include <climits>
+#include <malloc.h>
 #include <new>
 
 #include "core/alloc.h"
+#include "core/segment.h"
 #include "strata/strata.h"
 #include "trace/trace.h"
 
@@ -82,6 +85,52 @@ STRATA_EXPORT int malloc_trim(size_t) {
   strata_collect(true);
   return 1;
 }
+
+// glibc's heap statistics, answered from strata's (a program that watches its heap with
+// mallinfo2 would otherwise read glibc's heap, which holds almost nothing under the preload),
+// split as glibc splits them: hblks / hblkhd = the live huge mappings and their bytes; arena =
+// what the OS backs for strata now (committed) less those; uordblks = bytes in live blocks
+// (size-class rounded) less those; fordblks = arena - uordblks (free blocks, empty pages and
+// spans not yet purged); usmblks = the peak of committed memory.  The chunk counts (ordblks,
+// smblks), fsmblks and keepcost have no meaning here: 0.
+namespace {
+struct heap_info {
+  size_t arena, uordblks, fordblks, hblks, hblkhd, usmblks;
+};
+heap_info heap_info_now() noexcept {
+  strata_stats_t s;
+  strata_stats_get(&s);
+  segment_totals seg = segment_stats();
+  auto less_huge = [&](uint64_t v) { return v > seg.huge_bytes ? v - seg.huge_bytes : 0; };
+  size_t arena = less_huge(s.committed_bytes), used = less_huge(s.in_use_bytes);
+  return {arena, used, arena > used ? arena - used : 0, seg.huge_count, seg.huge_bytes, s.committed_peak};
+}
+}  // namespace
+STRATA_EXPORT struct mallinfo2 mallinfo2() {
+  heap_info i = heap_info_now();
+  struct mallinfo2 m = {};
+  m.arena = i.arena;
+  m.uordblks = i.uordblks;
+  m.fordblks = i.fordblks;
+  m.hblks = i.hblks;
+  m.hblkhd = i.hblkhd;
+  m.usmblks = i.usmblks;
+  return m;
+}
+// The old form's fields are int: values over INT_MAX are clamped (glibc wraps them).
+STRATA_EXPORT struct mallinfo mallinfo() {
+  heap_info i = heap_info_now();
+  auto clamp = [](size_t v) { return v > INT_MAX ? INT_MAX : static_cast<int>(v); };
+  struct mallinfo m = {};
+  m.arena = clamp(i.arena);
+  m.uordblks = clamp(i.uordblks);
+  m.fordblks = clamp(i.fordblks);
+  m.hblks = clamp(i.hblks);
+  m.hblkhd = clamp(i.hblkhd);
+  m.usmblks = clamp(i.usmblks);
+  return m;
+}
+STRATA_EXPORT void malloc_stats() { strata_stats_print(); }
 
 // glibc's own names for its allocator, which some programs and libraries call directly (a
 // malloc wrapper forwarding to __libc_malloc, a library built to bypass interposition): the

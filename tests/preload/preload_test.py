@@ -27,13 +27,14 @@ def main():
         print("   FAILED: run-time dependencies beyond the C library:", extra)
         checker.failed.append("ldd")
 
-    # glibc's own names for its allocator, which some programs call directly, must be strata's
-    # in the preloaded library too (tests/unit/conformance_test.cpp checks what they do).
+    # glibc's own names for its allocator, which some programs call directly, and its heap
+    # statistics must be strata's in the preloaded library too (tests/unit/conformance_test.cpp
+    # checks what they do).
     out = subprocess.run(["nm", "-D", "--defined-only", LIB], capture_output=True, text=True).stdout
     names = {line.split()[-1] for line in out.splitlines() if line.strip()}
     wanted = {"__libc_malloc", "__libc_calloc", "__libc_realloc", "__libc_free", "__libc_memalign",
-              "__libc_valloc", "__libc_pvalloc"}
-    print(f"exports glibc's entry points: {'ok' if wanted <= names else 'FAILED, missing ' + str(sorted(wanted - names))}")
+              "__libc_valloc", "__libc_pvalloc", "mallinfo", "mallinfo2", "malloc_stats"}
+    print(f"exports glibc's entry points and statistics: {'ok' if wanted <= names else 'FAILED, missing ' + str(sorted(wanted - names))}")
     (checker.passed if wanted <= names else checker.failed).append("__libc_* exports")
 
     py = ("import json, collections\n"

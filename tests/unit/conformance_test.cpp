@@ -559,6 +559,42 @@ TEST(Override, GlibcEntryPointsAreStrata) {
   EXPECT_EQ(bad_frees(), before);
 }
 
+// mallinfo2 and mallinfo describe strata's heap, split as glibc splits its own (huge mappings in
+// hblks / hblkhd, the rest in arena and uordblks); malloc_stats prints strata's statistics.
+TEST(Override, MallinfoDescribesStrata) {
+  struct mallinfo2 before = mallinfo2();
+  std::vector<void*> small;
+  for (int i = 0; i < 1000; ++i) small.push_back(malloc(1000));
+  struct mallinfo2 mid = mallinfo2();
+  EXPECT_GE(mid.uordblks, before.uordblks + 1000 * 1000);
+  EXPECT_GE(mid.arena, mid.uordblks);
+  EXPECT_EQ(mid.fordblks, mid.arena - mid.uordblks);
+  EXPECT_GE(mid.usmblks, mid.arena);
+  for (void* p : small) free(p);
+  struct mallinfo2 after = mallinfo2();
+  EXPECT_LE(after.uordblks + 1000 * 1000, mid.uordblks);
+
+  size_t big = size_t{48} << 20;
+  void* h = malloc(big);
+  ASSERT_NE(h, nullptr);
+  struct mallinfo2 with_huge = mallinfo2();
+  EXPECT_GE(with_huge.hblks, 1u);
+  EXPECT_GE(with_huge.hblkhd, big);
+  EXPECT_LT(with_huge.uordblks, with_huge.hblkhd);  // not counted twice
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  struct mallinfo old = mallinfo();
+#pragma GCC diagnostic pop
+  EXPECT_GE(old.hblkhd, static_cast<int>(big));
+  free(h);
+
+  testing::internal::CaptureStderr();
+  malloc_stats();
+  std::string out = testing::internal::GetCapturedStderr();
+  EXPECT_NE(out.find("strata"), std::string::npos) << out;
+  EXPECT_NE(out.find("in use"), std::string::npos) << out;
+}
+
 TEST(Override, MallocIsStrata) {
   void* p = malloc(100);
   EXPECT_GE(strata_usable_size(p), 100u);
