@@ -93,42 +93,33 @@ STRATA_EXPORT int malloc_trim(size_t) {
 // (size-class rounded) less those; fordblks = arena - uordblks (free blocks, empty pages and
 // spans not yet purged); usmblks = the peak of committed memory.  The chunk counts (ordblks,
 // smblks), fsmblks and keepcost have no meaning here: 0.
+extern "C++" {
 namespace {
-struct heap_info {
-  size_t arena, uordblks, fordblks, hblks, hblkhd, usmblks;
-};
-heap_info heap_info_now() noexcept {
+// Either struct, its fields converted by `field` (size_t, or int for the old form).
+template <class Info, class Field>
+Info heap_info(Field field) noexcept {
   strata_stats_t s;
   strata_stats_get(&s);
   segment_totals seg = segment_stats();
   auto less_huge = [&](uint64_t v) { return v > seg.huge_bytes ? v - seg.huge_bytes : 0; };
   size_t arena = less_huge(s.committed_bytes), used = less_huge(s.in_use_bytes);
-  return {arena, used, arena > used ? arena - used : 0, seg.huge_count, seg.huge_bytes, s.committed_peak};
+  Info m = {};
+  m.arena = field(arena);
+  m.uordblks = field(used);
+  m.fordblks = field(arena > used ? arena - used : 0);
+  m.hblks = field(seg.huge_count);
+  m.hblkhd = field(seg.huge_bytes);
+  m.usmblks = field(s.committed_peak);
+  return m;
 }
 }  // namespace
+}
 STRATA_EXPORT struct mallinfo2 mallinfo2() {
-  heap_info i = heap_info_now();
-  struct mallinfo2 m = {};
-  m.arena = i.arena;
-  m.uordblks = i.uordblks;
-  m.fordblks = i.fordblks;
-  m.hblks = i.hblks;
-  m.hblkhd = i.hblkhd;
-  m.usmblks = i.usmblks;
-  return m;
+  return heap_info<struct mallinfo2>([](size_t v) { return v; });
 }
 // The old form's fields are int: values over INT_MAX are clamped (glibc wraps them).
 STRATA_EXPORT struct mallinfo mallinfo() {
-  heap_info i = heap_info_now();
-  auto clamp = [](size_t v) { return v > INT_MAX ? INT_MAX : static_cast<int>(v); };
-  struct mallinfo m = {};
-  m.arena = clamp(i.arena);
-  m.uordblks = clamp(i.uordblks);
-  m.fordblks = clamp(i.fordblks);
-  m.hblks = clamp(i.hblks);
-  m.hblkhd = clamp(i.hblkhd);
-  m.usmblks = clamp(i.usmblks);
-  return m;
+  return heap_info<struct mallinfo>([](size_t v) { return v > INT_MAX ? INT_MAX : static_cast<int>(v); });
 }
 STRATA_EXPORT void malloc_stats() { strata_stats_print(); }
 
