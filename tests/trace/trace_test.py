@@ -125,11 +125,14 @@ with tempfile.TemporaryDirectory() as tmp:
         os.unlink(f)
 
     # Killed: the chunks written before the kill are there (4 full areas: at most one waited for
-    # the writer), and the trace says it is incomplete.
+    # the writer), and the trace says it is incomplete and where it ends: after its last chunk
+    # ("no end chunk"), or inside the chunk the writer thread was writing when the kill came (the
+    # kernel ends a write to a file early at a fatal signal: "a chunk cut short", seen once in CI).
     p = record(tmp, "kill", "600000", trace="killed")
     expect(p.returncode == -9, f"kill workload: {p.returncode}")
     rc, killed, err = check(os.path.join(tmp, "killed"))
-    expect(rc == 0 and not killed["complete"] and "no end chunk" in killed["truncated"]
+    ends = killed.get("truncated", "")
+    expect(rc == 0 and not killed["complete"] and ("no end chunk" in ends or "cut short" in ends)
            and killed["counts"]["malloc"] >= 350000 and killed["chunks"] >= 3,
            f"killed trace: {killed} {err}")
     os.unlink(os.path.join(tmp, "killed"))
