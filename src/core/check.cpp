@@ -102,28 +102,26 @@ bool heap_is_valid(const heap* h) noexcept {
     if (spares != h->spare_count[c]) return broken("spare count disagrees with the pages flagged spare", h);
   }
   for (size_t m = 0; m <= bin_slices_max; ++m) {
-    size_t kept = 0;
-    const page* prev = nullptr;
-    for (const page* pg = h->bins[m].first; pg; prev = pg, pg = pg->next) {
-      if (pg->prev != prev) return broken("bin links disagree", pg);
+    size_t kept = h->bin_count[m];
+    if (kept > bin_length_max) return broken("bin holds more spans than its bound", h);
+    if ((kept != 0) != ((h->bin_mask[m / 64] >> (m % 64)) & 1)) return broken("bin count and mask disagree", h);
+    for (size_t i = 0; i < kept; ++i) {
+      const page* pg = h->bins[m][i];
       if (pg->slice_count != m || pg->reserved != 1) return broken("bin holds a page of another span length", pg);
-      if ((flags_of(pg) & (page_flag::spare | page_flag::in_full)) != page_flag::spare || !page_is_empty(pg))
+      if (h->bin_class[m][i] != pg->size_class) return broken("bin's class of a page disagrees with the page", pg);
+      if (h->bin_block[m][i] != (pg->free ? pg->free : pg->local_free)) return broken("bin's block of a page is not the page's free block", pg);
+      if ((flags_of(pg) & (page_flag::spare | page_flag::in_full | page_flag::loose)) != page_flag::spare || !page_is_empty(pg))
         return broken("bin holds a page in use", pg);
       if (segment_of(pg)->owner.load(std::memory_order_relaxed) != h) return broken("bin page of another heap's segment", pg);
-      ++kept;
       ++listed;
       spare_bytes += size_t{pg->slice_count} << slice_shift;
     }
-    if (h->bins[m].last != prev) return broken("bin's last link is wrong", h);
-    if (kept != h->bin_count[m] || (kept != 0) != ((h->bin_mask[m / 64] >> (m % 64)) & 1))
-      return broken("bin count or mask disagrees with the bin", h);
-    if (kept > bin_length_max) return broken("bin holds more spans than its bound", h);
   }
   if (spare_bytes != h->spare_bytes) return broken("spare bytes disagree with the pages flagged spare", h);
   if (spare_bytes > spare_budget) return broken("spare pages hold more than the spare budget", h);
   for (size_t i = 0; i < small_slots; ++i)
     if (h->direct_small[i] != h->direct[small_classes.cls[i]]) return broken("direct page by size and by class differ", h);
-  size_t in_use = 0;
+  size_t in_use = 0, loose = 0;
   for (const segment* seg = h->segments; seg; seg = seg->next) {
     if (seg->owner.load(std::memory_order_relaxed) != h) return broken("heap's segment owned by another", seg);
     if (!segment_is_valid(seg)) return false;
@@ -133,11 +131,17 @@ bool heap_is_valid(const heap* h) noexcept {
         ++idx;
         continue;
       }
+      if (flags_of(pg) & page_flag::loose) {
+        // On no list: a one-block page whose block is out (or on its way back).
+        if (pg->reserved != 1 || (flags_of(pg) & (page_flag::in_full | page_flag::spare)) || pg->used != 1)
+          return broken("loose page that is not a one-block page with its block out", pg);
+        ++loose;
+      }
       ++in_use;
       idx += pg->slice_count;
     }
   }
-  if (in_use != listed) return broken("pages in use in the heap's segments are not all on its lists", h);
+  if (in_use != listed + loose) return broken("pages in use in the heap's segments are not all on its lists or loose", h);
   return true;
 }
 

@@ -104,10 +104,7 @@ void set_direct(heap* h, size_t cls, page* pg) noexcept {
 }
 
 page_list& list_of(heap* h, page* pg) noexcept {
-  uint8_t f = flags_of(pg);
-  if (f & page_flag::in_full) return h->full[pg->size_class];
-  if ((f & page_flag::spare) && pg->reserved == 1) return h->bins[pg->slice_count];
-  return h->queue[pg->size_class];
+  return (flags_of(pg) & page_flag::in_full) ? h->full[pg->size_class] : h->queue[pg->size_class];
 }
 
 // Pops a block from a page known to have a free one (the slow path's pop, counted by class).
@@ -120,24 +117,27 @@ inline void* page_pop(heap* h, page* pg) noexcept {
 inline size_t span_bytes(const page* pg) noexcept { return size_t{pg->slice_count} << slice_shift; }
 
 // pg is no longer a spare: used again, or its span goes back (the caller takes it off its list
-// first: list_of reads the flag).
+// or bin first: page_unlist reads the flag).
 inline void spare_clear(heap* h, page* pg) noexcept {
   if (!(flags_of(pg) & page_flag::spare)) return;
   flags_clear(pg, page_flag::spare);
   h->spare_bytes -= span_bytes(pg);
-  if (pg->reserved == 1) {
-    size_t m = pg->slice_count;
-    if (--h->bin_count[m] == 0) h->bin_mask[m / 64] &= ~(uint64_t{1} << (m % 64));
-  } else {
-    h->spare_count[pg->size_class]--;
-  }
+  if (pg->reserved != 1) h->spare_count[pg->size_class]--;  // a kept one-block span: its bin counts it
 }
 
 void page_free_span(heap* h, page* pg) noexcept;
 void page_release(heap* h, page* pg) noexcept;
+void bin_remove(heap* h, page* pg) noexcept;
 
-// Takes pg off its list; the next page of its queue becomes direct if pg was.
+// Takes pg off its list, or its bin (a loose page is on none); the next page of its queue
+// becomes direct if pg was.
 void page_unlist(heap* h, page* pg) noexcept {
+  uint8_t f = flags_of(pg);
+  if (f & page_flag::loose) {
+    flags_clear(pg, page_flag::loose);
+    return;
+  }
+  if ((f & page_flag::spare) && pg->reserved == 1) return bin_remove(h, pg);
   list_remove(list_of(h, pg), pg);
   if (h->direct[pg->size_class] == pg) {
     page* next = h->queue[pg->size_class].first;
@@ -155,16 +155,44 @@ void page_unlist(heap* h, page* pg) noexcept {
 constexpr size_t one_block_class_min = size_class_of_computed(one_block_page_min) + 1;
 static_assert(class_size(one_block_class_min - 1) == one_block_page_min && one_block_class_min == slice_class_first);
 
+// Takes the page at index i of bin m out of it (the newer ones move down one).
+void bin_drop(heap* h, size_t m, size_t i) noexcept {
+  size_t n = --h->bin_count[m];
+  for (; i < n; ++i) {
+    h->bins[m][i] = h->bins[m][i + 1];
+    h->bin_block[m][i] = h->bin_block[m][i + 1];
+    h->bin_class[m][i] = h->bin_class[m][i + 1];
+  }
+  if (n == 0) h->bin_mask[m / 64] &= ~(uint64_t{1} << (m % 64));
+}
+
+// Takes pg, a kept span's page, out of its bin (the caller clears its spare flag).
+void bin_remove(heap* h, page* pg) noexcept {
+  size_t m = pg->slice_count;
+  for (size_t i = h->bin_count[m]; i-- > 0;)
+    if (h->bins[m][i] == pg) return bin_drop(h, m, i);
+  STRATA_ASSERT(false && "a page flagged as a kept span is in no bin");
+}
+
 // Keeps pg, an emptied one-block page, in its bin; false when the bin or the spare budget is full.
 bool bin_put(heap* h, page* pg) noexcept {
-  size_t m = pg->slice_count;
-  if (h->bin_count[m] >= bin_length_max || h->spare_bytes + span_bytes(pg) > spare_budget) return false;
-  page_unlist(h, pg);  // off the full list (an adopted page may be in its queue, even direct)
+  size_t m = pg->slice_count, n = h->bin_count[m];
+  if (n >= bin_length_max || h->spare_bytes + span_bytes(pg) > spare_budget) return false;
   page_fold_frees(h, pg);  // its next block may be of another class
-  flags_clear(pg, page_flag::in_full | page_flag::clean | page_flag::idle);
-  flags_set(pg, page_flag::spare);
-  list_push_front(h->bins[m], pg);
-  h->bin_count[m]++;
+  uint8_t f = flags_of(pg);
+  if (f & page_flag::loose) {  // the common case, on no list: one store of its flags
+    pg->flags.store(static_cast<uint8_t>((f & ~(page_flag::loose | page_flag::clean | page_flag::idle)) | page_flag::spare),
+                    std::memory_order_relaxed);
+  } else {
+    page_unlist(h, pg);  // in a list (an adopted page may be in its queue, even direct)
+    flags_clear(pg, page_flag::in_full | page_flag::clean | page_flag::idle);
+    flags_set(pg, page_flag::spare);
+  }
+  // Its one block, on either list (bin_alloc hands it out without reading the page).
+  h->bin_block[m][n] = pg->free ? pg->free : pg->local_free;
+  h->bins[m][n] = pg;
+  h->bin_class[m][n] = pg->size_class;
+  h->bin_count[m] = static_cast<uint8_t>(n + 1);
   h->bin_mask[m / 64] |= uint64_t{1} << (m % 64);
   h->spare_bytes += span_bytes(pg);
   return true;
@@ -178,59 +206,31 @@ void for_each_bin(const heap* h, F f) noexcept {
     for (uint64_t m = h->bin_mask[w]; m != 0; m &= m - 1) f(w * 64 + static_cast<size_t>(std::countr_zero(m)));
 }
 
-// The shortest length in [lo, hi] with a kept span, or 0.
+// The shortest length in [lo, hi] with a kept span, or 0.  A one-block class's range mostly lies
+// in one word of the mask: that word first.
 size_t bin_find(const heap* h, size_t lo, size_t hi) noexcept {
-  for (size_t w = lo / 64; w <= hi / 64; ++w) {
-    uint64_t m = h->bin_mask[w];
-    if (w == lo / 64) m &= ~uint64_t{0} << (lo % 64);
-    if (w == hi / 64 && hi % 64 != 63) m &= (uint64_t{2} << (hi % 64)) - 1;
+  size_t w = lo / 64, last = hi / 64;
+  uint64_t m = h->bin_mask[w] & (~uint64_t{0} << (lo % 64));
+  for (;;) {
+    if (w == last && hi % 64 != 63) m &= (uint64_t{2} << (hi % 64)) - 1;
     if (m) return w * 64 + static_cast<size_t>(std::countr_zero(m));
+    if (++w > last) return 0;
+    m = h->bin_mask[w];
   }
-  return 0;
 }
 
-// A kept span for a block of one-block class cls, set up for it (empty, on no list), or
-// nullptr.  A span up to a quarter longer than the class needs serves: with the class's own
-// length only, E1's large band missed often enough that its spans drifted through the segments
-// as with no bins at all (peak RSS 114 MiB, against 31 with the bound); with half as long again
-// (rpmalloc's bound), a thread that writes all of its blocks (thread churn) kept more of each
-// span resident than its block used (peak RSS 49.2 MiB against 47.2 with a quarter, which also
-// ran E1's large band 1.06x / 1.11x as fast; 9 interleaved rounds).
-page* bin_take(heap* h, size_t cls) noexcept {
-  uint32_t now = ++h->one_block_allocs;
-  size_t n = page_slices(cls);
-  size_t m = bin_find(h, n, std::min(n + n / 4, bin_slices_max));
-  if (m == 0) return nullptr;
-  h->bin_served_at[m] = now;
-  page* pg = h->bins[m].first;
-  list_remove(h->bins[m], pg);
-  spare_clear(h, pg);
-  if (pg->size_class == cls) {
-    // The same class: the page keeps its block where it was (a new colour at each reuse, as a
-    // new span gets, made E1's large band 0.77x as fast), carved already: the block its free
-    // pushed is the one the page gives.
-    if (pg->free == nullptr) {
-      pg->free = pg->local_free;
-      pg->local_free = nullptr;
-    }
-    flags_clear(pg, page_flag::has_aligned | page_flag::idle);
-  } else {
-    page_reshape(pg, cls);
-  }
-  return pg;
-}
-
-// Every kept span goes back to its segment.  Walked as the mask read first shows the bins, each
-// page taken off its bin by the bin, not by its flags: in a child of fork, the heap of a thread
-// that was inside bin_take or bin_put (heap_locks_release abandons it) may have a bin's bit set
-// and the bin empty, or a page in a bin before its flag says so; a walk led by either ran
-// forever.
+// Every kept span goes back to its segment.  Walked as the mask read first shows the bins, by
+// their counts: in a child of fork, the heap of a thread that was inside bin_alloc, bin_put or a
+// bin_drop (heap_locks_release abandons it) may have a bin's bit set and the bin empty, a page
+// counted twice (a drop's move caught half done) or one in a bin before it is counted.  A page
+// goes back once, while it is flagged spare; one not counted stays in use in its segment, where
+// whoever adopts the segment finds it empty and takes it back.
 void bins_release(heap* h) noexcept {
   for_each_bin(h, [h](size_t len) {
-    page_list& bin = h->bins[len];
-    while (page* pg = bin.first) {
-      list_remove(bin, pg);
-      page_release(h, pg);
+    while (size_t n = h->bin_count[len]) {
+      page* pg = h->bins[len][n - 1];
+      bin_drop(h, len, n - 1);
+      if (flags_of(pg) & page_flag::spare) page_release(h, pg);
     }
   });
 }
@@ -250,7 +250,7 @@ bool bins_release_cold(heap* h) noexcept {
   bool any = false;
   for_each_bin(h, [h, &any](size_t len) {
     if (h->bin_served_at[len] != 0 && h->one_block_allocs - h->bin_served_at[len] <= bin_hot_allocs) return;
-    while (page* pg = h->bins[len].first) page_free_span(h, pg);
+    while (size_t n = h->bin_count[len]) page_free_span(h, h->bins[len][n - 1]);
     any = true;
   });
   return any;
@@ -301,23 +301,28 @@ void heap_purge(heap* h, bool force) noexcept {
   bool idle_left = false;
   // The bins' kept spans (always empty) and the queues' pages alike: an empty page idle since the
   // last pass goes, a page in use is not idle.
-  auto age = [h, at_once, &idle_left](page_list& l) {
-    for (page* pg = l.first; pg;) {
-      page* next = pg->next;
-      uint8_t f = flags_of(pg);
-      if (!page_is_empty(pg)) {
-        if (f & page_flag::idle) flags_clear(pg, page_flag::idle);
-      } else if (at_once || (f & page_flag::idle)) {
-        page_free_span(h, pg);
-      } else {
-        flags_set(pg, page_flag::idle);
-        idle_left = true;
-      }
-      pg = next;
+  auto age = [h, at_once, &idle_left](page* pg) {
+    uint8_t f = flags_of(pg);
+    if (!page_is_empty(pg)) {
+      if (f & page_flag::idle) flags_clear(pg, page_flag::idle);
+    } else if (at_once || (f & page_flag::idle)) {
+      page_free_span(h, pg);
+    } else {
+      flags_set(pg, page_flag::idle);
+      idle_left = true;
     }
   };
-  for_each_bin(h, [h, &age](size_t len) { age(h->bins[len]); });
-  for (size_t c = 0; c < size_class_count; ++c) age(h->queue[c]);
+  // Each bin from its newest: a span given back moves only the ones already seen.
+  for_each_bin(h, [h, &age](size_t len) {
+    for (size_t i = h->bin_count[len]; i-- > 0;) age(h->bins[len][i]);
+  });
+  for (size_t c = 0; c < size_class_count; ++c) {
+    for (page* pg = h->queue[c].first; pg;) {
+      page* next = pg->next;
+      age(pg);
+      pg = next;
+    }
+  }
   h->purge_due_ms = segments_purge(h, force);
   if (idle_left) heap_schedule_purge(h);
 }
@@ -366,7 +371,7 @@ void page_unfull(heap* h, page* pg) noexcept {
 // when it has no block to give.
 void page_adopt(heap* h, page* pg) noexcept {
   pg->next = pg->prev = nullptr;
-  flags_clear(pg, page_flag::in_full);
+  flags_clear(pg, page_flag::in_full | page_flag::loose);
   pg->owner_tid.store(owner_tid_of(h, pg), std::memory_order_release);
   if (pg->free || pg->capacity < pg->reserved) {
     queue_push_back(h, pg);
@@ -381,6 +386,8 @@ void page_adopt(heap* h, page* pg) noexcept {
 void heap_adopt_segment(heap* h, segment* seg) noexcept {
   segment_attach(h, seg);
   segment_collect_pages(h, seg, [h](page* pg) { page_adopt(h, pg); });
+  // Its pages were collected just now, and none of them is loose any more.
+  for (auto& w : seg->loose_remote) w.store(0, std::memory_order_relaxed);
   segment_release_if_empty(h, seg);
 }
 
@@ -412,7 +419,7 @@ page* heap_span_alloc(heap* h, size_t cls) noexcept {
     spares_release(h, false);
     if (page* pg = span_alloc_owned(h, cls, true)) return pg;
     if (size_t m = bin_find(h, page_slices(cls), bin_slices_max)) {
-      page_free_span(h, h->bins[m].last);
+      page_free_span(h, h->bins[m][0]);  // the oldest
       if (page* pg = span_alloc_owned(h, cls, true)) return pg;
     } else if (bins_release_cold(h)) {
       if (page* pg = span_alloc_owned(h, cls, true)) return pg;
@@ -471,8 +478,42 @@ void heap_schedule_purge(heap* h) noexcept {
 // another and moves on to other sizes would otherwise keep those pages (and their memory,
 // neither reused nor purged) until it allocates their class again (issue 13's phases program
 // under a memory limit: 1.2 GB committed for 161 MB live).
+namespace {
+// The loose pages of h's that other threads freed into (page_push_remote marks them in their
+// segments): collected, and the span of each, empty now, given back to its segment, as
+// collect_remote_hinted gives back an emptied one-block page's (the thread that allocates the
+// class keeps its own frees' spans in its bins; these it may not allocate again).  A segment
+// emptied so is released after its bits are walked, not under the walk.  The hint is taken
+// first and the bits after it, both sequentially consistent (page_push_remote says why).
+void collect_remote_loose(heap* h) noexcept {
+  if (!h->remote_loose.load(std::memory_order_relaxed) || !h->remote_loose.exchange(0, std::memory_order_seq_cst)) return;
+  for (segment* seg = h->segments; seg;) {
+    segment* next = seg->next;
+    bool emptied = false;
+    for (size_t w = 0; w < bitmap_words; ++w) {
+      if (seg->loose_remote[w].load(std::memory_order_seq_cst) == 0) continue;
+      for (uint64_t m = seg->loose_remote[w].exchange(0, std::memory_order_seq_cst); m != 0; m &= m - 1) {
+        page* pg = &seg->pages[w * 64 + static_cast<size_t>(std::countr_zero(m))];
+        // A bit outlives its page when the page was collected some other way (thread exit,
+        // strata_collect): only a loose page with a remote free is taken.
+        if (!(flags_of(pg) & page_flag::loose) || pg->thread_free.load(std::memory_order_relaxed) == 0) continue;
+        page_collect(h, pg);
+        if (pg->used != 0) continue;
+        page_unlist(h, pg);
+        page_fold_frees(h, pg);
+        span_free(h, pg, false);
+        emptied = true;
+      }
+    }
+    if (emptied) segment_release_if_empty(h, seg);
+    seg = next;
+  }
+}
+}  // namespace
+
 void collect_remote_all(heap* h) noexcept {
   if (!h->remote_any.load(std::memory_order_relaxed) || !h->remote_any.exchange(0, std::memory_order_acq_rel)) return;
+  collect_remote_loose(h);
   for (size_t c = 0; c < size_class_count; ++c)
     if (h->remote_hint[c].load(std::memory_order_relaxed) && h->remote_hint[c].exchange(0, std::memory_order_acq_rel))
       collect_remote_hinted(h, c);
@@ -481,12 +522,25 @@ void collect_remote_all(heap* h) noexcept {
 namespace {
 
 void* heap_alloc_walk(heap* h, size_t cls) noexcept;
+void* bin_alloc(heap* h, size_t cls) noexcept;
 
 void* heap_alloc_slow(heap* h, size_t cls) noexcept {
   // Every 64th call reads the clock for heap_idle_beside: here, before the paths that serve from
   // the direct page's own frees or the foreign cache (a thread fed by other threads' blocks
   // allocates without a walk, and must not look idle to them).
   if ((++h->slow_calls & 63) == 0) h->active_tsc.store(tsc_now(), std::memory_order_relaxed);
+  // A one-block class has no direct page and no foreign blocks: a kept span first, with the
+  // collect and purge pacing of the walk below (E1's large band, every allocation here).
+  if (cls >= one_block_class_min) {
+    h->frees_only = false;
+    if ((++h->slow_walks & 63) == 0) {
+      collect_remote_all(h);
+      heap_maybe_purge(h);
+    }
+    if (void* b = bin_alloc(h, cls)) return b;
+    if (h->remote_pending != 0) remote_flush(h);
+    return heap_alloc_walk(h, cls);
+  }
   // The common case: the direct page's own frees become its free list.
   if (page* pg = h->direct[cls]; pg->local_free != nullptr) {
     page_fold_frees(h, pg);
@@ -516,21 +570,70 @@ void page_to_full(heap* h, page* pg) noexcept {
   list_push_back(h->full[pg->size_class], pg);
 }
 
-// A one-block page of h's queue with its block free (an adopted one): onto the full list as its
-// block goes out (the class's direct page stays empty: the page has nothing more to give, and
-// the next malloc of the class would only walk it there).
-void* one_block_pop(heap* h, page* pg) noexcept {
-  page_to_full(h, pg);
+// A new or kept span's one-block page, on no list: its block goes out and the page stays on no
+// list (loose) while the block is out.  On the full list, as before, the owner's free of the
+// block took free's slow path (the full bit in owner_tid) and both calls moved the page on and
+// off the list: E1's large band, whose every block is a one-block page's, ran XXX.  Nothing
+// needs the list: the owner's free finds the page through the page map, another thread's free
+// marks it in its segment (page_push_remote, collect_remote_loose), and a segment abandoned or
+// adopted is walked by its pages, not by the lists.
+void* one_block_serve(heap* h, page* pg) noexcept {
+  if (pg->free == nullptr) page_extend(pg);
+  flags_set(pg, page_flag::loose);
   return page_pop(h, pg);
 }
 
-// A new or kept span's one-block page, on no list: its block goes out and the page goes straight
-// onto the full list, sparing the next allocation's walk the move.
-void* one_block_serve(heap* h, size_t cls, page* pg) noexcept {
-  if (pg->free == nullptr) page_extend(pg);
-  flags_set(pg, page_flag::in_full);
-  list_push_back(h->full[cls], pg);
-  return page_pop(h, pg);
+// A one-block page of h's queue with its block free (an adopted one): off the queue, loose as
+// its block goes out (the class's direct page stays empty: the page has nothing more to give).
+void* one_block_pop(heap* h, page* pg) noexcept {
+  list_remove(h->queue[pg->size_class], pg);
+  return one_block_serve(h, pg);
+}
+
+// A block of one-block class cls from a kept span, or nullptr.  A span up to a quarter longer
+// than the class needs serves: with the class's own length only, E1's large band missed often
+// enough that its spans drifted through the segments as with no bins at all (peak RSS 114 MiB,
+// against 31 with the bound); with half as long again (rpmalloc's bound), a thread that writes
+// all of its blocks (thread churn) kept more of each span resident than its block used (peak RSS
+// 49.2 MiB against 47.2 with a quarter, which also ran E1's large band 1.06x / 1.11x as fast; 9
+// interleaved rounds).
+void* bin_alloc(heap* h, size_t cls) noexcept {
+  uint32_t now = ++h->one_block_allocs;
+  size_t n = page_slices(cls);
+  size_t m = bin_find(h, n, std::min(n + n / 4, bin_slices_max));
+  if (m == 0) return nullptr;
+  h->bin_served_at[m] = now;
+  // The newest span of the bin, with its class and block, from the heap's arrays.
+  size_t k = h->bin_count[m] - 1u;
+  page* pg = h->bins[m][k];
+  block* b = h->bin_block[m][k];
+  bool same = h->bin_class[m][k] == cls;
+  bin_drop(h, m, k);
+  h->spare_bytes -= m << slice_shift;
+  if (same) {
+    // The same class: the page keeps its block where it was (a new colour at each reuse, as a
+    // new span gets, made E1's large band 0.77x as fast), carved already.  Its state is known
+    // (bin_put): one block, free, its frees counted, flags in_use and spare (perhaps idle or
+    // has_aligned).  So the page struct, cold by now, is only written, never read: a read of it
+    // stalled malloc until it came from memory (the largest share of E1's large band's samples).
+    // The hardened build pops it the checked way.
+    STRATA_ASSERT((pg->free ? pg->free : pg->local_free) == b && pg->used == 0 && pg->frees == 0);
+    if constexpr (!secure) {
+      pg->free = pg->local_free = nullptr;
+      *page_counts(pg) = 1;  // used 1, frees 0
+      pg->flags.store(page_flag::in_use | page_flag::loose, std::memory_order_relaxed);
+      b->canary = 0;
+      h->alloc_count[cls].add();
+      return b;
+    }
+    pg->free = b;
+    pg->local_free = nullptr;
+    flags_clear(pg, page_flag::spare | page_flag::has_aligned | page_flag::idle);
+  } else {
+    flags_clear(pg, page_flag::spare);
+    page_reshape(pg, cls);
+  }
+  return one_block_serve(h, pg);
 }
 
 // The slow path's walk of cls's queue, then its remote frees, then a new span.  Entered again,
@@ -539,7 +642,7 @@ void* one_block_serve(heap* h, size_t cls, page* pg) noexcept {
 // becomes the free list) is for a direct page whose free list ran out (it lost the other list).
 void* heap_alloc_walk(heap* h, size_t cls) noexcept {
   if (cls >= one_block_class_min)
-    if (page* pg = bin_take(h, cls)) return one_block_serve(h, cls, pg);
+    if (void* b = bin_alloc(h, cls)) return b;
   page_list& q = h->queue[cls];
   // The direct page first, then the rest of the queue; pages without a free block go to the
   // full list.
@@ -585,7 +688,7 @@ void* heap_alloc_walk(heap* h, size_t cls) noexcept {
     errno = ENOMEM;
     return nullptr;
   }
-  if (pg->reserved == 1) return one_block_serve(h, cls, pg);
+  if (pg->reserved == 1) return one_block_serve(h, pg);
   page_extend(pg);
   list_push_front(q, pg);
   set_direct(h, cls, pg);
@@ -597,11 +700,11 @@ void heap_abandon(heap* h) noexcept {
   foreign_flush(h);
   huge_spare_release(h);
   remote_flush(h);
+  collect_remote_loose(h);  // into the bins and queues, which are emptied next
   bins_clear(h);
   // Empty now, unless a fork caught another thread inside a bin operation (bins_release): the
-  // heap's next thread starts with empty bins either way (a span left listed is still in use in
-  // its segment, where whoever adopts the segment finds it empty and takes it back).
-  for (page_list& bin : h->bins) bin = page_list{};
+  // heap's next thread starts with empty bins either way (a span left uncounted is still in use
+  // in its segment, where whoever adopts the segment finds it empty and takes it back).
   std::fill(std::begin(h->bin_count), std::end(h->bin_count), uint8_t{0});
   std::fill(std::begin(h->bin_mask), std::end(h->bin_mask), uint64_t{0});
   for (size_t c = 0; c < size_class_count; ++c) {
@@ -621,6 +724,7 @@ void heap_abandon(heap* h) noexcept {
     h->spare_count[c] = 0;  // 0 already, but for a heap a fork caught mid-operation (above)
   }
   h->spare_bytes = 0;
+  h->remote_loose.store(0, std::memory_order_relaxed);  // its loose pages leave with their segments
   segments_abandon(h);
   for (size_t i = 0; i < small_slots; ++i) {
     g_retired.alloc_count[small_classes.cls[i]].fetch_add(h->alloc_small[i].get(), std::memory_order_relaxed);
@@ -760,50 +864,64 @@ void foreign_flush(heap* h) noexcept {
   remote_flush(h);
 }
 
-void page_local_event(heap* h, page* pg) noexcept {
+namespace {
+// A one-block page's block came back to its owner: the page keeps its span in a bin while the bin
+// and the spare budget allow (the bins above); one that is not kept leaves for its segment.  Apart
+// from the pages of many blocks (page_event_many): E1's large band, a one-block page emptied at
+// every free, paid the larger function's frame.
+STRATA_NOINLINE void one_block_back(heap* h, page* pg) noexcept {
+  page_block_back(pg);
+  if (bin_put(h, pg)) {
+    // The purge check at every 8th span kept, not at each: with a pass scheduled (as it is from
+    // the first span kept), each check reads the time-stamp counter (about 10 ns on the lab's
+    // VM), once per free on E1's large band.  With the same-class reuse that skips the carve
+    // (bin_alloc), 1.26x [1.06-1.44] / 1.24x [1.12-1.32] on e1-large at 1/2 threads, 7
+    // interleaved rounds, the peak RSS within 2 %.
+    heap_schedule_purge(h);
+    if ((++h->bin_puts & 7) == 0) heap_maybe_purge(h);
+    return;
+  }
+  page_free_span(h, pg);
+  heap_schedule_purge(h);
+  heap_maybe_purge(h);
+}
+
+// Pages of many blocks: a page emptied or no longer full.
+STRATA_NOINLINE void page_event_many(heap* h, page* pg) noexcept {
   size_t cls = pg->size_class;
   bool full = flags_of(pg) & page_flag::in_full;
   if (pg->used == 0) {
     page_block_back(pg);
-    // A one-block page keeps its span in a bin while the bin and the spare budget allow (the
-    // bins above); one that is not kept leaves the full list straight for its segment.
-    if (pg->reserved == 1) {
-      if (bin_put(h, pg)) {
-        // The purge check at every 8th span kept, not at each: with a pass scheduled (as it is
-        // from the first span kept), each check reads the time-stamp counter (about 10 ns on
-        // the lab's VM), once per free on E1's large band.  With the same-class reuse that
-        // skips the carve (bin_take), 1.26x [1.06-1.44] / 1.24x [1.12-1.32] on e1-large at 1/2
-        // threads, 7 interleaved rounds, the peak RSS within 2 %.
-        heap_schedule_purge(h);
-        if ((++h->bin_puts & 7) == 0) heap_maybe_purge(h);
-        return;
-      }
-      page_free_span(h, pg);
-    } else {
-      // A class of many blocks to a page keeps one empty page (a spare) for its next
-      // allocations, sparing a span round trip to a thread that frees and allocates blocks of
-      // one size over and over.  Any other page that empties gives its span back to the segment
-      // at once, where any class can reuse its already-touched slices: keeping every empty page
-      // until the purge pass made the other classes touch fresh memory meanwhile (E1 large band:
-      // peak RSS 1.27x mimalloc's).
-      const page_list& q = h->queue[cls];
-      bool keep = (flags_of(pg) & page_flag::spare) || (full ? q.first == nullptr : q.first == pg && pg->next == nullptr);
-      if (!keep && h->spare_count[cls] == 0 && h->spare_bytes + span_bytes(pg) <= spare_budget) {
-        flags_set(pg, page_flag::spare);
-        h->spare_count[cls]++;
-        h->spare_bytes += span_bytes(pg);
-        keep = true;
-      }
-      if (!keep)
-        page_free_span(h, pg);
-      else if (full)
-        page_unfull(h, pg);
+    // A class of many blocks to a page keeps one empty page (a spare) for its next allocations,
+    // sparing a span round trip to a thread that frees and allocates blocks of one size over and
+    // over.  Any other page that empties gives its span back to the segment at once, where any
+    // class can reuse its already-touched slices: keeping every empty page until the purge pass
+    // made the other classes touch fresh memory meanwhile (E1 large band: peak RSS 1.27x
+    // mimalloc's).
+    const page_list& q = h->queue[cls];
+    bool keep = (flags_of(pg) & page_flag::spare) || (full ? q.first == nullptr : q.first == pg && pg->next == nullptr);
+    if (!keep && h->spare_count[cls] == 0 && h->spare_bytes + span_bytes(pg) <= spare_budget) {
+      flags_set(pg, page_flag::spare);
+      h->spare_count[cls]++;
+      h->spare_bytes += span_bytes(pg);
+      keep = true;
     }
+    if (!keep)
+      page_free_span(h, pg);
+    else if (full)
+      page_unfull(h, pg);
     heap_schedule_purge(h);
   } else if (full) {
     page_unfull(h, pg);
   }
   heap_maybe_purge(h);
+}
+}  // namespace
+
+void page_local_event(heap* h, page* pg) noexcept {
+  // A one-block page is here only with its block back (used 0): it is never full with one out.
+  if (pg->reserved == 1 && pg->used == 0) return one_block_back(h, pg);
+  page_event_many(h, pg);
 }
 
 void heap_thread_done(void* arg) noexcept {
@@ -888,6 +1006,7 @@ void* malloc_slow(size_t cls) noexcept {
 void heap_trim(heap* h, bool force) noexcept {
   foreign_flush(h);
   remote_flush(h);
+  collect_remote_loose(h);
   if (force) {
     while (segment* seg = segment_take_abandoned()) heap_adopt_segment(h, seg);
   }

@@ -204,8 +204,12 @@ inline uint32_t page_collect(heap* h, page* pg) noexcept {
 // Pushes the chain head..tail of n blocks of pg (another heap's page) onto its thread_free list
 // and tells the owner, if any.
 inline void page_push_remote(page* pg, block* head, block* tail, uint32_t n) noexcept {
-  heap* owner = segment_of(pg)->owner.load(std::memory_order_acquire);
+  segment* seg = segment_of(pg);
+  heap* owner = seg->owner.load(std::memory_order_acquire);
   size_t cls = pg->size_class;
+  // Read before the push: once pushed, the owner may take the block back and the page with it.
+  // The flag cannot change before that: only the owner clears it, when the block is back.
+  bool loose = flags_of(pg) & page_flag::loose;
   STRATA_ASSERT_INTERNAL((reinterpret_cast<uintptr_t>(head) >> remote_count_shift) == 0);
   uintptr_t old = pg->thread_free.load(std::memory_order_relaxed);
   uintptr_t pushed;
@@ -214,10 +218,26 @@ inline void page_push_remote(page* pg, block* head, block* tail, uint32_t n) noe
     pushed = reinterpret_cast<uintptr_t>(head) |
              ((old & ~((uintptr_t{1} << remote_count_shift) - 1)) + (uintptr_t{n} << remote_count_shift));
   } while (!pg->thread_free.compare_exchange_weak(old, pushed, std::memory_order_release, std::memory_order_relaxed));
+  if (owner == nullptr) return;
   // Heaps are never unmapped, so the hint is safe even if the owner exited meanwhile.  Read
   // first: a store to a hint already set would still take the owner's cache line.
-  if (owner && !owner->remote_hint[cls].load(std::memory_order_relaxed)) {
-    owner->remote_hint[cls].store(1, std::memory_order_release);
+  std::atomic<uint8_t>* hint = &owner->remote_hint[cls];
+  if (STRATA_UNLIKELY(loose)) {
+    // A loose page is on no list the owner walks: its bit in the segment says where it is.  The
+    // bit after the push, the hint after the bit, all sequentially consistent: an owner that
+    // takes the hint (collect_remote_all) sees the bit, and one that took it before this push's
+    // hint check leaves the hint set for the next collection.
+    size_t idx = slice_index(seg, pg);
+    seg->loose_remote[idx / 64].fetch_or(uint64_t{1} << (idx % 64), std::memory_order_seq_cst);
+    hint = &owner->remote_loose;
+    if (!hint->load(std::memory_order_seq_cst)) {
+      hint->store(1, std::memory_order_seq_cst);
+      owner->remote_any.store(1, std::memory_order_seq_cst);
+    }
+    return;
+  }
+  if (!hint->load(std::memory_order_relaxed)) {
+    hint->store(1, std::memory_order_release);
     if (!owner->remote_any.load(std::memory_order_relaxed)) owner->remote_any.store(1, std::memory_order_release);
   }
 }

@@ -85,6 +85,10 @@ constexpr uint8_t spare = 16;
 // An empty page in its queue that was empty already at the heap's last purge pass and has had no
 // block back since (page_block_back): the next pass gives its span back (heap_purge).
 constexpr uint8_t idle = 32;
+// A one-block page whose block is out, on none of the heap's lists (heap.cpp one_block_serve):
+// its owner's free of the block finds it through free's fast path, another thread's free
+// through its segment's loose_remote bits.
+constexpr uint8_t loose = 64;
 }  // namespace page_flag
 
 // Two cache lines: the first holds what the owner writes on every malloc and free (and the
@@ -158,6 +162,10 @@ struct segment {
   uint64_t dirty_bits[bitmap_words];  // 1 = slice may hold physical memory
   uint64_t purge_bits[bitmap_words];  // free and dirty at the last purge pass: purged at the next
   uint64_t purged_bits[bitmap_words];  // purged and not used since (a reuse is a refault)
+  // Loose pages (page_flag::loose) whose block another thread freed: set by the freeing thread
+  // after its push (page_push_remote), taken by the owner (collect_remote_loose).  On a line of
+  // its own: the owner writes the bitmaps above at every span it takes or gives back.
+  alignas(64) std::atomic<uint64_t> loose_remote[bitmap_words];
   page pages[slices_per_segment];
 };
 // The header (the page table: 512 pages of 128 bytes, and the bitmaps) takes the first two slices.
@@ -345,6 +353,7 @@ struct heap {
   page_list full[size_class_count];         // pages found full
   std::atomic<uint8_t> remote_hint[size_class_count];  // a remote free hit this class
   std::atomic<uint8_t> remote_any;          // some remote_hint was set since collect_remote_all
+  std::atomic<uint8_t> remote_loose;        // a remote free hit a loose page (segment::loose_remote)
   uint8_t spare_count[size_class_count] = {};  // pages flagged page_flag::spare in queue, per class
   remote_batch remote[remote_batch_slots] = {};  // frees into other heaps' pages, not yet pushed
   size_t remote_pending = 0;                // bytes in `remote`
@@ -373,12 +382,17 @@ struct heap {
   segment* huge_spare = nullptr;            // the last huge mapping its thread freed (huge_free), for its next
   page foreign[foreign_classes] = {};       // other heaps' blocks freed here, for reuse (foreign_put)
   // Empty one-block pages kept with their spans (flagged page_flag::spare), by the span's length
-  // in slices, newest first: any one-block class whose block the span holds reuses it (heap.cpp
-  // bin_take).  bin_mask has bit m set while bins[m] has a page.
-  page_list bins[bin_slices_max + 1];
+  // in slices, oldest first, each with its size class and its block: any one-block class whose
+  // block the span holds reuses it (heap.cpp bin_alloc).  Arrays in the heap, not lists through
+  // the pages: a kept span's page struct is cold when the span is taken again, and a list made
+  // each put and take read it and write its neighbour's (docs/design.md).  bin_mask has bit m
+  // set while bins[m] has a page.
+  page* bins[bin_slices_max + 1][bin_length_max] = {};
+  block* bin_block[bin_slices_max + 1][bin_length_max] = {};
+  uint8_t bin_class[bin_slices_max + 1][bin_length_max] = {};
   uint8_t bin_count[bin_slices_max + 1] = {};
   uint64_t bin_mask[bin_mask_words] = {};
-  // One-block allocations so far (bin_take's calls), and its value when each bin last served one
+  // One-block allocations so far (bin_alloc's calls), and its value when each bin last served one
   // (0: never): a bin that served none of the last bin_hot_allocs is cold, and gives way before
   // fresh memory (heap_span_alloc).
   uint32_t one_block_allocs = 0;

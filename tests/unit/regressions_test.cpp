@@ -886,13 +886,86 @@ TEST(Issue10Pages, TheOneBlockPageFreedLastServesItsClassFirst) {
     void* p = strata_malloc(size);
     EXPECT_EQ(p, b) << "the older spare served first";
     page* pg = page_lookup(p);
-    EXPECT_TRUE(flags_of(pg) & page_flag::in_full) << "a page whose only block is out stayed in the queue";
+    EXPECT_TRUE((flags_of(pg) & page_flag::loose) && !(flags_of(pg) & page_flag::in_full))
+        << "a page whose only block is out is on a list (it is loose: on none)";
     void* q = strata_malloc(size);
     EXPECT_EQ(q, a);
     EXPECT_TRUE(strata_heap_check());
     strata_free(p);
     strata_free(q);
     strata_free(c);
+    EXPECT_TRUE(strata_heap_check());
+  }).join();
+}
+
+// Issue 10 (E1's large band): a one-block page whose block is out is on no list (loose), so
+// another thread's free of its block reaches the owner through the segment's loose_remote bits.
+// Without them the page stayed in use after the free, its span never given back: the owner's
+// next collection (here a huge request's) must free it, whether or not the owner allocates the
+// class again.
+TEST(Issue10Pages, AnotherThreadsFreeOfALoosePagesBlockGivesItsSpanBack) {
+  std::thread([] {
+    using namespace strata::detail;
+    constexpr size_t size = 600 * 1024;
+    void* keep = strata_malloc(size);  // keeps the segment in use
+    void* p = strata_malloc(size);
+    ASSERT_TRUE(keep && p);
+    ASSERT_TRUE(flags_of(page_lookup(p)) & page_flag::loose);
+    std::thread([p] { strata_free(p); }).join();
+    EXPECT_NE(page_lookup(p), nullptr) << "the owner has not collected yet";
+    void* huge = strata_malloc(6u << 20);  // collect_remote_all before a huge mapping
+    ASSERT_NE(huge, nullptr);
+    EXPECT_EQ(page_lookup(p), nullptr) << "the span of the remotely freed block is still in use";
+    EXPECT_TRUE(strata_heap_check());
+    strata_free(huge);
+    strata_free(keep);
+    EXPECT_TRUE(strata_heap_check());
+  }).join();
+}
+
+// The same, with the owner gone before the free: the block waits in the abandoned segment, and
+// a thread that takes the segment over finds the page empty (no loose page is left behind).
+TEST(Issue10Pages, ALoosePageOfAnExitedThreadIsFreedIntoItsAbandonedSegment) {
+  using namespace strata::detail;
+  std::vector<void*> left = allocate_in_a_thread_that_exits(3, 600 * 1024);
+  for (void* p : left) ASSERT_NE(p, nullptr);
+  for (void* p : left) strata_free(p);
+  std::thread([] {
+    std::vector<void*> mine;
+    for (int i = 0; i < 8; ++i) mine.push_back(strata_malloc(600 * 1024));
+    EXPECT_TRUE(strata_heap_check());
+    for (void* p : mine) strata_free(p);
+    strata_collect(true);
+    EXPECT_TRUE(strata_heap_check());
+  }).join();
+}
+
+// Kept spans sit in arrays by span length, oldest first, with their classes: a span goes back
+// from the middle of its bin (the purge pass, strata_collect) and the rest keep their order.
+TEST(Issue10Pages, AKeptSpanLeavesItsBinFromAnyPlace) {
+  std::thread([] {
+    using namespace strata::detail;
+    constexpr size_t size = 600 * 1024;
+    void* b[4];
+    for (void*& p : b) p = strata_malloc(size);
+    for (void* p : b) ASSERT_NE(p, nullptr);
+    for (void* p : b) strata_free(p);  // b[3] newest
+    page* pg = page_lookup(b[1]);
+    size_t m = pg->slice_count;
+    heap* h = tl_heap;
+    ASSERT_EQ(h->bin_count[m], 4u);
+    EXPECT_EQ(h->bins[m][0], page_lookup(b[0]));
+    EXPECT_EQ(h->bins[m][3], page_lookup(b[3]));
+    void* p = strata_malloc(size);
+    EXPECT_EQ(p, b[3]) << "the newest kept span serves first";
+    EXPECT_EQ(h->bin_count[m], 3u);
+    EXPECT_TRUE(strata_heap_check());
+    strata_free(p);
+    strata_collect(false);
+    EXPECT_TRUE(strata_heap_check());
+    strata_collect(true);
+    EXPECT_EQ(h->bin_count[m], 0u);
+    EXPECT_EQ(h->bin_mask[m / 64] & (uint64_t{1} << (m % 64)), 0u);
     EXPECT_TRUE(strata_heap_check());
   }).join();
 }
