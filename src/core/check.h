@@ -16,8 +16,10 @@ bool page_is_valid(const page* pg) noexcept;
 // page map names each span's page for its slices and nothing for free slices.
 bool segment_is_valid(const segment* seg) noexcept;
 // Every page of h's queues and full lists is valid, in use, of its list's class, on the full
-// list exactly when flagged in_full, owned by h; direct pages are first in their queues; every
-// page in use in h's segments is on one list; every segment is valid and owned by h.
+// list exactly when flagged in_full, owned by h; direct pages are first in their queues; each
+// bin's spans are empty one-block pages of its length, with the class and block the bin says;
+// every page in use in h's segments is on one list or in one bin, or loose (a one-block page with
+// its block out); every segment is valid and owned by h.
 bool heap_is_valid(const heap* h) noexcept;
 
 }  // namespace strata::detail

@@ -481,10 +481,13 @@ void heap_schedule_purge(heap* h) noexcept {
 namespace {
 // The loose pages of h's that other threads freed into (page_push_remote marks them in their
 // segments): collected, and the span of each, empty now, given back to its segment, as
-// collect_remote_hinted gives back an emptied one-block page's (the thread that allocates the
-// class keeps its own frees' spans in its bins; these it may not allocate again).  A segment
-// emptied so is released after its bits are walked, not under the walk.  The hint is taken
-// first and the bits after it, both sequentially consistent (page_push_remote says why).
+// collect_remote_hinted gives back an emptied one-block page's.  Kept in the bins instead, a
+// producer's spans (its blocks freed by a consumer, 128 KiB-1 MiB, each written whole) ran
+// 0.83x as fast at 2.8x the peak RSS and 3x the faults: a span kept by length serves only
+// lengths up to a quarter shorter, and the producer touched fresh memory beside them, where
+// spans given back merge and are cut again in place.  A segment emptied so is released after its
+// bits are walked, not under the walk.  The hint is taken first and the bits after it, both
+// sequentially consistent (page_push_remote says why).
 void collect_remote_loose(heap* h) noexcept {
   if (!h->remote_loose.load(std::memory_order_relaxed) || !h->remote_loose.exchange(0, std::memory_order_seq_cst)) return;
   for (segment* seg = h->segments; seg;) {

@@ -224,15 +224,16 @@ inline void page_push_remote(page* pg, block* head, block* tail, uint32_t n) noe
   std::atomic<uint8_t>* hint = &owner->remote_hint[cls];
   if (STRATA_UNLIKELY(loose)) {
     // A loose page is on no list the owner walks: its bit in the segment says where it is.  The
-    // bit after the push, the hint after the bit, all sequentially consistent: an owner that
-    // takes the hint (collect_remote_all) sees the bit, and one that took it before this push's
-    // hint check leaves the hint set for the next collection.
+    // bit after the push, then the hint, the bit's update and the hint's load sequentially
+    // consistent: if this load finds the hint set, the owner's exchange of it (collect_remote_
+    // loose, also sequentially consistent) comes later and its walk sees the bit; if not, the
+    // hint stored here (release: after the bit) waits for the next collection.
     size_t idx = slice_index(seg, pg);
     seg->loose_remote[idx / 64].fetch_or(uint64_t{1} << (idx % 64), std::memory_order_seq_cst);
     hint = &owner->remote_loose;
     if (!hint->load(std::memory_order_seq_cst)) {
-      hint->store(1, std::memory_order_seq_cst);
-      owner->remote_any.store(1, std::memory_order_seq_cst);
+      hint->store(1, std::memory_order_release);
+      if (!owner->remote_any.load(std::memory_order_relaxed)) owner->remote_any.store(1, std::memory_order_release);
     }
     return;
   }
