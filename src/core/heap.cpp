@@ -593,6 +593,20 @@ void* one_block_pop(heap* h, page* pg) noexcept {
   return one_block_serve(h, pg);
 }
 
+// A kept span (pg, holding block b) taken for a block of class cls, when bin_alloc cannot hand b
+// out at once: another class (laid out afresh), or the hardened build (the checked pop).
+STRATA_NOINLINE void* bin_serve(heap* h, page* pg, block* b, size_t cls, bool same) noexcept {
+  if (same) {
+    pg->free = b;
+    pg->local_free = nullptr;
+    flags_clear(pg, page_flag::spare | page_flag::has_aligned | page_flag::idle);
+  } else {
+    flags_clear(pg, page_flag::spare);
+    page_reshape(pg, cls);
+  }
+  return one_block_serve(h, pg);
+}
+
 // A block of one-block class cls from a kept span, or nullptr.  A span up to a quarter longer
 // than the class needs serves: with the class's own length only, E1's large band missed often
 // enough that its spans drifted through the segments as with no bins at all (peak RSS 114 MiB,
@@ -613,30 +627,20 @@ void* bin_alloc(heap* h, size_t cls) noexcept {
   bool same = h->bin_class[m][k] == cls;
   bin_drop(h, m, k);
   h->spare_bytes -= m << slice_shift;
-  if (same) {
-    // The same class: the page keeps its block where it was (a new colour at each reuse, as a
-    // new span gets, made E1's large band 0.77x as fast), carved already.  Its state is known
-    // (bin_put): one block, free, its frees counted, flags in_use and spare (perhaps idle or
-    // has_aligned).  So the page struct, cold by now, is only written, never read: a read of it
-    // stalled malloc until it came from memory (the largest share of E1's large band's samples).
-    // The hardened build pops it the checked way.
-    STRATA_ASSERT((pg->free ? pg->free : pg->local_free) == b && pg->used == 0 && pg->frees == 0);
-    if constexpr (!secure) {
-      pg->free = pg->local_free = nullptr;
-      *page_counts(pg) = 1;  // used 1, frees 0
-      pg->flags.store(page_flag::in_use | page_flag::loose, std::memory_order_relaxed);
-      b->canary = 0;
-      h->alloc_count[cls].add();
-      return b;
-    }
-    pg->free = b;
-    pg->local_free = nullptr;
-    flags_clear(pg, page_flag::spare | page_flag::has_aligned | page_flag::idle);
-  } else {
-    flags_clear(pg, page_flag::spare);
-    page_reshape(pg, cls);
-  }
-  return one_block_serve(h, pg);
+  // The same class: the page keeps its block where it was (a new colour at each reuse, as a new
+  // span gets, made E1's large band 0.77x as fast), carved already.  Its state is known
+  // (bin_put): one block, free, its frees counted, flags in_use and spare (perhaps idle or
+  // has_aligned).  So the page struct, cold by now, is only written, never read: a read of it
+  // stalled malloc until it came from memory (the largest share of E1's large band's samples).
+  // The hardened build pops it the checked way.
+  if (secure || !same) return bin_serve(h, pg, b, cls, same);
+  STRATA_ASSERT((pg->free ? pg->free : pg->local_free) == b && pg->used == 0 && pg->frees == 0);
+  pg->free = pg->local_free = nullptr;
+  *page_counts(pg) = 1;  // used 1, frees 0
+  pg->flags.store(page_flag::in_use | page_flag::loose, std::memory_order_relaxed);
+  b->canary = 0;
+  h->alloc_count[cls].add();
+  return b;
 }
 
 // The slow path's walk of cls's queue, then its remote frees, then a new span.  Entered again,
@@ -872,21 +876,22 @@ namespace {
 // and the spare budget allow (the bins above); one that is not kept leaves for its segment.  Apart
 // from the pages of many blocks (page_event_many): E1's large band, a one-block page emptied at
 // every free, paid the larger function's frame.
-STRATA_NOINLINE void one_block_back(heap* h, page* pg) noexcept {
-  page_block_back(pg);
-  if (bin_put(h, pg)) {
-    // The purge check at every 8th span kept, not at each: with a pass scheduled (as it is from
-    // the first span kept), each check reads the time-stamp counter (about 10 ns on the lab's
-    // VM), once per free on E1's large band.  With the same-class reuse that skips the carve
-    // (bin_alloc), 1.26x [1.06-1.44] / 1.24x [1.12-1.32] on e1-large at 1/2 threads, 7
-    // interleaved rounds, the peak RSS within 2 %.
-    heap_schedule_purge(h);
-    if ((++h->bin_puts & 7) == 0) heap_maybe_purge(h);
-    return;
-  }
+STRATA_NOINLINE void one_block_release(heap* h, page* pg) noexcept {
   page_free_span(h, pg);
   heap_schedule_purge(h);
   heap_maybe_purge(h);
+}
+
+STRATA_NOINLINE void one_block_back(heap* h, page* pg) noexcept {
+  page_block_back(pg);
+  if (!bin_put(h, pg)) return one_block_release(h, pg);
+  // The purge check at every 8th span kept, not at each: with a pass scheduled (as it is from the
+  // first span kept), each check reads the time-stamp counter (about 10 ns on the lab's VM), once
+  // per free on E1's large band.  With the same-class reuse that skips the carve (bin_alloc),
+  // 1.26x [1.06-1.44] / 1.24x [1.12-1.32] on e1-large at 1/2 threads, 7 interleaved rounds, the
+  // peak RSS within 2 %.
+  heap_schedule_purge(h);
+  if ((++h->bin_puts & 7) == 0) heap_maybe_purge(h);
 }
 
 // Pages of many blocks: a page emptied or no longer full.
