@@ -106,10 +106,15 @@ bool heap_is_valid(const heap* h) noexcept {
     if (kept > bin_length_max) return broken("bin holds more spans than its bound", h);
     if ((kept != 0) != ((h->bin_mask[m / 64] >> (m % 64)) & 1)) return broken("bin count and mask disagree", h);
     for (size_t i = 0; i < kept; ++i) {
-      const page* pg = h->bins[m][i];
+      const block* b = h->bins[m][i];
+      const segment* seg = segment_of(b);
+      const page* pg = &seg->pages[(reinterpret_cast<uintptr_t>(b) - reinterpret_cast<uintptr_t>(seg)) >> slice_shift];
+      // The bins find a kept span's page from its block (heap.cpp kept_page): the block must lie
+      // in the span's first slice, whose page the page map names.
+      if (page_map_ready() && page_lookup(b) != pg) return broken("bin holds a block outside its span's first slice", b);
       if (pg->slice_count != m || pg->reserved != 1) return broken("bin holds a page of another span length", pg);
       if (h->bin_class[m][i] != pg->size_class) return broken("bin's class of a page disagrees with the page", pg);
-      if (h->bin_block[m][i] != (pg->free ? pg->free : pg->local_free)) return broken("bin's block of a page is not the page's free block", pg);
+      if (b != (pg->free ? pg->free : pg->local_free)) return broken("bin's block of a page is not the page's free block", pg);
       if ((flags_of(pg) & (page_flag::spare | page_flag::in_full | page_flag::loose)) != page_flag::spare || !page_is_empty(pg))
         return broken("bin holds a page in use", pg);
       if (segment_of(pg)->owner.load(std::memory_order_relaxed) != h) return broken("bin page of another heap's segment", pg);

@@ -155,12 +155,20 @@ void page_unlist(heap* h, page* pg) noexcept {
 constexpr size_t one_block_class_min = size_class_of_computed(one_block_page_min) + 1;
 static_assert(class_size(one_block_class_min - 1) == one_block_page_min && one_block_class_min == slice_class_first);
 
-// Takes the page at index i of bin m out of it (the newer ones move down one).
+// The page of a kept span, from its one block: a one-block page's block starts in its span's
+// first slice (its colour is under 4 KiB), whose entry in the segment's page table is the page.
+// The bins keep the block alone, not the page too: half the arrays (a heap of 47 KiB, not 80;
+// 15 KiB before the arrays).
+inline page* kept_page(const block* b) noexcept {
+  segment* seg = segment_of(b);
+  return &seg->pages[(reinterpret_cast<uintptr_t>(b) - reinterpret_cast<uintptr_t>(seg)) >> slice_shift];
+}
+
+// Takes the span at index i of bin m out of it (the newer ones move down one).
 void bin_drop(heap* h, size_t m, size_t i) noexcept {
   size_t n = --h->bin_count[m];
   for (; i < n; ++i) {
     h->bins[m][i] = h->bins[m][i + 1];
-    h->bin_block[m][i] = h->bin_block[m][i + 1];
     h->bin_class[m][i] = h->bin_class[m][i + 1];
   }
   if (n == 0) h->bin_mask[m / 64] &= ~(uint64_t{1} << (m % 64));
@@ -170,7 +178,7 @@ void bin_drop(heap* h, size_t m, size_t i) noexcept {
 void bin_remove(heap* h, page* pg) noexcept {
   size_t m = pg->slice_count;
   for (size_t i = h->bin_count[m]; i-- > 0;)
-    if (h->bins[m][i] == pg) return bin_drop(h, m, i);
+    if (kept_page(h->bins[m][i]) == pg) return bin_drop(h, m, i);
   STRATA_ASSERT(false && "a page flagged as a kept span is in no bin");
 }
 
@@ -189,8 +197,9 @@ bool bin_put(heap* h, page* pg) noexcept {
     flags_set(pg, page_flag::spare);
   }
   // Its one block, on either list (bin_alloc hands it out without reading the page).
-  h->bin_block[m][n] = pg->free ? pg->free : pg->local_free;
-  h->bins[m][n] = pg;
+  block* b = pg->free ? pg->free : pg->local_free;
+  STRATA_ASSERT(kept_page(b) == pg);
+  h->bins[m][n] = b;
   h->bin_class[m][n] = pg->size_class;
   h->bin_count[m] = static_cast<uint8_t>(n + 1);
   h->bin_mask[m / 64] |= uint64_t{1} << (m % 64);
@@ -228,7 +237,7 @@ size_t bin_find(const heap* h, size_t lo, size_t hi) noexcept {
 void bins_release(heap* h) noexcept {
   for_each_bin(h, [h](size_t len) {
     while (size_t n = h->bin_count[len]) {
-      page* pg = h->bins[len][n - 1];
+      page* pg = kept_page(h->bins[len][n - 1]);
       bin_drop(h, len, n - 1);
       if (flags_of(pg) & page_flag::spare) page_release(h, pg);
     }
@@ -250,7 +259,7 @@ bool bins_release_cold(heap* h) noexcept {
   bool any = false;
   for_each_bin(h, [h, &any](size_t len) {
     if (h->bin_served_at[len] != 0 && h->one_block_allocs - h->bin_served_at[len] <= bin_hot_allocs) return;
-    while (size_t n = h->bin_count[len]) page_free_span(h, h->bins[len][n - 1]);
+    while (size_t n = h->bin_count[len]) page_free_span(h, kept_page(h->bins[len][n - 1]));
     any = true;
   });
   return any;
@@ -314,7 +323,7 @@ void heap_purge(heap* h, bool force) noexcept {
   };
   // Each bin from its newest: a span given back moves only the ones already seen.
   for_each_bin(h, [h, &age](size_t len) {
-    for (size_t i = h->bin_count[len]; i-- > 0;) age(h->bins[len][i]);
+    for (size_t i = h->bin_count[len]; i-- > 0;) age(kept_page(h->bins[len][i]));
   });
   for (size_t c = 0; c < size_class_count; ++c) {
     for (page* pg = h->queue[c].first; pg;) {
@@ -419,7 +428,7 @@ page* heap_span_alloc(heap* h, size_t cls) noexcept {
     spares_release(h, false);
     if (page* pg = span_alloc_owned(h, cls, true)) return pg;
     if (size_t m = bin_find(h, page_slices(cls), bin_slices_max)) {
-      page_free_span(h, h->bins[m][0]);  // the oldest
+      page_free_span(h, kept_page(h->bins[m][0]));  // the oldest
       if (page* pg = span_alloc_owned(h, cls, true)) return pg;
     } else if (bins_release_cold(h)) {
       if (page* pg = span_alloc_owned(h, cls, true)) return pg;
@@ -474,10 +483,6 @@ void heap_schedule_purge(heap* h) noexcept {
   if (h->purge_due_ms == 0 || due < h->purge_due_ms) h->purge_due_ms = due;
 }
 
-// Remote frees into the classes h no longer allocates from: a thread that hands its blocks to
-// another and moves on to other sizes would otherwise keep those pages (and their memory,
-// neither reused nor purged) until it allocates their class again (issue 13's phases program
-// under a memory limit: 1.2 GB committed for 161 MB live).
 namespace {
 // The loose pages of h's that other threads freed into (page_push_remote marks them in their
 // segments): collected, and the span of each, empty now, given back to its segment, as
@@ -514,6 +519,10 @@ void collect_remote_loose(heap* h) noexcept {
 }
 }  // namespace
 
+// Remote frees into the classes h no longer allocates from: a thread that hands its blocks to
+// another and moves on to other sizes would otherwise keep those pages (and their memory,
+// neither reused nor purged) until it allocates their class again (issue 13's phases program
+// under a memory limit: 1.2 GB committed for 161 MB live).
 void collect_remote_all(heap* h) noexcept {
   if (!h->remote_any.load(std::memory_order_relaxed) || !h->remote_any.exchange(0, std::memory_order_acq_rel)) return;
   collect_remote_loose(h);
@@ -576,10 +585,12 @@ void page_to_full(heap* h, page* pg) noexcept {
 // A new or kept span's one-block page, on no list: its block goes out and the page stays on no
 // list (loose) while the block is out.  On the full list, as before, the owner's free of the
 // block took free's slow path (the full bit in owner_tid) and both calls moved the page on and
-// off the list: E1's large band, whose every block is a one-block page's, ran XXX.  Nothing
-// needs the list: the owner's free finds the page through the page map, another thread's free
-// marks it in its segment (page_push_remote, collect_remote_loose), and a segment abandoned or
-// adopted is walked by its pages, not by the lists.
+// off the list, writing the neighbours' links.  Nothing needs the list: the owner's free finds
+// the page through the page map, another thread's free marks it in its segment
+// (page_push_remote, collect_remote_loose), and a segment abandoned or adopted is walked by its
+// pages, not by the lists.  Alone it saved 65 instructions an operation on E1's large band but
+// no time (0.97x [0.95-1.14]); with the bins as arrays and bin_alloc's blind serve, 1.10x /
+// 1.12x at 1/2 threads (docs/design.md).
 void* one_block_serve(heap* h, page* pg) noexcept {
   if (pg->free == nullptr) page_extend(pg);
   flags_set(pg, page_flag::loose);
@@ -622,8 +633,8 @@ void* bin_alloc(heap* h, size_t cls) noexcept {
   h->bin_served_at[m] = now;
   // The newest span of the bin, with its class and block, from the heap's arrays.
   size_t k = h->bin_count[m] - 1u;
-  page* pg = h->bins[m][k];
-  block* b = h->bin_block[m][k];
+  block* b = h->bins[m][k];
+  page* pg = kept_page(b);
   bool same = h->bin_class[m][k] == cls;
   bin_drop(h, m, k);
   h->spare_bytes -= m << slice_shift;
@@ -707,7 +718,7 @@ void heap_abandon(heap* h) noexcept {
   foreign_flush(h);
   huge_spare_release(h);
   remote_flush(h);
-  collect_remote_loose(h);  // into the bins and queues, which are emptied next
+  collect_remote_loose(h);  // the spans other threads emptied go back before the segments leave
   bins_clear(h);
   // Empty now, unless a fork caught another thread inside a bin operation (bins_release): the
   // heap's next thread starts with empty bins either way (a span left uncounted is still in use
@@ -872,16 +883,17 @@ void foreign_flush(heap* h) noexcept {
 }
 
 namespace {
-// A one-block page's block came back to its owner: the page keeps its span in a bin while the bin
-// and the spare budget allow (the bins above); one that is not kept leaves for its segment.  Apart
-// from the pages of many blocks (page_event_many): E1's large band, a one-block page emptied at
-// every free, paid the larger function's frame.
+// An emptied one-block page that its bin cannot keep: its span goes back to its segment.
 STRATA_NOINLINE void one_block_release(heap* h, page* pg) noexcept {
   page_free_span(h, pg);
   heap_schedule_purge(h);
   heap_maybe_purge(h);
 }
 
+// A one-block page's block came back to its owner: the page keeps its span in a bin while the bin
+// and the spare budget allow (the bins above); one that is not kept leaves for its segment.  Apart
+// from the pages of many blocks (page_event_many): E1's large band, a one-block page emptied at
+// every free, paid the larger function's frame.
 STRATA_NOINLINE void one_block_back(heap* h, page* pg) noexcept {
   page_block_back(pg);
   if (!bin_put(h, pg)) return one_block_release(h, pg);

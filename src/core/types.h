@@ -382,13 +382,12 @@ struct heap {
   segment* huge_spare = nullptr;            // the last huge mapping its thread freed (huge_free), for its next
   page foreign[foreign_classes] = {};       // other heaps' blocks freed here, for reuse (foreign_put)
   // Empty one-block pages kept with their spans (flagged page_flag::spare), by the span's length
-  // in slices, oldest first, each with its size class and its block: any one-block class whose
-  // block the span holds reuses it (heap.cpp bin_alloc).  Arrays in the heap, not lists through
-  // the pages: a kept span's page struct is cold when the span is taken again, and a list made
-  // each put and take read it and write its neighbour's (docs/design.md).  bin_mask has bit m
-  // set while bins[m] has a page.
-  page* bins[bin_slices_max + 1][bin_length_max] = {};
-  block* bin_block[bin_slices_max + 1][bin_length_max] = {};
+  // in slices, oldest first, each as its one block (the page is found from it: heap.cpp
+  // kept_page) with its size class: any one-block class whose block the span holds reuses it
+  // (heap.cpp bin_alloc).  Arrays in the heap, not lists through the pages: a kept span's page
+  // struct is cold when the span is taken again, and a list made each put and take read it and
+  // write its neighbour's (docs/design.md).  bin_mask has bit m set while bins[m] has a page.
+  block* bins[bin_slices_max + 1][bin_length_max] = {};
   uint8_t bin_class[bin_slices_max + 1][bin_length_max] = {};
   uint8_t bin_count[bin_slices_max + 1] = {};
   uint64_t bin_mask[bin_mask_words] = {};
