@@ -107,8 +107,7 @@ bool heap_is_valid(const heap* h) noexcept {
     if ((kept != 0) != ((h->bin_mask[m / 64] >> (m % 64)) & 1)) return broken("bin count and mask disagree", h);
     for (size_t i = 0; i < kept; ++i) {
       const block* b = h->bins[m][i];
-      const segment* seg = segment_of(b);
-      const page* pg = &seg->pages[(reinterpret_cast<uintptr_t>(b) - reinterpret_cast<uintptr_t>(seg)) >> slice_shift];
+      const page* pg = slice_page(b);
       // The bins find a kept span's page from its block (heap.cpp kept_page): the block must lie
       // in the span's first slice, whose page the page map names.
       if (page_map_ready() && page_lookup(b) != pg) return broken("bin holds a block outside its span's first slice", b);

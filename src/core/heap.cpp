@@ -125,8 +125,8 @@ inline void spare_clear(heap* h, page* pg) noexcept {
   if (pg->reserved != 1) h->spare_count[pg->size_class]--;  // a kept one-block span: its bin counts it
 }
 
-void page_free_span(heap* h, page* pg) noexcept;
-void page_release(heap* h, page* pg) noexcept;
+void page_free_span(heap* h, page* pg, bool may_release_segment = true) noexcept;
+void page_release(heap* h, page* pg, bool may_release_segment = true) noexcept;
 void bin_remove(heap* h, page* pg) noexcept;
 
 // Takes pg off its list, or its bin (a loose page is on none); the next page of its queue
@@ -155,14 +155,10 @@ void page_unlist(heap* h, page* pg) noexcept {
 constexpr size_t one_block_class_min = size_class_of_computed(one_block_page_min) + 1;
 static_assert(class_size(one_block_class_min - 1) == one_block_page_min && one_block_class_min == slice_class_first);
 
-// The page of a kept span, from its one block: a one-block page's block starts in its span's
-// first slice (its colour is under 4 KiB), whose entry in the segment's page table is the page.
-// The bins keep the block alone, not the page too: half the arrays (a heap of 47 KiB, not 80;
-// 15 KiB before the arrays).
-inline page* kept_page(const block* b) noexcept {
-  segment* seg = segment_of(b);
-  return &seg->pages[(reinterpret_cast<uintptr_t>(b) - reinterpret_cast<uintptr_t>(seg)) >> slice_shift];
-}
+// The page of a kept span, from its one block (types.h slice_page): a one-block page's block
+// starts in its span's first slice (its colour is under 4 KiB).  The bins keep the block alone,
+// not the page too: half the arrays (a heap of 47 KiB, not 80; 15 KiB before the arrays).
+inline page* kept_page(const block* b) noexcept { return slice_page(b); }
 
 // Takes the span at index i of bin m out of it (the newer ones move down one).
 void bin_drop(heap* h, size_t m, size_t i) noexcept {
@@ -280,15 +276,16 @@ void spares_release(heap* h, bool with_bins) noexcept {
 
 // Every span of a page of h's goes back through here, so the spare counts never include a
 // released page.
-void page_release(heap* h, page* pg) noexcept {
+// may_release_segment false: a walk of h's segments gives spans back under it (span_free).
+void page_release(heap* h, page* pg, bool may_release_segment) noexcept {
   page_fold_frees(h, pg);
   spare_clear(h, pg);
-  span_free(h, pg);
+  span_free(h, pg, may_release_segment);
 }
 
-void page_free_span(heap* h, page* pg) noexcept {
+void page_free_span(heap* h, page* pg, bool may_release_segment) noexcept {
   page_unlist(h, pg);
-  page_release(h, pg);
+  page_release(h, pg, may_release_segment);
 }
 
 // A purge pass gives back the spans of the empty pages still in their queue (the one page a class
@@ -507,9 +504,7 @@ void collect_remote_loose(heap* h) noexcept {
         if (!(flags_of(pg) & page_flag::loose) || pg->thread_free.load(std::memory_order_relaxed) == 0) continue;
         page_collect(h, pg);
         if (pg->used != 0) continue;
-        page_unlist(h, pg);
-        page_fold_frees(h, pg);
-        span_free(h, pg, false);
+        page_free_span(h, pg, false);
         emptied = true;
       }
     }
@@ -536,6 +531,16 @@ namespace {
 void* heap_alloc_walk(heap* h, size_t cls) noexcept;
 void* bin_alloc(heap* h, size_t cls) noexcept;
 
+// Free memory ages out while the thread keeps walking its pages, not only when it needs a new
+// span: a thread that allocates from the pages it has must still give back what it freed long
+// ago.  Every 64th walk reads the clock (each walk reading it cost E1's large band ~5 %).
+inline void heap_pace_walk(heap* h) noexcept {
+  if ((++h->slow_walks & 63) == 0) {
+    collect_remote_all(h);
+    heap_maybe_purge(h);
+  }
+}
+
 void* heap_alloc_slow(heap* h, size_t cls) noexcept {
   // Every 64th call reads the clock for heap_idle_beside: here, before the paths that serve from
   // the direct page's own frees or the foreign cache (a thread fed by other threads' blocks
@@ -545,10 +550,7 @@ void* heap_alloc_slow(heap* h, size_t cls) noexcept {
   // collect and purge pacing of the walk below (E1's large band, every allocation here).
   if (cls >= one_block_class_min) {
     h->frees_only = false;
-    if ((++h->slow_walks & 63) == 0) {
-      collect_remote_all(h);
-      heap_maybe_purge(h);
-    }
+    heap_pace_walk(h);
     if (void* b = bin_alloc(h, cls)) return b;
     if (h->remote_pending != 0) remote_flush(h);
     return heap_alloc_walk(h, cls);
@@ -565,13 +567,7 @@ void* heap_alloc_slow(heap* h, size_t cls) noexcept {
   h->frees_only = false;  // the thread allocates: its foreign cache may serve it
   // Frees this thread made into other threads' pages reach them before it takes new memory.
   if (h->remote_pending != 0) remote_flush(h);
-  // Free memory ages out while the thread keeps walking its pages, not only when it needs a new
-  // span: a thread that allocates from the pages it has must still give back what it freed long
-  // ago.  Every 64th walk reads the clock (each walk reading it cost E1's large band ~5 %).
-  if ((++h->slow_walks & 63) == 0) {
-    collect_remote_all(h);
-    heap_maybe_purge(h);
-  }
+  heap_pace_walk(h);
   return heap_alloc_walk(h, cls);
 }
 
@@ -894,8 +890,9 @@ STRATA_NOINLINE void one_block_release(heap* h, page* pg) noexcept {
 // and the spare budget allow (the bins above); one that is not kept leaves for its segment.  Apart
 // from the pages of many blocks (page_event_many): E1's large band, a one-block page emptied at
 // every free, paid the larger function's frame.
+// (bin_put clears the page's clean and idle flags, as page_block_back would, and a span given
+// back loses all of its flags.)
 STRATA_NOINLINE void one_block_back(heap* h, page* pg) noexcept {
-  page_block_back(pg);
   if (!bin_put(h, pg)) return one_block_release(h, pg);
   // The purge check at every 8th span kept, not at each: with a pass scheduled (as it is from the
   // first span kept), each check reads the time-stamp counter (about 10 ns on the lab's VM), once

@@ -201,6 +201,13 @@ inline size_t slice_index(segment* seg, const page* pg) noexcept {
   return static_cast<size_t>(pg - seg->pages);
 }
 
+// The entry of the segment's page table for the slice holding p: p's page when p lies in its
+// span's first slice (as a one-block page's block does: heap.cpp kept_page).
+inline page* slice_page(const void* p) noexcept {
+  segment* seg = segment_of(p);
+  return &seg->pages[(reinterpret_cast<uintptr_t>(p) - reinterpret_cast<uintptr_t>(seg)) >> slice_shift];
+}
+
 // "Is this offset the start of a block carved so far?" in one multiply and one compare (after
 // Lemire's divisibility test).  With c = floor(2^64 / bs) + 1 and e = c * bs - 2^64, 1 <= e <= bs:
 // for offset = k * bs, offset * c = k * e (mod 2^64); for any other offset < 2^32 the product is
