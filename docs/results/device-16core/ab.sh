@@ -1,0 +1,30 @@
+#!/bin/bash
+# A/B of library variants on the lent 16-core machine, paired by round in the lab, beside
+# tcmalloc and jemalloc: usage ab.sh OUTDIR NAME=LIB... (carry .dev/ with the libraries and the
+# peers, as run.sh says).  Also reruns the PyTorch check of run.sh.
+set -u
+O=${1:?usage: ab.sh OUTDIR NAME=LIB...}; shift
+mkdir -p "$O"
+PY=${PY:-python3}
+export PYTHONPATH=$PWD/lab PYTHONUNBUFFERED=1
+P=$PWD/.dev/peers
+V=$(IFS=,; echo "$*")
+ALLOC="$V,tcmalloc=$P/libtcmalloc_minimal.so.4,jemalloc=$P/libjemalloc.so.2"
+BASE=${1%%=*}
+step() {
+  local name=$1 lim=$2 s; shift 2
+  s=$(date +%s)
+  timeout -k 5 "$lim" "$@" >"$O/$name.log" 2>&1
+  echo "== $name: rc=$? in $(($(date +%s) - s)) s" | tee -a "$O/$name.log"
+}
+step gpu-torch 60 env STRATA_GPU_BACKEND=cuda "$PY" bench/gpu/real_gpu_check.py torch
+tail -c 1200 "$O/gpu-torch.log"; echo
+step patterns-ab 125 "$PY" -m strata_lab run --suite patterns --cells 'larson/*,mstress/*' \
+  --threads 1,4,16 --seconds 0.2 --alloc "$ALLOC" --baseline "$BASE" --rounds 5 --warmup 1 \
+  --time-budget 110 --seed 11 --out "$O/lab" --no-progress
+grep -A40 "speedup vs" "$O/patterns-ab.log" | head -60
+step shapes-ab 105 "$PY" -m strata_lab run --suite shapes \
+  --cells 'randsize/*,prodcon-batch-mixed/*' --threads 4,16 --alloc "$ALLOC" --baseline "$BASE" \
+  --rounds 5 --warmup 1 --time-budget 90 --seed 11 --out "$O/lab" --no-progress
+grep -A40 "speedup vs" "$O/shapes-ab.log" | head -45
+tar -C "$O" -czf /tmp/ab-results.tar.gz . && rm -rf "$O/lab" && mv /tmp/ab-results.tar.gz "$O/"
