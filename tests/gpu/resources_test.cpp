@@ -336,9 +336,9 @@ class query_gate final : public device_backend {
     std::lock_guard l(m_);
     held_ = std::this_thread::get_id();
   }
-  void wait_until_a_query_is_held() {
+  bool wait_until_a_query_is_held() {
     std::unique_lock l(m_);
-    cv_.wait(l, [&] { return waiting_; });
+    return cv_.wait_for(l, std::chrono::seconds(10), [&] { return waiting_; });
   }
   bool holding() {
     std::lock_guard l(m_);
@@ -414,7 +414,11 @@ TEST(strata_heap_locks, the_idle_test_before_growth_queries_the_driver_outside_t
       gate->hold_queries_of_this_thread();
       q = mr.allocate(6 << 20, b);  // 4 MiB free in the page heap: the idle test, then growth
     });
-    gate->wait_until_a_query_is_held();
+    if (!gate->wait_until_a_query_is_held()) {
+      gate->release();
+      asker.join();
+      FAIL() << "the other thread's miss made no event query (no idle test before growth?)";
+    }
     void* mine = mr.allocate(1 << 20, a);
     EXPECT_TRUE(gate->holding()) << "the allocation waited until the other thread's query was let go";
     gate->release();
