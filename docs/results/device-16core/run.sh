@@ -1,7 +1,7 @@
 #!/bin/bash
 # The checks that need the lent GPU machine (one H100 or H200, 16 cores), in one call, from the
 # repository root, over a build made on the 2-core VM and carried along:
-#   build/bin build/lib build/peers build/lab   (cmake --build build; scripts/build_peers.sh)
+#   build/bin build/lib build/peers build/lab   (prepare.sh beside this script makes them and .dev)
 #   .dev/peers: libmimalloc.so.2 libjemalloc.so.2 libtcmalloc_minimal.so.4 (Debian's, copied) and
 #               libmimalloc.so.3 (the cmeel-mimalloc wheel's), since that machine has none of them
 # usage: run.sh OUTDIR [quick]   (quick: smoke sizes, the simulated device; to try it anywhere)
