@@ -396,10 +396,10 @@ class query_gate final : public device_backend {
 };
 
 // The idle test before growth records and queries an event on each heap's stream: a driver call
-// on a GPU.  It runs outside the heap's lock, so the heap's thread allocates meanwhile (on an
-// H100 at 16 threads, E2's strata spent 165 of its 215 ms in allocate/deallocate waiting for heap
-// locks while it ran under them).  Here another thread's miss is held inside that query while
-// this thread allocates from its heap's cache.
+// on a GPU.  It runs outside the heap's lock, so the heap's thread allocates meanwhile (E2 on an
+// H100 at 16 threads, while it ran under the lock: 165 of strata's 215 ms in allocate/deallocate
+// were heap-lock waits, docs/gpu.md).  Here another thread's miss is held inside that query
+// while this thread allocates from its heap's cache.
 TEST(strata_heap_locks, the_idle_test_before_growth_queries_the_driver_outside_the_heaps_lock) {
   auto gate = std::make_shared<query_gate>(make_sim_backend());
   cuda_resource upstream{gate};
