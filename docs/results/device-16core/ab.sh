@@ -5,18 +5,10 @@
 set -u
 O=${1:?usage: ab.sh OUTDIR NAME=LIB...}; shift
 mkdir -p "$O"
-PY=${PY:-python3}
-export PYTHONPATH=$PWD/lab PYTHONUNBUFFERED=1
-P=$PWD/.dev/peers
+. "$(dirname "$0")/lib.sh"
 V=$(IFS=,; echo "$*")
 ALLOC="$V,tcmalloc=$P/libtcmalloc_minimal.so.4,jemalloc=$P/libjemalloc.so.2"
 BASE=${1%%=*}
-step() {
-  local name=$1 lim=$2 s; shift 2
-  s=$(date +%s)
-  timeout -k 5 "$lim" "$@" >"$O/$name.log" 2>&1
-  echo "== $name: rc=$? in $(($(date +%s) - s)) s" | tee -a "$O/$name.log"
-}
 step gpu-torch 60 env STRATA_GPU_BACKEND=cuda "$PY" bench/gpu/real_gpu_check.py torch
 tail -c 1200 "$O/gpu-torch.log"; echo
 step patterns-ab 125 "$PY" -m strata_lab run --suite patterns --cells 'larson/*,mstress/*' \

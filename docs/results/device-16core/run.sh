@@ -11,20 +11,12 @@ set -u
 O=${1:?usage: run.sh OUTDIR [quick]}
 QUICK=${2:-}
 mkdir -p "$O"
-PY=${PY:-python3}
-export PYTHONPATH=$PWD/lab PYTHONUNBUFFERED=1
-P=$PWD/.dev/peers
+. "$(dirname "$0")/lib.sh"
 ALLOC="strata,glibc,mimalloc=$P/libmimalloc.so.2,mimalloc3=$P/libmimalloc.so.3,jemalloc=$P/libjemalloc.so.2"
 ALLOC="$ALLOC,tcmalloc=$P/libtcmalloc_minimal.so.4,snmalloc,rpmalloc"
 BACKEND=cuda SMOKE=() THREADS=4,8,16 GPU_THREADS=1,4,8,16
 [ -n "$QUICK" ] && BACKEND=sim SMOKE=(--smoke) THREADS=4 GPU_THREADS=1,4
 
-step() {  # step NAME LIMIT_S CMD...: runs CMD with a limit, log in OUTDIR/NAME.log
-  local name=$1 lim=$2 s; shift 2
-  s=$(date +%s)
-  timeout -k 5 "$lim" "$@" >"$O/$name.log" 2>&1
-  echo "== $name: rc=$? in $(($(date +%s) - s)) s" | tee -a "$O/$name.log"
-}
 
 { nvidia-smi -L; nproc; grep -m1 "model name" /proc/cpuinfo; uname -r; free -g | head -2
   "$PY" --version; "$PY" -c 'import numpy, scipy, rich, matplotlib; print("lab deps ok")'
