@@ -39,7 +39,8 @@ inline bool heap_idle_beside(const heap* owner, const heap* h) noexcept {
   return owner->active_tsc.load(std::memory_order_relaxed) + owner_idle_ticks <
          h->active_tsc.load(std::memory_order_relaxed);
 }
-// Sends every block of h's foreign cache back to its page (purge pass, trim, thread exit).
+// Sends every block of h's foreign cache back to its page (a purge pass after one without foreign
+// frees, trim, strata_collect, thread exit).
 void foreign_flush(heap* h) noexcept;
 // Collects the remote frees into every class of h's (pages emptied give their spans back):
 // before h takes new memory, so that what other threads freed of h's serves first.

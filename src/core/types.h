@@ -385,6 +385,7 @@ struct heap {
   counter remote_frees;
   // Last: the hot fields above keep their offsets.
   size_t foreign_bytes = 0;                 // block bytes pushed into `foreign` (pops not taken off)
+  uint64_t remote_frees_at_purge = 0;       // remote_frees at the last purge pass (heap_purge's aging)
   bool frees_only = false;                  // made by a free (free_block): no foreign cache, remote_frees_only_bytes pending
   segment* huge_spare = nullptr;            // the last huge mapping its thread freed (huge_free), for its next
   page foreign[foreign_classes] = {};       // other heaps' blocks freed here, for reuse (foreign_put)

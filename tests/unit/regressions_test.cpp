@@ -827,6 +827,42 @@ TEST(Issue10Faults, WithAPurgeDelayOf0AnEmptiedPageGoesBackAtTheFirstPass) {
   }).join();
 }
 
+// Issue 10 (larson at 2 threads: each epoch hands a thread's blocks to the other): every purge
+// pass sent the whole foreign cache (heap::foreign) back to the owners' pages, although the thread
+// went on freeing other threads' blocks into it.  It now goes back at a pass only when no other
+// thread's block was freed since the previous pass.
+TEST(Issue10Foreign, APurgePassKeepsTheForeignCacheWhileOtherThreadsBlocksKeepComing) {
+  scoped_option delay(strata::option::purge_delay, 1);  // up to 16 ms with the adaptive delay
+  std::atomic<int> step{0};
+  std::vector<void*> theirs(64);
+  std::thread owner([&] {  // stays alive (and recent) while the other thread holds its blocks
+    for (auto& p : theirs) p = strata_malloc(256);
+    step = 1;
+    while (step != 2) std::this_thread::yield();
+  });
+  while (step != 1) std::this_thread::yield();
+  std::thread([&] {
+    auto held = [] { return strata::detail::tl_heap->foreign_bytes; };
+    auto pass = [] {  // one pass: an emptied page schedules it, a page emptied a delay later runs it
+      strata_free(strata_malloc(5000));
+      std::this_thread::sleep_for(std::chrono::milliseconds(strata::detail::purge_delay() + 3));
+      strata_free(strata_malloc(5000));
+    };
+    strata_free(strata_malloc(16));  // a heap that allocates (it may hold foreign blocks)
+    for (int i = 0; i < 32; ++i) strata_free(theirs[i]);
+    ASSERT_GT(held(), 0u) << "the other thread's blocks did not stay in the foreign cache";
+    pass();
+    EXPECT_GT(held(), 0u) << "the first pass after foreign frees sent the cache back";
+    for (int i = 32; i < 64; ++i) strata_free(theirs[i]);
+    pass();
+    EXPECT_GT(held(), 0u) << "a pass sent the cache back while foreign frees kept coming";
+    pass();
+    EXPECT_EQ(held(), 0u) << "a pass with no foreign free since the previous one kept the cache";
+  }).join();
+  step = 2;
+  owner.join();
+}
+
 // Issue 10 (a program that frees one block and allocates one, its live blocks filling their pages
 // exactly): the only free block in the class's pages was the one just freed, and each malloc
 // walked the queue to its page (29-35 M operations a second against mimalloc's 140 M).  A page
