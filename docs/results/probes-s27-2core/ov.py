@@ -1,27 +1,35 @@
 #!/usr/bin/env python3
-"""ov.py ROUNDS name=lib[:trace] ...  paired per-round CPU and wall ratios vs the first variant.
-python3 work.py (size in /tmp/w/s27/work.py), PYTHONMALLOC=malloc."""
+"""ov.py ROUNDS name=lib[:trace] ... [-- CMD ...]  paired per-round CPU and wall ratios vs the
+first variant.  CMD: python3 work.py (size in /tmp/w/s27/work.py) with PYTHONMALLOC=malloc unless
+given (then run as it is; session 31 measured clang this way)."""
 import os, sys, time, random, statistics as st, glob
 rounds = int(sys.argv[1])
+args, cmd = sys.argv[2:], None
+if "--" in args:
+    args, cmd = args[:args.index("--")], args[args.index("--") + 1:]
 vars_ = []
-for a in sys.argv[2:]:
+for a in args:
     name, spec = a.split("=", 1)
     lib, _, tr = spec.partition(":")
     vars_.append((name, lib, tr == "trace"))
-cmd = ["/usr/bin/python3", "/tmp/w/s27/work.py"]
+extra_env = {} if cmd else {"PYTHONMALLOC": "malloc"}
+cmd = cmd or ["/usr/bin/python3", "/tmp/w/s27/work.py"]
 res = {v[0]: ([], []) for v in vars_}
+trace_bytes = []
 def one(lib, trace):
-    env = dict(os.environ, PYTHONMALLOC="malloc", LD_PRELOAD=lib)
+    env = dict(os.environ, LD_PRELOAD=lib, **extra_env)
     env.pop("STRATA_TRACE", None)
     if trace: env["STRATA_TRACE"] = os.environ.get("TRDIR","/tmp/w/s27/tr") + "/t.%p"
     t0 = time.perf_counter()
     pid = os.fork()
     if pid == 0:
         fd = os.open("/dev/null", os.O_WRONLY); os.dup2(fd, 1)
-        os.execve(cmd[0], cmd, env)
+        os.execvpe(cmd[0], cmd, env)
     _, status, ru = os.wait4(pid, 0)
     wall = time.perf_counter() - t0
-    for f in glob.glob(os.environ.get("TRDIR","/tmp/w/s27/tr") + "/t.*"): os.unlink(f)
+    files = glob.glob(os.environ.get("TRDIR","/tmp/w/s27/tr") + "/t.*")
+    if trace: trace_bytes.append(sum(os.path.getsize(f) for f in files))
+    for f in files: os.unlink(f)
     return ru.ru_utime + ru.ru_stime, wall
 os.makedirs("/tmp/w/s27/tr", exist_ok=True)
 for v in vars_: one(v[1], v[2])
@@ -39,3 +47,4 @@ for name, _, _ in vars_:
     q = lambda x: st.quantiles(x, n=4)
     print(f"{name:10s} cpu {st.median(c)*1000:7.1f} ms  wall {st.median(w)*1000:7.1f} ms  "
           f"min {min(c)*1000:6.1f} q1 {st.quantiles(c,n=4)[0]*1000:6.1f}  cpu/base {st.median(rc):.3f} [{q(rc)[0]:.3f}-{q(rc)[2]:.3f}]  wall/base {st.median(rw):.3f} [{q(rw)[0]:.3f}-{q(rw)[2]:.3f}]")
+if trace_bytes: print(f"trace: median {st.median(trace_bytes)/1e6:.1f} MB a run")
