@@ -32,6 +32,12 @@
 //                        keeps a small working set, hands some blocks to later generations through
 //                        a shared table and exits; blocks outlive the thread that made them.
 //                        --ops: threads started (total).
+//   generations          threads started in generations: --threads at once, joined, then the next;
+//                        each makes calloc'd blocks of 8 B-5 MiB (powers of two, one in 50 100-10000
+//                        times larger), writes every word and checks it at free, keeps half of them
+//                        until it exits and swaps a quarter with a shared table of 1000 slots,
+//                        about half of which the main thread frees between generations (blocks
+//                        outlive their thread; mimalloc's stress test's shape). --ops: generations.
 //   bigbuf               one thread replaces random entries of a table of 20 buffers with new
 //                        5-25 MiB buffers that it zero-fills (memset). --ops: replacements.
 //   bigcalloc            each thread works in rounds: 16 buffers of 2-6 MiB from calloc, each
@@ -502,6 +508,105 @@ result churn(const options& o) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// generations: the words of a block (8 bytes each): a power of two up to 2^(max_shift-1); one block
+// in 50 is large: mostly 100 times that, one in 9 of those 1000 times, one in 50 10000 times
+// (5 MiB at most).
+size_t generation_words(rng& r, unsigned max_shift) {
+  size_t words = size_t{1} << (r.next() % max_shift);
+  if (r.next() % 50 == 0) {
+    uint64_t u = r.next() % 450;
+    words *= u < 9 ? 10000 : u < 59 ? 1000 : 100;
+  }
+  return words;
+}
+
+// calloc'd, checked zero at both ends, then every word written with a pattern that
+// generation_free checks (a block handed between threads must come back as it was left).
+void* generation_alloc(size_t words) {
+  auto* p = static_cast<uint64_t*>(must_calloc(words * sizeof(uint64_t)));
+  if (p[0] != 0 || p[words - 1] != 0) {
+    std::fprintf(stderr, "calloc(1, %zu) returned a block that is not zero\n", words * sizeof(uint64_t));
+    std::abort();
+  }
+  for (size_t i = 0; i < words; ++i) p[i] = (words - i) ^ 0x9e3779b97f4a7c15ull;
+  return p;
+}
+
+void generation_free(void* block) {
+  if (block == nullptr) return;
+  auto* p = static_cast<uint64_t*>(block);
+  size_t words = p[0] ^ 0x9e3779b97f4a7c15ull;
+  for (size_t i = 0; i < words; ++i)
+    if ((p[i] ^ 0x9e3779b97f4a7c15ull) != words - i) {
+      std::fprintf(stderr, "block %p of %zu words changed at word %zu\n", block, words, i);
+      std::abort();
+    }
+  std::free(block);
+}
+
+result generations(const options& o) {
+  const uint64_t planned = work_amount(o, 25, 2);  // generations
+  const size_t base = o.smoke ? 200 : 5000;        // allocations of a generation's first thread
+  constexpr size_t table_slots = 1000;
+  const auto deadline = clock_type::now() + std::chrono::duration<double>(o.seconds);
+  std::vector<std::atomic<void*>> table(table_slots);
+  for (auto& s : table) s.store(nullptr);
+  std::atomic<uint64_t> allocated{0};
+  uint64_t done = 0;
+  rng main_rng(o.seed);
+  for (; done < planned && clock_type::now() < deadline; ++done) {
+    run_threads(o.threads, [&](int t) {
+      rng r(o.seed * 1009 + done * 97 + t);
+      size_t allocs = base * (t % 8 + 1), keep = allocs / 2;  // some threads do more
+      // The thread's short-lived blocks, in an array grown by realloc as programs do.
+      size_t cap = 0, top = 0;
+      void** data = nullptr;
+      auto** kept = static_cast<void**>(must_calloc(keep * sizeof(void*)));
+      size_t kept_top = 0;
+      uint64_t n = 0;
+      while (allocs > 0 || keep > 0) {
+        if (keep == 0 || (allocs > 0 && r.next() % 100 < 51)) {
+          --allocs;
+          if (top == cap) {
+            cap += 100000;
+            data = static_cast<void**>(std::realloc(data, cap * sizeof(void*)));
+            if (data == nullptr) {
+              std::fprintf(stderr, "realloc failed\n");
+              std::abort();
+            }
+          }
+          data[top++] = generation_alloc(generation_words(r, 5));
+        } else {
+          kept[kept_top++] = generation_alloc(generation_words(r, 7));  // lives until the thread ends
+          --keep;
+        }
+        ++n;
+        if (top > 0 && r.next() % 100 < 67) {
+          size_t k = r.next() % top;
+          generation_free(data[k]);
+          data[k] = nullptr;
+        }
+        if (top > 0 && r.next() % 100 < 26) {  // swapped with a block another thread left
+          size_t k = r.next() % top;
+          data[k] = table[r.next() % table_slots].exchange(data[k], std::memory_order_acq_rel);
+        }
+      }
+      for (size_t i = 0; i < kept_top; ++i) generation_free(kept[i]);
+      for (size_t i = 0; i < top; ++i) generation_free(data[i]);
+      std::free(kept);
+      std::free(data);
+      allocated.fetch_add(n);
+    });
+    // Half of what the generation left in the table outlives it.
+    for (auto& s : table)
+      if (main_rng.next() % 100 < 51) generation_free(s.exchange(nullptr));
+  }
+  for (auto& s : table) generation_free(s.exchange(nullptr));
+  return {allocated.load(), o.threads,
+          ",\"generations\":" + std::to_string(done) + work_json(done, planned)};
+}
+
+// ---------------------------------------------------------------------------------------------
 result bigcalloc(const options& o) {
   constexpr size_t batch = 16;
   const size_t lo = o.smoke ? 64 << 10 : (2 << 20) + 1, hi = o.smoke ? 256 << 10 : 6 << 20;
@@ -677,7 +782,7 @@ result fill(const options& o) {
 constexpr const char* kUsage =
     "usage: strata-bench-patterns --pattern "
     "larson|prodcon|cache-thrash|cache-scratch|mstress|pareto|realloc|"
-    "prodcon-batch|prodcon-batch-mixed|churn|bigbuf|bigcalloc|randsize|fill "
+    "prodcon-batch|prodcon-batch-mixed|churn|generations|bigbuf|bigcalloc|randsize|fill "
     "[--threads N] [--seconds S] [--ops N] [--seed N] [--smoke]";
 
 }  // namespace
@@ -699,7 +804,7 @@ int main(int argc, char** argv) {
   // --smoke shortens the timed patterns; the fixed-work ones shrink their work instead and keep
   // --seconds as the bound, so a loaded machine cannot cut a smoke run short.
   const bool fixed_work = o.pattern == "prodcon-batch" || o.pattern == "prodcon-batch-mixed" ||
-                          o.pattern == "churn" || o.pattern == "bigbuf" || o.pattern == "bigcalloc" ||
+                          o.pattern == "churn" || o.pattern == "generations" || o.pattern == "bigbuf" || o.pattern == "bigcalloc" ||
                           o.pattern == "randsize";
   if (o.smoke && !fixed_work) o.seconds = std::min(o.seconds, 0.05);
 
@@ -715,6 +820,7 @@ int main(int argc, char** argv) {
   else if (o.pattern == "prodcon-batch") r = prodcon_batch(o, false);
   else if (o.pattern == "prodcon-batch-mixed") r = prodcon_batch(o, true);
   else if (o.pattern == "churn") r = churn(o);
+  else if (o.pattern == "generations") r = generations(o);
   else if (o.pattern == "bigbuf") r = bigbuf(o);
   else if (o.pattern == "bigcalloc") r = bigcalloc(o);
   else if (o.pattern == "randsize") r = randsize(o);

@@ -14,7 +14,7 @@ from strata_lab.suite import SuiteContext, load_suite
 from .conftest import program
 
 SHAPES = ("prodcon-batch", "prodcon-batch-mixed", "churn", "bigbuf", "bigcalloc", "randsize")
-ALL_SHAPES = SHAPES + ("fill",)  # the shapes suite's; make bench runs SHAPES
+ALL_SHAPES = SHAPES + ("fill", "generations")  # the shapes suite's; make bench runs SHAPES
 
 
 def run_pattern(*args: str, timeout: float = 60) -> dict:
@@ -58,7 +58,7 @@ def test_suite_cells(built):
     got = {(c.workload, c.threads) for c in cells}
     assert got == {("prodcon-batch", 2), ("prodcon-batch-mixed", 2), ("churn", 1), ("churn", 2),
                    ("bigbuf", 1), ("bigcalloc", 1), ("bigcalloc", 2), ("randsize", 1), ("randsize", 2),
-                   ("randsize", 4), ("fill", 1), ("fill", 2)}
+                   ("randsize", 4), ("fill", 1), ("fill", 2), ("generations", 2), ("generations", 4)}
     for c in cells:
         argv = [str(a) for a in c.argv]
         assert "--ops" in argv and "--smoke" not in argv
