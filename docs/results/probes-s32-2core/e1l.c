@@ -1,10 +1,11 @@
-// E1 large-band-like loop: ring of SLOTS blocks, free slot, malloc random 64K..1M, touch first/last byte (if TOUCH)
+// E1 large-band-like loop: ring of SLOTS blocks, free slot, malloc random 64K..1M, touch first/last byte (if TOUCH),
+// then EXTRA stores to a hot array.  ./e1l SLOTS TOUCH OPS [EXTRA]
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
 #include <time.h>
 int main(int argc, char** argv) {
-  int slots = atoi(argv[1]), touch = atoi(argv[2]); long ops = atol(argv[3]);
+  int slots = atoi(argv[1]), touch = atoi(argv[2]); long ops = atol(argv[3]); int extra = argc > 4 ? atoi(argv[4]) : 0; static volatile long hot[64];
   void** s = calloc(slots, sizeof(void*));
   uint64_t x = 88172645463325252ull;
   struct timespec a, b; clock_gettime(CLOCK_MONOTONIC, &a);
@@ -15,6 +16,7 @@ int main(int argc, char** argv) {
     size_t sz = (64 << 10) + x % ((1 << 20) - (64 << 10) + 1);
     char* p = malloc(sz);
     if (touch) { p[0] = (char)i; p[sz - 1] = (char)i; }
+    for (int j = 0; j < extra; ++j) hot[j & 63] = i;
     s[k] = p;
   }
   clock_gettime(CLOCK_MONOTONIC, &b);
