@@ -804,8 +804,8 @@ int main(int argc, char** argv) {
   // --smoke shortens the timed patterns; the fixed-work ones shrink their work instead and keep
   // --seconds as the bound, so a loaded machine cannot cut a smoke run short.
   const bool fixed_work = o.pattern == "prodcon-batch" || o.pattern == "prodcon-batch-mixed" ||
-                          o.pattern == "churn" || o.pattern == "generations" || o.pattern == "bigbuf" || o.pattern == "bigcalloc" ||
-                          o.pattern == "randsize";
+                          o.pattern == "churn" || o.pattern == "generations" || o.pattern == "bigbuf" ||
+                          o.pattern == "bigcalloc" || o.pattern == "randsize";
   if (o.smoke && !fixed_work) o.seconds = std::min(o.seconds, 0.05);
 
   const auto t0 = clock_type::now();
