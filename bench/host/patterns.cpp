@@ -112,6 +112,15 @@ void* must_calloc(size_t n) {
   return p;
 }
 
+void* must_realloc(void* p, size_t n) {
+  void* q = std::realloc(p, n);
+  if (!q) {
+    std::fprintf(stderr, "realloc(%zu) failed\n", n);
+    std::abort();
+  }
+  return q;
+}
+
 // Runs body(thread_index) on n threads and joins them.
 void run_threads(int n, const std::function<void(int)>& body) {
   std::vector<std::thread> ts;
@@ -336,11 +345,7 @@ result realloc_growth(const options& o) {
         len[k] = 0;
         continue;
       }
-      auto* p = static_cast<char*>(std::realloc(buf[k], grown));
-      if (!p) {
-        std::fprintf(stderr, "realloc(%zu) failed\n", grown);
-        std::abort();
-      }
+      auto* p = static_cast<char*>(must_realloc(buf[k], grown));
       p[grown - 1] = char(iter);
       buf[k] = p;
       len[k] = grown;
@@ -520,6 +525,9 @@ size_t generation_words(rng& r, unsigned max_shift) {
   return words;
 }
 
+// The pattern generation_alloc writes: word i of a block of n words holds (n - i) ^ cookie.
+constexpr uint64_t generation_cookie = 0x9e3779b97f4a7c15ull;
+
 // calloc'd, checked zero at both ends, then every word written with a pattern that
 // generation_free checks (a block handed between threads must come back as it was left).
 void* generation_alloc(size_t words) {
@@ -528,16 +536,16 @@ void* generation_alloc(size_t words) {
     std::fprintf(stderr, "calloc(1, %zu) returned a block that is not zero\n", words * sizeof(uint64_t));
     std::abort();
   }
-  for (size_t i = 0; i < words; ++i) p[i] = (words - i) ^ 0x9e3779b97f4a7c15ull;
+  for (size_t i = 0; i < words; ++i) p[i] = (words - i) ^ generation_cookie;
   return p;
 }
 
 void generation_free(void* block) {
   if (block == nullptr) return;
   auto* p = static_cast<uint64_t*>(block);
-  size_t words = p[0] ^ 0x9e3779b97f4a7c15ull;
+  size_t words = p[0] ^ generation_cookie;
   for (size_t i = 0; i < words; ++i)
-    if ((p[i] ^ 0x9e3779b97f4a7c15ull) != words - i) {
+    if ((p[i] ^ generation_cookie) != words - i) {
       std::fprintf(stderr, "block %p of %zu words changed at word %zu\n", block, words, i);
       std::abort();
     }
@@ -569,11 +577,7 @@ result generations(const options& o) {
           --allocs;
           if (top == cap) {
             cap += 100000;
-            data = static_cast<void**>(std::realloc(data, cap * sizeof(void*)));
-            if (data == nullptr) {
-              std::fprintf(stderr, "realloc failed\n");
-              std::abort();
-            }
+            data = static_cast<void**>(must_realloc(data, cap * sizeof(void*)));
           }
           data[top++] = generation_alloc(generation_words(r, 5));
         } else {
