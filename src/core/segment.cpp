@@ -781,14 +781,20 @@ segment* huge_resize(segment* seg, size_t bytes) noexcept {
   if (bytes == old) return seg;
   size_t align = huge_offset(seg) > segment_size ? huge_offset(seg) : segment_size;
   huge_guards(seg, old, false);
+  // The old range's marks go before the kernel gives any of it back (a move, or a shrink's
+  // tail), as huge_unmap's do: cleared after the remap, they could clear those of a mapping
+  // another thread got in that range meanwhile, whose live block strata then no longer knew
+  // (the shadow stress test, 4 threads, in CI: its usable size read 0 and its free was reported
+  // as a pointer strata did not allocate).
+  map_mark(seg, old, false);
   void* moved = os::remap_aligned(seg, old, bytes, align);
   if (moved == nullptr) {
+    map_mark(seg, old, true);
     huge_guards(seg, old, true);
     return nullptr;
   }
   auto* to = static_cast<segment*>(moved);
   huge_guards(to, bytes, true);
-  if (to != seg || bytes < old) map_mark(seg, old, false);
   map_mark(to, bytes, true);
   os::commit_add(static_cast<int64_t>(bytes) - static_cast<int64_t>(old));
   to->pages[0].start = reinterpret_cast<uint8_t*>(to) + (to->pages[0].start - reinterpret_cast<uint8_t*>(seg));
