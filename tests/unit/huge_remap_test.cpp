@@ -1,0 +1,193 @@
+// A huge block's remap against another thread's mapping (ed94917).  huge_resize cleared the old
+// range's marks in the segment map after mremap had given the range back: a huge block that
+// another thread mapped there in between lost its mark, and strata no longer knew it (its usable
+// size read 0, its free was reported as a pointer strata did not allocate).  The shadow stress
+// test hit that window once in CI; 80 reruns did not.  This binary opens the window on demand: it
+// defines mmap and mremap itself, so the strata_api library linked in calls these (the program's
+// own definitions come first; glibc's internal calls, gtest's and the thread library's, do not),
+// and the move makes another thread map its block in the range just given back, exactly there.
+// Not built with the sanitizers: their runtimes map their own memory through mmap.
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cstdarg>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "core/types.h"
+#include "strata/strata.h"
+
+namespace {
+
+constexpr size_t MiB = size_t{1} << 20;
+
+// What the interposed calls do while a test arms them.
+std::atomic<bool> refuse_in_place{false};  // mremap without MREMAP_MAYMOVE fails (a move follows)
+std::atomic<bool> refuse_move{false};      // mremap with MREMAP_MAYMOVE fails too
+std::atomic<void*> steer_to{nullptr};      // the next mmap(nullptr, n) with n <= steer_len goes here
+std::atomic<size_t> steer_len{0};
+std::atomic<int> refused{0};               // the mremap calls refused so far
+std::function<void(void* old, size_t old_size)> after_move;  // runs once the old range is free
+
+// Another thread with a warm heap (its first mappings made before any steering), running one job
+// at a time for the thread that hands it over.
+class other_thread {
+ public:
+  other_thread() : t_([this] { loop(); }) { run([] { strata_free(strata_malloc(64)); }); }
+  ~other_thread() {
+    run(nullptr);
+    t_.join();
+  }
+  void run(std::function<void()> job) {
+    std::unique_lock l(m_);
+    job_ = std::move(job);
+    pending_ = true;
+    cv_.notify_all();
+    cv_.wait(l, [this] { return !pending_; });
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      std::unique_lock l(m_);
+      cv_.wait(l, [this] { return pending_; });
+      bool stop = !job_;
+      if (job_) job_();
+      pending_ = false;
+      cv_.notify_all();
+      if (stop) return;
+    }
+  }
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::function<void()> job_;
+  bool pending_ = false;
+  std::thread t_;
+};
+
+void* syscall_result(long r) { return r == -1 ? MAP_FAILED : reinterpret_cast<void*>(r); }
+
+strata_stats_t stats() {
+  strata_stats_t s;
+  strata_stats_get(&s);
+  return s;
+}
+
+void fill(void* p, size_t n, unsigned char seed) {
+  auto* b = static_cast<unsigned char*>(p);
+  for (size_t i = 0; i < n; i += 4096) b[i] = static_cast<unsigned char>(seed + i / 4096);
+  b[n - 1] = seed;
+}
+
+bool holds(const void* p, size_t n, unsigned char seed) {
+  auto* b = static_cast<const unsigned char*>(p);
+  for (size_t i = 0; i < n; i += 4096)
+    if (b[i] != static_cast<unsigned char>(seed + i / 4096) && i != n - 1) return false;
+  return b[n - 1] == seed;
+}
+
+}  // namespace
+
+extern "C" void* mmap(void* addr, size_t len, int prot, int flags, int fd, off_t off) noexcept {
+  void* want = steer_to.load();
+  if (addr == nullptr && want != nullptr && len <= steer_len.load() && steer_to.compare_exchange_strong(want, nullptr)) {
+    addr = want;
+    flags |= MAP_FIXED_NOREPLACE;
+  }
+  return syscall_result(syscall(SYS_mmap, addr, len, prot, flags, fd, off));
+}
+
+extern "C" void* mremap(void* old, size_t old_size, size_t new_size, int flags, ...) noexcept {
+  void* target = nullptr;
+  if (flags & MREMAP_FIXED) {
+    va_list ap;
+    va_start(ap, flags);
+    target = va_arg(ap, void*);
+    va_end(ap);
+  }
+  bool moves = flags & MREMAP_MAYMOVE;
+  if ((!moves && refuse_in_place) || (moves && refuse_move)) {
+    refused.fetch_add(1);
+    return errno = ENOMEM, MAP_FAILED;
+  }
+  void* to = syscall_result(syscall(SYS_mremap, old, old_size, new_size, flags, target));
+  if (moves && to != MAP_FAILED && after_move) std::exchange(after_move, nullptr)(old, old_size);
+  return to;
+}
+
+// The move's window: once the block's pages are at their new address, another thread maps a huge
+// block where they were.  Both blocks stay known to strata, and whole.
+TEST(HugeRemap, AnotherThreadsMappingInTheRangeAMoveGaveBack) {
+  other_thread other;
+  constexpr size_t first = 40 * MiB, grown = 80 * MiB, theirs = 20 * MiB;
+  void* p = strata_malloc(first);
+  ASSERT_NE(p, nullptr);
+  fill(p, first, 7);
+  auto old_start = reinterpret_cast<uintptr_t>(p) & ~(strata::detail::segment_size - 1);
+
+  void* q = nullptr;
+  after_move = [&](void* old, size_t old_size) {
+    steer_to = old;
+    steer_len = old_size;
+    other.run([&] {
+      q = strata_malloc(theirs);
+      if (q) fill(q, theirs, 9);
+    });
+    steer_to = nullptr;
+  };
+  refuse_in_place = true;
+  void* moved = strata_realloc(p, grown);
+  refuse_in_place = false;
+  after_move = nullptr;
+
+  ASSERT_NE(moved, nullptr);
+  ASSERT_NE(q, nullptr);
+  // The window was opened: the block moved, and the other thread's mapping is where it was.
+  ASSERT_NE(moved, p);
+  ASSERT_EQ(reinterpret_cast<uintptr_t>(q) & ~(strata::detail::segment_size - 1), old_start);
+
+  uint64_t bad_before = stats().bad_free_count;
+  EXPECT_GE(strata_usable_size(q), theirs);  // read 0 before the fix
+  EXPECT_GE(strata_usable_size(moved), grown);
+  EXPECT_TRUE(holds(moved, first, 7));
+  EXPECT_TRUE(holds(q, theirs, 9));
+  other.run([&] { strata_free(q); });
+  strata_free(moved);
+  EXPECT_EQ(stats().bad_free_count, bad_before);  // q's free was reported as foreign before the fix
+}
+
+// A remap that fails leaves the block where it was, known and whole (the marks cleared before
+// the attempt are put back).
+TEST(HugeRemap, AFailedRemapLeavesTheBlockKnown) {
+  constexpr size_t first = 40 * MiB, grown = 80 * MiB;
+  void* p = strata_malloc(first);
+  ASSERT_NE(p, nullptr);
+  fill(p, first, 3);
+  size_t usable = strata_usable_size(p);
+  int refused_before = refused;
+
+  refuse_in_place = true;
+  refuse_move = true;
+  errno = 0;
+  void* moved = strata_realloc(p, grown);
+  int err = errno;
+  refuse_in_place = false;
+  refuse_move = false;
+
+  EXPECT_EQ(moved, nullptr);
+  EXPECT_EQ(err, ENOMEM);
+  EXPECT_GE(refused - refused_before, 2);  // in place, then the move: tried and refused
+  EXPECT_EQ(strata_usable_size(p), usable);
+  EXPECT_TRUE(holds(p, first, 3));
+  uint64_t bad_before = stats().bad_free_count;
+  strata_free(p);
+  EXPECT_EQ(stats().bad_free_count, bad_before);
+}
