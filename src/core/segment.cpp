@@ -84,11 +84,14 @@ void map_mark(segment* seg, size_t bytes, bool set) noexcept {
 
 // ---- colours -------------------------------------------------------------------------------------
 // The next colour (size_class.h): 64-byte steps below colour_span, visited in a scattered order
-// (a stride of 37 lines) so that blocks allocated one after another get distant colours.
-std::atomic<uint32_t> colour_counter{0};
+// (a stride of 37 lines) so that blocks allocated one after another get distant colours.  The
+// count is the thread's own: a shared one took a locked add at every span cut or reshaped, which
+// waits for every store before it to reach the cache (on E1's large band, the program's write
+// to the end of its last block, a miss).
+__thread uint32_t tl_colour_count;
 size_t next_colour() noexcept {
   constexpr size_t lines = colour_span / 64;
-  return (colour_counter.fetch_add(1, std::memory_order_relaxed) * 37 % lines) * 64;
+  return (tl_colour_count++ * 37 % lines) * 64;
 }
 
 // ---- sweeps of abandoned segments (segment_sweep) ----------------------------------------------

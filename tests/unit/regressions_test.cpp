@@ -464,6 +464,12 @@ TEST(Issue10Large, AKeptSpanServesTheNextBlockThatFitsInPlace) {
     strata_free(same);
     void* shorter = strata_malloc(470 * 1024);  // 8 slices: 10 is at most 8 + 8 / 4
     EXPECT_EQ(slice_of(shorter), slice_of(a)) << "the kept span did not serve a class it holds";
+    // Where the last block was (heap.cpp one_block_reclass), as the class's own block, whole.
+    EXPECT_EQ(shorter, a) << "the block moved in its kept span";
+    size_t usable = strata_usable_size(shorter);
+    EXPECT_GE(usable, size_t{470 * 1024});
+    EXPECT_LT(usable, size_t{590 * 1024});
+    memset(shorter, 2, usable);
     // The span kept its 10 slices: a page of 2 slices (3 KiB blocks) is not cut from the 2 the
     // 8-slice block leaves.
     void* two = strata_malloc(3000);
@@ -480,6 +486,29 @@ TEST(Issue10Large, AKeptSpanServesTheNextBlockThatFitsInPlace) {
     void* nine = strata_malloc(520 * 1024);
     EXPECT_EQ(slice_of(nine), slice_of(a)) << "not the shortest kept span that fits";
     strata_free(nine);
+    EXPECT_TRUE(strata_heap_check());
+  }).join();
+}
+
+// A block that took a kept span of another class in place (one_block_reclass) is checked as a
+// block of its own class: its interior is no block start, and its second free is reported.
+TEST(Issue10Large, ABlockReclassedInPlaceIsCheckedAsItsClass) {
+  std::thread([] {
+    strata_free(strata_malloc(600 * 1024));  // a span of 10 slices, kept
+    auto* p = static_cast<char*>(strata_malloc(470 * 1024));  // 8 slices: in the kept 10
+    ASSERT_NE(p, nullptr);
+    uint64_t bad = stats().bad_free_count;
+    strata_free(p + 470 * 1024 / 2);
+    EXPECT_EQ(stats().bad_free_count, bad + 1) << "a free of the block's interior was not reported";
+    strata_free(p);
+    strata_free(opaque(p));
+    EXPECT_EQ(stats().bad_free_count, bad + 2) << "the second free was not reported";
+    // Kept again, as a span of its new class: the first class back gets a block of its size.
+    void* q = strata_malloc(600 * 1024);
+    EXPECT_EQ(q, p) << "the kept span did not serve";
+    ASSERT_GE(strata_usable_size(q), size_t{600 * 1024});
+    memset(q, 3, strata_usable_size(q));
+    strata_free(q);
     EXPECT_TRUE(strata_heap_check());
   }).join();
 }
