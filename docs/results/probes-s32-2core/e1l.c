@@ -1,4 +1,5 @@
-// E1 large-band-like loop: ring of SLOTS blocks, free slot, malloc random 64K..1M, touch first/last byte (if TOUCH),
+// E1 large-band-like loop: ring of SLOTS blocks, free slot, malloc random 64K..1M, write to it (TOUCH: 0 nothing,
+// 1 first and last byte, 2 last byte only, 3 first byte only),
 // then EXTRA stores to a hot array.  ./e1l SLOTS TOUCH OPS [EXTRA]
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +16,8 @@ int main(int argc, char** argv) {
     free(s[k]);
     size_t sz = (64 << 10) + x % ((1 << 20) - (64 << 10) + 1);
     char* p = malloc(sz);
-    if (touch) { p[0] = (char)i; p[sz - 1] = (char)i; }
+    if (touch == 1 || touch == 3) p[0] = (char)i;
+    if (touch == 1 || touch == 2) p[sz - 1] = (char)i;
     for (int j = 0; j < extra; ++j) hot[j & 63] = i;
     s[k] = p;
   }
