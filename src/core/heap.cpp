@@ -155,6 +155,15 @@ void page_unlist(heap* h, page* pg) noexcept {
 constexpr size_t one_block_class_min = size_class_of_computed(one_block_page_min) + 1;
 static_assert(class_size(one_block_class_min - 1) == one_block_page_min && one_block_class_min == slice_class_first);
 
+// page_slices by class, one load (bin_take).
+struct page_slices_table {
+  uint16_t v[size_class_count];
+  constexpr page_slices_table() : v{} {
+    for (size_t c = 0; c < size_class_count; ++c) v[c] = static_cast<uint16_t>(page_slices(c));
+  }
+};
+constexpr page_slices_table page_slices_of{};
+
 // The page of a kept span, from its one block (types.h slice_page): a one-block page's block
 // starts in its span's first slice (its colour is under 4 KiB).  The bins keep the block alone,
 // not the page too: half the arrays (a heap of 47 KiB, not 80; 15 KiB before the arrays).
@@ -178,6 +187,14 @@ void bin_remove(heap* h, page* pg) noexcept {
   STRATA_ASSERT(false && "a page flagged as a kept span is in no bin");
 }
 
+// bin_put's page in a list (an adopted page may be in its queue, even direct): off it.  Apart,
+// so that the common case (bin_put inlined in one_block_back) keeps no frame.
+STRATA_NOINLINE void bin_put_listed(heap* h, page* pg) noexcept {
+  page_unlist(h, pg);
+  flags_clear(pg, page_flag::in_full | page_flag::clean | page_flag::idle);
+  flags_set(pg, page_flag::spare);
+}
+
 // Keeps pg, an emptied one-block page, in its bin; false when the bin or the spare budget is full.
 bool bin_put(heap* h, page* pg) noexcept {
   size_t m = pg->slice_count, n = h->bin_count[m];
@@ -188,9 +205,7 @@ bool bin_put(heap* h, page* pg) noexcept {
     pg->flags.store(static_cast<uint8_t>((f & ~(page_flag::loose | page_flag::clean | page_flag::idle)) | page_flag::spare),
                     std::memory_order_relaxed);
   } else {
-    page_unlist(h, pg);  // in a list (an adopted page may be in its queue, even direct)
-    flags_clear(pg, page_flag::in_full | page_flag::clean | page_flag::idle);
-    flags_set(pg, page_flag::spare);
+    bin_put_listed(h, pg);
   }
   // Its one block, on either list (bin_alloc hands it out without reading the page).
   block* b = pg->free ? pg->free : pg->local_free;
@@ -539,6 +554,7 @@ namespace {
 
 void* heap_alloc_walk(heap* h, size_t cls) noexcept;
 void* bin_alloc(heap* h, size_t cls) noexcept;
+void* one_block_alloc(heap* h, size_t cls) noexcept;
 
 // Free memory ages out while the thread keeps walking its pages, not only when it needs a new
 // span: a thread that allocates from the pages it has must still give back what it freed long
@@ -560,9 +576,7 @@ void* heap_alloc_slow(heap* h, size_t cls) noexcept {
   if (cls >= one_block_class_min) {
     h->frees_only = false;
     heap_pace_walk(h);
-    if (void* b = bin_alloc(h, cls)) return b;
-    if (h->remote_pending != 0) remote_flush(h);
-    return heap_alloc_walk(h, cls);
+    return one_block_alloc(h, cls);
   }
   // The common case: the direct page's own frees become its free list.
   if (page* pg = h->direct[cls]; pg->local_free != nullptr) {
@@ -657,18 +671,20 @@ bool one_block_reclass(page* pg, size_t m, block* b, size_t cls) noexcept {
 // all of its blocks (thread churn) kept more of each span resident than its block used (peak RSS
 // 49.2 MiB against 47.2 with a quarter, which also ran E1's large band 1.06x / 1.11x as fast; 9
 // interleaved rounds).
-void* bin_alloc(heap* h, size_t cls) noexcept {
+STRATA_ALWAYS_INLINE void* bin_take(heap* h, size_t cls) noexcept {
   uint32_t now = ++h->one_block_allocs;
-  size_t n = page_slices(cls);
+  size_t n = page_slices_of.v[cls];
   size_t m = bin_find(h, n, std::min(n + n / 4, bin_slices_max));
   if (m == 0) return nullptr;
   h->bin_served_at[m] = now;
-  // The newest span of the bin, with its class and block, from the heap's arrays.
+  // The newest span of the bin, with its class and block, from the heap's arrays (popped: the
+  // older ones stay where they are).
   size_t k = h->bin_count[m] - 1u;
   block* b = h->bins[m][k];
   page* pg = kept_page(b);
   bool same = h->bin_class[m][k] == cls;
-  bin_drop(h, m, k);
+  h->bin_count[m] = static_cast<uint8_t>(k);
+  if (k == 0) h->bin_mask[m / 64] &= ~(uint64_t{1} << (m % 64));
   h->spare_bytes -= m << slice_shift;
   // The same class: the page keeps its block where it was (a new colour at each reuse, as a new
   // span gets, made E1's large band 0.77x as fast), carved already.  Its state is known
@@ -684,6 +700,21 @@ void* bin_alloc(heap* h, size_t cls) noexcept {
   b->canary = 0;
   h->alloc_count[cls].add();
   return b;
+}
+
+STRATA_NOINLINE void* bin_alloc(heap* h, size_t cls) noexcept { return bin_take(h, cls); }
+
+// No kept span fits: this thread's frees into other threads' pages reach them, then the walk.
+STRATA_NOINLINE void* one_block_miss(heap* h, size_t cls) noexcept {
+  if (h->remote_pending != 0) remote_flush(h);
+  return heap_alloc_walk(h, cls);
+}
+
+// A block of one-block class cls for heap_alloc_slow: a kept span, else one_block_miss.  Its
+// calls are jumps: the hit path (E1's large band, nearly every allocation) keeps no frame.
+STRATA_NOINLINE void* one_block_alloc(heap* h, size_t cls) noexcept {
+  if (void* b = bin_take(h, cls)) return b;
+  return one_block_miss(h, cls);
 }
 
 // The slow path's walk of cls's queue, then its remote frees, then a new span.  Entered again,
@@ -929,15 +960,22 @@ STRATA_NOINLINE void one_block_release(heap* h, page* pg) noexcept {
 // every free, paid the larger function's frame.
 // (bin_put clears the page's clean and idle flags, as page_block_back would, and a span given
 // back loses all of its flags.)
+// The purge pacing of one_block_back, when a pass is to be scheduled or checked.
+STRATA_NOINLINE void bins_pace(heap* h, bool check) noexcept {
+  heap_schedule_purge(h);
+  if (check) heap_maybe_purge(h);
+}
+
 STRATA_NOINLINE void one_block_back(heap* h, page* pg) noexcept {
   if (!bin_put(h, pg)) return one_block_release(h, pg);
   // The purge check at every 8th span kept, not at each: with a pass scheduled (as it is from the
   // first span kept), each check reads the time-stamp counter (about 10 ns on the lab's VM), once
   // per free on E1's large band.  With the same-class reuse that skips the carve (bin_alloc),
   // 1.26x [1.06-1.44] / 1.24x [1.12-1.32] on e1-large at 1/2 threads, 7 interleaved rounds, the
-  // peak RSS within 2 %.
-  heap_schedule_purge(h);
-  if ((++h->bin_puts & 7) == 0) heap_maybe_purge(h);
+  // peak RSS within 2 %.  Both in a function of their own, reached by a jump: the other frees
+  // keep no frame.
+  bool check = (++h->bin_puts & 7) == 0;
+  if (STRATA_UNLIKELY(check || h->purge_due_ms == 0)) return bins_pace(h, check);
 }
 
 // Pages of many blocks: a page emptied or no longer full.

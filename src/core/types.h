@@ -44,6 +44,7 @@
 #define STRATA_LIKELY(x) __builtin_expect(!!(x), 1)
 #define STRATA_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define STRATA_NOINLINE __attribute__((noinline))
+#define STRATA_ALWAYS_INLINE __attribute__((always_inline)) inline
 #define STRATA_EXPORT extern "C" __attribute__((visibility("default")))
 // The hardened build (libstrata-secure.so, docs/security.md): encoded free-list links checked at
 // every pop, canaries on every free block, shuffled carving, guard pages, abort on errors.
