@@ -954,18 +954,18 @@ STRATA_NOINLINE void one_block_release(heap* h, page* pg) noexcept {
   heap_maybe_purge(h);
 }
 
-// A one-block page's block came back to its owner: the page keeps its span in a bin while the bin
-// and the spare budget allow (the bins above); one that is not kept leaves for its segment.  Apart
-// from the pages of many blocks (page_event_many): E1's large band, a one-block page emptied at
-// every free, paid the larger function's frame.
-// (bin_put clears the page's clean and idle flags, as page_block_back would, and a span given
-// back loses all of its flags.)
 // The purge pacing of one_block_back, when a pass is to be scheduled or checked.
 STRATA_NOINLINE void bins_pace(heap* h, bool check) noexcept {
   heap_schedule_purge(h);
   if (check) heap_maybe_purge(h);
 }
 
+// A one-block page's block came back to its owner: the page keeps its span in a bin while the bin
+// and the spare budget allow (the bins above); one that is not kept leaves for its segment.  Apart
+// from the pages of many blocks (page_event_many): E1's large band, a one-block page emptied at
+// every free, paid the larger function's frame.
+// (bin_put clears the page's clean and idle flags, as page_block_back would, and a span given
+// back loses all of its flags.)
 STRATA_NOINLINE void one_block_back(heap* h, page* pg) noexcept {
   if (!bin_put(h, pg)) return one_block_release(h, pg);
   // The purge check at every 8th span kept, not at each: with a pass scheduled (as it is from the
