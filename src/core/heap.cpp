@@ -155,28 +155,36 @@ void page_unlist(heap* h, page* pg) noexcept {
 constexpr size_t one_block_class_min = size_class_of_computed(one_block_page_min) + 1;
 static_assert(class_size(one_block_class_min - 1) == one_block_page_min && one_block_class_min == slice_class_first);
 
-// page_slices by class, one load (bin_take).
-struct page_slices_table {
-  uint16_t v[size_class_count];
-  constexpr page_slices_table() : v{} {
-    for (size_t c = 0; c < size_class_count; ++c) v[c] = static_cast<uint16_t>(page_slices(c));
+// F(class) for every size class, worked out at compile time: one load on the one-block path
+// instead of F's branches (page_slices) or division (block_mul_of).
+template <class T, auto F>
+struct class_table {
+  T v[size_class_count];
+  constexpr class_table() : v{} {
+    for (size_t c = 0; c < size_class_count; ++c) v[c] = static_cast<T>(F(c));
   }
 };
-constexpr page_slices_table page_slices_of{};
+constexpr uint64_t class_block_mul(size_t c) noexcept { return block_mul_of(block_stride(c)); }
+constexpr class_table<uint16_t, page_slices> page_slices_of{};
+constexpr class_table<uint64_t, class_block_mul> block_muls{};
 
 // The page of a kept span, from its one block (types.h slice_page): a one-block page's block
 // starts in its span's first slice (its colour is under 4 KiB).  The bins keep the block alone,
 // not the page too: half the arrays (a heap of 47 KiB, not 80; 15 KiB before the arrays).
 inline page* kept_page(const block* b) noexcept { return slice_page(b); }
 
+// Takes the newest span of bin m out of it (the others stay where they are).
+inline void bin_pop(heap* h, size_t m) noexcept {
+  if (--h->bin_count[m] == 0) h->bin_mask[m / 64] &= ~(uint64_t{1} << (m % 64));
+}
+
 // Takes the span at index i of bin m out of it (the newer ones move down one).
 void bin_drop(heap* h, size_t m, size_t i) noexcept {
-  size_t n = --h->bin_count[m];
-  for (; i < n; ++i) {
+  for (size_t n = h->bin_count[m] - 1u; i < n; ++i) {
     h->bins[m][i] = h->bins[m][i + 1];
     h->bin_class[m][i] = h->bin_class[m][i + 1];
   }
-  if (n == 0) h->bin_mask[m / 64] &= ~(uint64_t{1} << (m % 64));
+  bin_pop(h, m);
 }
 
 // Takes pg, a kept span's page, out of its bin (the caller clears its spare flag).
@@ -249,7 +257,7 @@ void bins_release(heap* h) noexcept {
   for_each_bin(h, [h](size_t len) {
     while (size_t n = h->bin_count[len]) {
       page* pg = kept_page(h->bins[len][n - 1]);
-      bin_drop(h, len, n - 1);
+      bin_pop(h, len);
       if (flags_of(pg) & page_flag::spare) page_release(h, pg);
     }
   });
@@ -637,15 +645,6 @@ STRATA_NOINLINE void* bin_serve(heap* h, page* pg, block* b, size_t cls, bool sa
   return one_block_serve(h, pg);
 }
 
-// block_mul_of by class, one load instead of a division.
-struct block_mul_table {
-  uint64_t v[size_class_count];
-  constexpr block_mul_table() : v{} {
-    for (size_t c = 0; c < size_class_count; ++c) v[c] = block_mul_of(block_stride(c));
-  }
-};
-constexpr block_mul_table block_muls{};
-
 // A kept span of m slices (pg) with its one block b, carved, serves a block of class cls where b
 // lies (its colour kept), when the class fits there; false when it does not.  The page keeps its
 // layout (one block, carved) and takes the class's size and block bound, written and not read
@@ -683,8 +682,7 @@ STRATA_ALWAYS_INLINE void* bin_take(heap* h, size_t cls) noexcept {
   block* b = h->bins[m][k];
   page* pg = kept_page(b);
   bool same = h->bin_class[m][k] == cls;
-  h->bin_count[m] = static_cast<uint8_t>(k);
-  if (k == 0) h->bin_mask[m / 64] &= ~(uint64_t{1} << (m % 64));
+  bin_pop(h, m);
   h->spare_bytes -= m << slice_shift;
   // The same class: the page keeps its block where it was (a new colour at each reuse, as a new
   // span gets, made E1's large band 0.77x as fast), carved already.  Its state is known
