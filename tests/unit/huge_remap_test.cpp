@@ -14,16 +14,16 @@
 
 #include <atomic>
 #include <cerrno>
-#include <condition_variable>
 #include <cstdarg>
 #include <cstdint>
 #include <cstring>
 #include <functional>
-#include <mutex>
 #include <thread>
+#include <utility>
 
 #include "core/types.h"
 #include "strata/strata.h"
+#include "test_support.h"
 
 namespace {
 
@@ -37,49 +37,9 @@ std::atomic<size_t> steer_len{0};
 std::atomic<int> refused{0};               // the mremap calls refused so far
 std::function<void(void* old, size_t old_size)> after_move;  // runs once the old range is free
 
-// Another thread with a warm heap (its first mappings made before any steering), running one job
-// at a time for the thread that hands it over.
-class other_thread {
- public:
-  other_thread() : t_([this] { loop(); }) { run([] { strata_free(strata_malloc(64)); }); }
-  ~other_thread() {
-    run(nullptr);
-    t_.join();
-  }
-  void run(std::function<void()> job) {
-    std::unique_lock l(m_);
-    job_ = std::move(job);
-    pending_ = true;
-    cv_.notify_all();
-    cv_.wait(l, [this] { return !pending_; });
-  }
-
- private:
-  void loop() {
-    for (;;) {
-      std::unique_lock l(m_);
-      cv_.wait(l, [this] { return pending_; });
-      bool stop = !job_;
-      if (job_) job_();
-      pending_ = false;
-      cv_.notify_all();
-      if (stop) return;
-    }
-  }
-  std::mutex m_;
-  std::condition_variable cv_;
-  std::function<void()> job_;
-  bool pending_ = false;
-  std::thread t_;
-};
-
 void* syscall_result(long r) { return r == -1 ? MAP_FAILED : reinterpret_cast<void*>(r); }
 
-strata_stats_t stats() {
-  strata_stats_t s;
-  strata_stats_get(&s);
-  return s;
-}
+using strata_test::stats;
 
 void fill(void* p, size_t n, unsigned char seed) {
   auto* b = static_cast<unsigned char*>(p);
@@ -98,7 +58,8 @@ bool holds(const void* p, size_t n, unsigned char seed) {
 
 extern "C" void* mmap(void* addr, size_t len, int prot, int flags, int fd, off_t off) noexcept {
   void* want = steer_to.load();
-  if (addr == nullptr && want != nullptr && len <= steer_len.load() && steer_to.compare_exchange_strong(want, nullptr)) {
+  if (addr == nullptr && want != nullptr && len <= steer_len.load() &&
+      steer_to.compare_exchange_strong(want, nullptr)) {
     addr = want;
     flags |= MAP_FIXED_NOREPLACE;
   }
@@ -126,7 +87,9 @@ extern "C" void* mremap(void* old, size_t old_size, size_t new_size, int flags, 
 // The move's window: once the block's pages are at their new address, another thread maps a huge
 // block where they were.  Both blocks stay known to strata, and whole.
 TEST(HugeRemap, AnotherThreadsMappingInTheRangeAMoveGaveBack) {
-  other_thread other;
+  // Another thread, its heap made before any steering (its first mappings go where they would).
+  strata_test::worker other;
+  other.run([] { strata_free(strata_malloc(64)); });
   constexpr size_t first = 40 * MiB, grown = 80 * MiB, theirs = 20 * MiB;
   void* p = strata_malloc(first);
   ASSERT_NE(p, nullptr);

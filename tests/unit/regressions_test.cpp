@@ -20,6 +20,7 @@
 #include "core/segment.h"
 #include "os/os.h"
 #include "strata/strata.h"
+#include "test_support.h"
 
 namespace {
 
@@ -28,11 +29,7 @@ void* opaque(void* p) {
   return p;
 }
 
-strata_stats_t stats() {
-  strata_stats_t s;
-  strata_stats_get(&s);
-  return s;
-}
+using strata_test::stats;
 
 long minor_faults() {
   rusage ru{};

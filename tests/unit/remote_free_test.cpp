@@ -6,65 +6,21 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <cstring>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <set>
 #include <thread>
 #include <vector>
 
 #include "core/segment.h"
 #include "strata/strata.h"
+#include "test_support.h"
 
 namespace {
 
-strata_stats_t stats() {
-  strata_stats_t s;
-  strata_stats_get(&s);
-  return s;
-}
-
-// A thread that stays alive (so its heap keeps owning its pages) and runs what it is given.
-class worker {
- public:
-  worker() : t_([this] { loop(); }) {}
-  ~worker() {
-    run(nullptr);
-    t_.join();
-  }
-  // Runs f on the worker and waits for it; nullptr ends the worker.
-  void run(std::function<void()> f) {
-    std::unique_lock<std::mutex> l(m_);
-    job_ = std::move(f);
-    stop_ = job_ == nullptr;
-    pending_ = true;
-    cv_.notify_all();
-    cv_.wait(l, [&] { return !pending_; });
-  }
-
- private:
-  void loop() {
-    for (;;) {
-      std::unique_lock<std::mutex> l(m_);
-      cv_.wait(l, [&] { return pending_; });
-      if (stop_) {
-        pending_ = false;
-        cv_.notify_all();
-        return;
-      }
-      job_();
-      pending_ = false;
-      cv_.notify_all();
-    }
-  }
-  std::mutex m_;
-  std::condition_variable cv_;
-  std::function<void()> job_;
-  bool pending_ = false, stop_ = false;
-  std::thread t_;
-};
+using strata_test::stats;
+using strata_test::worker;
 
 std::vector<void*> allocate(size_t count, size_t size) {
   std::vector<void*> v(count);
