@@ -215,7 +215,7 @@ bool bin_put(heap* h, page* pg) noexcept {
   } else {
     bin_put_listed(h, pg);
   }
-  // Its one block, on either list (bin_alloc hands it out without reading the page).
+  // Its one block, on either list (bin_take hands it out without reading the page).
   block* b = pg->free ? pg->free : pg->local_free;
   STRATA_ASSERT(kept_page(b) == pg);
   h->bins[m][n] = b;
@@ -248,7 +248,7 @@ size_t bin_find(const heap* h, size_t lo, size_t hi) noexcept {
 }
 
 // Every kept span goes back to its segment.  Walked as the mask read first shows the bins, by
-// their counts: in a child of fork, the heap of a thread that was inside bin_alloc, bin_put or a
+// their counts: in a child of fork, the heap of a thread that was inside bin_take, bin_put or a
 // bin_drop (heap_locks_release abandons it) may have a bin's bit set and the bin empty, a page
 // counted twice (a drop's move caught half done) or one in a bin before it is counted.  A page
 // goes back once, while it is flagged spare; one not counted stays in use in its segment, where
@@ -561,7 +561,6 @@ void collect_remote_all(heap* h) noexcept {
 namespace {
 
 void* heap_alloc_walk(heap* h, size_t cls) noexcept;
-void* bin_alloc(heap* h, size_t cls) noexcept;
 void* one_block_alloc(heap* h, size_t cls) noexcept;
 
 // Free memory ages out while the thread keeps walking its pages, not only when it needs a new
@@ -616,7 +615,7 @@ void page_to_full(heap* h, page* pg) noexcept {
 // the page through the page map, another thread's free marks it in its segment
 // (page_push_remote, collect_remote_loose), and a segment abandoned or adopted is walked by its
 // pages, not by the lists.  Alone it saved 65 instructions an operation on E1's large band but
-// no time (0.97x [0.95-1.14]); with the bins as arrays and bin_alloc's blind serve, 1.10x /
+// no time (0.97x [0.95-1.14]); with the bins as arrays and bin_take's blind serve, 1.10x /
 // 1.12x at 1/2 threads (docs/design.md).
 void* one_block_serve(heap* h, page* pg) noexcept {
   if (pg->free == nullptr) page_extend(pg);
@@ -631,7 +630,7 @@ void* one_block_pop(heap* h, page* pg) noexcept {
   return one_block_serve(h, pg);
 }
 
-// A kept span (pg, holding block b) taken for a block of class cls, when bin_alloc cannot hand b
+// A kept span (pg, holding block b) taken for a block of class cls, when bin_take cannot hand b
 // out at once: another class (laid out afresh), or the hardened build (the checked pop).
 STRATA_NOINLINE void* bin_serve(heap* h, page* pg, block* b, size_t cls, bool same) noexcept {
   if (same) {
@@ -648,7 +647,7 @@ STRATA_NOINLINE void* bin_serve(heap* h, page* pg, block* b, size_t cls, bool sa
 // A kept span of m slices (pg) with its one block b, carved, serves a block of class cls where b
 // lies (its colour kept), when the class fits there; false when it does not.  The page keeps its
 // layout (one block, carved) and takes the class's size and block bound, written and not read
-// (bin_alloc).  page_reshape laid the page out afresh at a new colour: the block's first line was
+// (bin_take).  page_reshape laid the page out afresh at a new colour: the block's first line was
 // then another one than its last use touched (E1's large band, 14 % of its allocations).
 bool one_block_reclass(page* pg, size_t m, block* b, size_t cls) noexcept {
   size_t bs = block_stride(cls);
@@ -700,8 +699,6 @@ STRATA_ALWAYS_INLINE void* bin_take(heap* h, size_t cls) noexcept {
   return b;
 }
 
-STRATA_NOINLINE void* bin_alloc(heap* h, size_t cls) noexcept { return bin_take(h, cls); }
-
 // No kept span fits: this thread's frees into other threads' pages reach them, then the walk.
 STRATA_NOINLINE void* one_block_miss(heap* h, size_t cls) noexcept {
   if (h->remote_pending != 0) remote_flush(h);
@@ -715,13 +712,12 @@ STRATA_NOINLINE void* one_block_alloc(heap* h, size_t cls) noexcept {
   return one_block_miss(h, cls);
 }
 
-// The slow path's walk of cls's queue, then its remote frees, then a new span.  Entered again,
-// not heap_alloc_slow, when the span search adopted pages of cls: the adopted direct page may
-// hold a free list and a local_free list at once, and heap_alloc_slow's first step (local_free
-// becomes the free list) is for a direct page whose free list ran out (it lost the other list).
+// The slow path's walk of cls's queue, then its remote frees, then a new span; a one-block
+// class comes here after its bins missed (one_block_alloc).  Entered again, not
+// heap_alloc_slow, when the span search adopted pages of cls: the adopted direct page may hold a
+// free list and a local_free list at once, and heap_alloc_slow's first step (local_free becomes
+// the free list) is for a direct page whose free list ran out (it lost the other list).
 void* heap_alloc_walk(heap* h, size_t cls) noexcept {
-  if (cls >= one_block_class_min)
-    if (void* b = bin_alloc(h, cls)) return b;
   page_list& q = h->queue[cls];
   // The direct page first, then the rest of the queue; pages without a free block go to the
   // full list.
@@ -762,7 +758,8 @@ void* heap_alloc_walk(heap* h, size_t cls) noexcept {
   collect_remote_all(h);
   heap_maybe_purge(h);
   page* pg = heap_span_alloc(h, cls);
-  if (pg == &empty_page) return heap_alloc_walk(h, cls);
+  // Pages adopted, or collected spans kept: a one-block class looks at its bins again first.
+  if (pg == &empty_page) return cls >= one_block_class_min ? one_block_alloc(h, cls) : heap_alloc_walk(h, cls);
   if (pg == nullptr) {
     errno = ENOMEM;
     return nullptr;
@@ -968,7 +965,7 @@ STRATA_NOINLINE void one_block_back(heap* h, page* pg) noexcept {
   if (!bin_put(h, pg)) return one_block_release(h, pg);
   // The purge check at every 8th span kept, not at each: with a pass scheduled (as it is from the
   // first span kept), each check reads the time-stamp counter (about 10 ns on the lab's VM), once
-  // per free on E1's large band.  With the same-class reuse that skips the carve (bin_alloc),
+  // per free on E1's large band.  With the same-class reuse that skips the carve (bin_take),
   // 1.26x [1.06-1.44] / 1.24x [1.12-1.32] on e1-large at 1/2 threads, 7 interleaved rounds, the
   // peak RSS within 2 %.  Both in a function of their own, reached by a jump: the other frees
   // keep no frame.

@@ -393,14 +393,14 @@ struct heap {
   // Empty one-block pages kept with their spans (flagged page_flag::spare), by the span's length
   // in slices, oldest first, each as its one block (the page is found from it: heap.cpp
   // kept_page) with its size class: any one-block class whose block the span holds reuses it
-  // (heap.cpp bin_alloc).  Arrays in the heap, not lists through the pages: a kept span's page
+  // (heap.cpp bin_take).  Arrays in the heap, not lists through the pages: a kept span's page
   // struct is cold when the span is taken again, and a list made each put and take read it and
   // write its neighbour's (docs/design.md).  bin_mask has bit m set while bins[m] has a page.
   block* bins[bin_slices_max + 1][bin_length_max] = {};
   uint8_t bin_class[bin_slices_max + 1][bin_length_max] = {};
   uint8_t bin_count[bin_slices_max + 1] = {};
   uint64_t bin_mask[bin_mask_words] = {};
-  // One-block allocations so far (bin_alloc's calls), and its value when each bin last served one
+  // One-block allocations so far (bin_take's calls), and its value when each bin last served one
   // (0: never): a bin that served none of the last bin_hot_allocs is cold, and gives way before
   // fresh memory (heap_span_alloc).
   uint32_t one_block_allocs = 0;
