@@ -4,12 +4,14 @@
 #   build/bin build/lib build/peers build/lab   (prepare.sh beside this script makes them and .dev)
 #   .dev/peers: libmimalloc.so.2 libjemalloc.so.2 libtcmalloc_minimal.so.4 (Debian's, copied) and
 #               libmimalloc.so.3 (the cmeel-mimalloc wheel's), since that machine has none of them
-# usage: run.sh OUTDIR [quick]   (quick: smoke sizes, the simulated device; to try it anywhere)
+# usage: run.sh OUTDIR [quick|gpu]   (quick: smoke sizes, the simulated device, to try it anywhere;
+#                                     gpu: sections 1 and 2 only, the device resources)
 # Each step has its own time limit, so one that hangs costs only its own results; everything
 # lands in OUTDIR (logs, the lab's run directories) and a one-screen summary goes to stdout.
 set -u
-O=${1:?usage: run.sh OUTDIR [quick]}
-QUICK=${2:-}
+O=${1:?usage: run.sh OUTDIR [quick|gpu]}
+MODE=${2:-}
+QUICK=; [ "$MODE" = quick ] && QUICK=1
 mkdir -p "$O"
 . "$(dirname "$0")/lib.sh"
 ALLOC="strata,glibc,mimalloc=$P/libmimalloc.so.2,mimalloc3=$P/libmimalloc.so.3,jemalloc=$P/libjemalloc.so.2"
@@ -42,6 +44,7 @@ step e2-lab 130 "$PY" -m strata_lab run --suite e2_gpu --param backend="$BACKEND
 tail -60 "$O/e2-lab.log"
 
 # 3. Host allocators at 4, 8 and 16 threads: issue 10's shapes and the classic patterns.
+if [ "$MODE" != gpu ]; then
 step shapes-lab 105 "$PY" -m strata_lab run --suite shapes \
   --cells 'prodcon-batch/*,prodcon-batch-mixed/*,churn/*,randsize/*' --threads "$THREADS" \
   --alloc "$ALLOC" --baseline strata --rounds 3 --warmup 1 --time-budget 90 --seed 7 \
@@ -52,6 +55,7 @@ step patterns-lab 100 "$PY" -m strata_lab run --suite patterns \
   --alloc "$ALLOC" --baseline strata --rounds 3 --warmup 1 --time-budget 80 --seed 7 \
   --out "$O/lab" --no-progress "${SMOKE[@]}"
 tail -40 "$O/patterns-lab.log"
+fi
 
 tar -C "$O" -czf /tmp/device-results.tar.gz . && rm -rf "$O/lab" && mv /tmp/device-results.tar.gz "$O/"
 ls -la "$O"
