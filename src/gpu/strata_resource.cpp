@@ -274,9 +274,10 @@ struct strata_resource::impl {
   // event on the heap's stream and queries it between two looks at the heap's bins, each under
   // its lock: unchanged from the first look to the second, every block in them was freed before
   // the event.  The driver calls run outside the heap's lock: under it (as before), every heap's
-  // owner waited for them at each miss that got this far.  (E2 on an H100 at 16 threads, before
-  // this: 165 of strata's 215 ms in allocate/deallocate were heap-lock waits; how much of that
-  // came from here is not measured, docs/results/device-16core.)
+  // owner waited for them at each miss that got this far.  (On the H100 this did not shorten E2's
+  // lock wait at 16 threads: nearly all of it was the page heap's mutex, held through scans of
+  // other streams' pending ranges, until heap_cache_bytes went from 32 to 128 MiB;
+  // docs/results/device-16core-s35.)
   void reclaim_idle() {
     std::lock_guard hl(heaps_mutex);
     std::vector<heap*> idle;
