@@ -47,7 +47,7 @@ namespace strata::gpu {
 struct strata_options : growth_options {  // chunks feed the page heap
   std::size_t slab_size = std::size_t{2} << 20;  // power of two; the largest slab
   // Bytes of large blocks one heap may keep cached; beyond it blocks go back to the page heap.
-  // At 32 MiB, E2's fragment step (each thread frees ~160 MiB of large blocks at once) sent most
+  // At 32 MiB, E2's fragment step (each thread frees ~170 MiB of large blocks at once) sent most
   // of them there, and each later miss scanned ranges other streams had freed, asking the
   // driver about each one's event under the page heap's lock (docs/gpu.md, E2).
   std::size_t heap_cache_bytes = std::size_t{128} << 20;
