@@ -6,8 +6,6 @@ set -u
 O=${1:?usage: e2-host.sh OUTDIR}
 mkdir -p "$O"
 . "$(dirname "$0")/../device-16core/lib.sh"
-ALLOC="strata,glibc,mimalloc=$P/libmimalloc.so.2,mimalloc3=$P/libmimalloc.so.3,jemalloc=$P/libjemalloc.so.2"
-ALLOC="$ALLOC,tcmalloc=$P/libtcmalloc_minimal.so.4,snmalloc,rpmalloc"
 step e2-host 170 "$PY" -m strata_lab run --suite e2 --threads 4,8,16 --alloc "$ALLOC" \
   --baseline strata --rounds 5 --warmup 1 --time-budget 150 --seed 7 --out "$O/lab" --no-progress
 grep -B2 -A60 'E2 phases' "$O/e2-host.log" | head -40

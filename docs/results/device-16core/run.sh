@@ -14,8 +14,6 @@ MODE=${2:-}
 QUICK=; [ "$MODE" = quick ] && QUICK=1
 mkdir -p "$O"
 . "$(dirname "$0")/lib.sh"
-ALLOC="strata,glibc,mimalloc=$P/libmimalloc.so.2,mimalloc3=$P/libmimalloc.so.3,jemalloc=$P/libjemalloc.so.2"
-ALLOC="$ALLOC,tcmalloc=$P/libtcmalloc_minimal.so.4,snmalloc,rpmalloc"
 BACKEND=cuda SMOKE=() THREADS=4,8,16 GPU_THREADS=1,4,8,16
 [ -n "$QUICK" ] && BACKEND=sim SMOKE=(--smoke) THREADS=4 GPU_THREADS=1,4
 
