@@ -929,6 +929,78 @@ TEST(Issue10Pages, APageWithOneBlockLeftGivesWayToANewPage) {
   }).join();
 }
 
+namespace {
+// Fills pages of 1024 B blocks until six are on the full list; then frees blocks into four of
+// them, oldest first: two each into the first three, `last_frees` into the fourth (0: a quarter of
+// its blocks).  Returns the
+// index (0-3) of the page whose freed block a later malloc reuses first, or -1.
+int page_reused_first_after_frees(uint32_t last_frees) {
+  using namespace strata::detail;
+  constexpr size_t size = 1024;
+  std::vector<void*> v;
+  std::vector<page*> full;  // pages gone to the full list, oldest first
+  for (int i = 0; i < 100000 && full.size() < 6; ++i) {
+    void* p = strata_malloc(size);
+    EXPECT_NE(p, nullptr);
+    v.push_back(p);
+    page* pg = page_lookup(p);
+    if (pg->used == pg->reserved) {
+      // Pages fill in turn: when this one has filled, the pages before it are full too.
+      full.clear();
+      for (void* q : v)
+        if (page* f = page_lookup(q); (flags_of(f) & page_flag::in_full) && std::find(full.begin(), full.end(), f) == full.end())
+          full.push_back(f);
+    }
+  }
+  EXPECT_GE(full.size(), 6u) << "no six pages of " << size << " B blocks filled";
+  if (full.size() < 6) return -1;
+  if (last_frees == 0) last_frees = full[3]->reserved / 4u;
+  EXPECT_GE(last_frees, 2u);
+  EXPECT_LE(last_frees * 4, full[3]->reserved) << "the test frees a quarter of a page or less";
+  std::vector<void*> freed;
+  for (size_t k = 0; k < 4; ++k) {
+    uint32_t want = k == 3 ? last_frees : 2, n = 0;
+    for (auto it = v.begin(); it != v.end() && n < want;) {
+      if (page_lookup(*it) == full[k]) {
+        strata_free(*it);
+        freed.push_back(*it);
+        it = v.erase(it);
+        ++n;
+      } else {
+        ++it;
+      }
+    }
+    EXPECT_EQ(n, want);
+    EXPECT_FALSE(flags_of(full[k]) & page_flag::in_full);
+  }
+  int first = -1;
+  for (int i = 0; i < 100000 && first < 0; ++i) {
+    void* p = strata_malloc(size);
+    EXPECT_NE(p, nullptr);
+    v.push_back(p);
+    if (std::find(freed.begin(), freed.end(), p) != freed.end())
+      first = static_cast<int>(std::find(full.begin(), full.end(), page_lookup(p)) - full.begin());
+  }
+  EXPECT_TRUE(strata_heap_check());
+  for (void* q : v) strata_free(q);
+  return first;
+}
+}  // namespace
+
+// Issue 10 (E2 on host malloc: a heap fragmented by long-lived blocks, then batches of mixed
+// sizes allocated and freed): a full page that a batch freed into joined the back of its class's
+// queue, and the walk went on through the half-empty, cold pages of the fragmentation in queue
+// order while the page just refilled waited (2-4x the time of a fresh heap).  After a page goes to
+// the full list, the walk now visits the queue's last page next when a quarter of its blocks are
+// free; a page that one or two random frees reached keeps its place in the queue's order.
+TEST(Issue10Pages, APageABatchRefilledServesBeforeOlderPagesOfTheQueue) {
+  std::thread([] { EXPECT_EQ(page_reused_first_after_frees(0), 3) << "an older page served first"; }).join();
+}
+
+TEST(Issue10Pages, APageWithTwoFreeBlocksKeepsItsPlaceInTheQueue) {
+  std::thread([] { EXPECT_EQ(page_reused_first_after_frees(2), 0) << "the page freed into last served first"; }).join();
+}
+
 // Issue 10 (E1's large band: blocks of 64 KiB-1 MiB freed and allocated at random): an emptied
 // one-block page kept for its class waited behind the older ones, so the next block of the class
 // took the page whose lines had gone coldest; and a one-block page served from the queue stayed
