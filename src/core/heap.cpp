@@ -1000,15 +1000,21 @@ STRATA_NOINLINE void page_event_many(heap* h, page* pg) noexcept {
   bool full = flags_of(pg) & page_flag::in_full;
   if (pg->used == 0) {
     page_block_back(pg);
-    // A class of many blocks to a page keeps one empty page (a spare) for its next allocations,
-    // sparing a span round trip to a thread that frees and allocates blocks of one size over and
-    // over.  Any other page that empties gives its span back to the segment at once, where any
-    // class can reuse its already-touched slices: keeping every empty page until the purge pass
-    // made the other classes touch fresh memory meanwhile (E1 large band: peak RSS 1.27x
-    // mimalloc's).
+    // A class of many blocks to a page keeps up to spare_pages_max empty pages (spares) for its
+    // next allocations, sparing a span round trip to a thread that frees and allocates blocks of
+    // one size over and over, or a batch of them.  Any other page that empties gives its span
+    // back to the segment at once, where any class can reuse its already-touched slices; the
+    // spares give theirs back before fresh memory is touched (heap_span_alloc) and at the purge
+    // pass after they have been idle.  Keeping every empty page until the purge pass, before the
+    // spares went back ahead of fresh memory, made the other classes touch fresh memory
+    // meanwhile (E1 large band: peak RSS 1.27x mimalloc's).  With one spare a class, a batch of
+    // 256 blocks of 8-64 KiB allocated and freed (E2's probe on a fresh heap) cut 8-32 pages
+    // afresh each time, each block of 8 KiB or more carved by a walk of its own: with 8, E2 on
+    // host malloc's probes ran 1.03-1.09x as fast at the same peak RSS, and its long-term phase
+    // held 2-3 % more (docs/results/probes-s36-2core, section 2).
     const page_list& q = h->queue[cls];
     bool keep = (flags_of(pg) & page_flag::spare) || (full ? q.first == nullptr : q.first == pg && pg->next == nullptr);
-    if (!keep && h->spare_count[cls] == 0 && h->spare_bytes + span_bytes(pg) <= spare_budget) {
+    if (!keep && h->spare_count[cls] < spare_pages_max && h->spare_bytes + span_bytes(pg) <= spare_budget) {
       flags_set(pg, page_flag::spare);
       h->spare_count[cls]++;
       h->spare_bytes += span_bytes(pg);

@@ -342,7 +342,10 @@ constexpr size_t bin_slices_max = page_slices(size_class_count - 1);
 constexpr size_t bin_mask_words = bin_slices_max / 64 + 1;
 constexpr size_t bin_length_max = 16;
 constexpr uint32_t bin_hot_allocs = 1024;
-// At most this much memory (span bytes) sits in a heap's spare pages: the one empty page a class
+// The empty pages a class of many blocks to a page may keep in its queue (heap.cpp
+// page_event_many).
+constexpr uint8_t spare_pages_max = 8;
+// At most this much memory (span bytes) sits in a heap's spare pages: the empty pages a class
 // of many blocks to a page may keep in its queue and the kept one-block spans (heap.cpp
 // page_local_event, the bins).  With 32 MiB, E1's large band (64 blocks of 64 KiB-1 MiB, random
 // replacement, 36 MiB live) overflowed the bins, its spans went back and were cut again

@@ -1001,6 +1001,39 @@ TEST(Issue10Pages, APageWithTwoFreeBlocksKeepsItsPlaceInTheQueue) {
   std::thread([] { EXPECT_EQ(page_reused_first_after_frees(2), 0) << "the page freed into last served first"; }).join();
 }
 
+// Issue 10 (E2's probe on a fresh heap: batches of 256 blocks up to 64 KiB allocated and freed):
+// a class of many blocks to a page kept one emptied page, and gave the spans of the others back,
+// so each batch cut its pages afresh (span search, layout, each block of 8 KiB or more carved by a
+// walk of its own).  A class now keeps up to spare_pages_max emptied pages (within the spare
+// budget), and the next batch is served from them.
+TEST(Issue10Pages, ABatchFreedKeepsItsPagesForTheNextBatch) {
+  std::thread([] {
+    using namespace strata::detail;
+    constexpr size_t size = 8192;
+    std::vector<void*> batch;
+    std::vector<page*> pages;
+    while (pages.size() < 4) {
+      void* p = strata_malloc(size);
+      ASSERT_NE(p, nullptr);
+      batch.push_back(p);
+      if (std::find(pages.begin(), pages.end(), page_lookup(p)) == pages.end()) pages.push_back(page_lookup(p));
+    }
+    for (size_t i = batch.size(); i-- > 0;) strata_free(batch[i]);
+    for (page* pg : pages) {
+      EXPECT_TRUE(flags_of(pg) & page_flag::in_use) << "an emptied page gave its span back";
+      EXPECT_EQ(pg->used, 0u);
+    }
+    EXPECT_TRUE(strata_heap_check());
+    // The next batch takes the same pages.
+    for (void*& p : batch) {
+      p = strata_malloc(size);
+      ASSERT_NE(p, nullptr);
+      EXPECT_NE(std::find(pages.begin(), pages.end(), page_lookup(p)), pages.end()) << "a block from a new page";
+    }
+    for (void* p : batch) strata_free(p);
+  }).join();
+}
+
 // Issue 10 (E1's large band: blocks of 64 KiB-1 MiB freed and allocated at random): an emptied
 // one-block page kept for its class waited behind the older ones, so the next block of the class
 // took the page whose lines had gone coldest; and a one-block page served from the queue stayed
