@@ -932,8 +932,8 @@ TEST(Issue10Pages, APageWithOneBlockLeftGivesWayToANewPage) {
 namespace {
 // Fills pages of 1024 B blocks until six are on the full list; then frees blocks into four of
 // them, oldest first: two each into the first three, `last_frees` into the fourth (0: a quarter of
-// its blocks).  Returns the
-// index (0-3) of the page whose freed block a later malloc reuses first, or -1.
+// its blocks).  Returns the index (0-3) of the page whose freed block a later malloc reuses
+// first, or -1.
 int page_reused_first_after_frees(uint32_t last_frees) {
   using namespace strata::detail;
   constexpr size_t size = 1024;
@@ -941,7 +941,10 @@ int page_reused_first_after_frees(uint32_t last_frees) {
   std::vector<page*> full;  // pages gone to the full list, oldest first
   for (int i = 0; i < 100000 && full.size() < 6; ++i) {
     void* p = strata_malloc(size);
-    EXPECT_NE(p, nullptr);
+    if (p == nullptr) {
+      ADD_FAILURE() << "malloc failed";
+      break;
+    }
     v.push_back(p);
     page* pg = page_lookup(p);
     if (pg->used == pg->reserved) {
@@ -976,7 +979,10 @@ int page_reused_first_after_frees(uint32_t last_frees) {
   int first = -1;
   for (int i = 0; i < 100000 && first < 0; ++i) {
     void* p = strata_malloc(size);
-    EXPECT_NE(p, nullptr);
+    if (p == nullptr) {
+      ADD_FAILURE() << "malloc failed";
+      break;
+    }
     v.push_back(p);
     if (std::find(freed.begin(), freed.end(), p) != freed.end())
       first = static_cast<int>(std::find(full.begin(), full.end(), page_lookup(p)) - full.begin());
