@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <ctime>
 #include <sys/mman.h>
 #include <sys/random.h>
@@ -82,6 +83,32 @@ void* map_aligned(size_t size, size_t alignment) noexcept {
   return p;
 }
 
+namespace {
+// Moves [from, from + size) onto [to, to + size); returns how many bytes from the start moved.
+// Before Linux 6.17 a move may not span two kernel mappings (VMAs; a range gathered from several
+// mappings is several): the kernel says EFAULT, and the halves go one at a time, whole 2 MiB runs
+// kept together (a run aligned alike at both ends moves as one page-table entry).
+size_t move_range(uint8_t* from, size_t size, uint8_t* to) noexcept {
+  stats.mremap_calls.fetch_add(1, std::memory_order_relaxed);
+  if (mremap(from, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, to) != MAP_FAILED) return size;
+  size_t ps = page_size(), run = size_t{2} << 20;
+  if (errno != EFAULT || size <= ps) return 0;
+  size_t half = size / 2;
+  half = half >= run ? half & ~(run - 1) : half & ~(ps - 1);
+  if (half == 0) half = ps;
+  size_t moved = move_range(from, half, to);
+  return moved < half ? moved : half + move_range(from + half, size - half, to + half);
+}
+}  // namespace
+
+bool move_pages(void* from, size_t size, void* to) noexcept {
+  int saved = errno;
+  bool moved = move_range(static_cast<uint8_t*>(from), size, static_cast<uint8_t*>(to)) == size;
+  if (moved) stats.reserved.fetch_sub(static_cast<int64_t>(size), std::memory_order_relaxed);
+  errno = saved;
+  return moved;
+}
+
 void* remap_aligned(void* p, size_t old_size, size_t new_size, size_t alignment) noexcept {
   int saved = errno;
   stats.mremap_calls.fetch_add(1, std::memory_order_relaxed);
@@ -97,6 +124,19 @@ void* remap_aligned(void* p, size_t old_size, size_t new_size, size_t alignment)
     stats.reserved.fetch_sub(static_cast<int64_t>(new_size), std::memory_order_relaxed);
     stats.mremap_calls.fetch_add(1, std::memory_order_relaxed);
     q = mremap(p, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, target);
+    if (q == MAP_FAILED && errno == EFAULT && new_size > old_size) {
+      // Growth of a range of several kernel mappings (gathered, segment.cpp), which no kernel
+      // resizes: its pages are moved into the new range one mapping at a time; what a failure
+      // leaves behind (out of mappings, ENOMEM) is copied.
+      auto* src = static_cast<uint8_t*>(p);
+      auto* dst = static_cast<uint8_t*>(target);
+      size_t moved = move_range(src, old_size, dst);
+      if (moved < old_size) {
+        memcpy(dst + moved, src + moved, old_size - moved);
+        munmap(src + moved, old_size - moved);
+      }
+      q = target;
+    }
     if (q == MAP_FAILED) {
       unmap_raw(target, new_size);
       errno = saved;
