@@ -682,11 +682,12 @@ size_t huge_cache_count = 0, huge_cache_bytes = 0;
 // tcmalloc 85 and 145).  bigbuf, e1-big and churn did not move (docs/results/huge-cache-2core).
 constexpr size_t huge_cache_max = 32;
 constexpr size_t huge_cache_floor = size_t{256} << 20;  // bytes the cache may always hold
-// A cached mapping serves a request of at least 1/huge_reuse_waste of its size whole; a smaller
-// one gets it trimmed.  Trimming less keeps pages resident for the next, larger request (a
-// program replacing 5-25 MiB buffers: with 2, 660 pages faulted in per replacement; with 4,
-// about 200; with 8, about 50 over 2000 replacements: 1.67 s against 2.27 s with 4 and
-// tcmalloc's 2.13 s, at 511 MB peak RSS against 497 MB and tcmalloc's 500 MB; docs/design.md).
+// Hardened build (which neither splits nor gathers, huge_split): a cached mapping serves a
+// request of at least 1/huge_reuse_waste of its size whole; a smaller one gets it trimmed.
+// Trimming less keeps pages resident for the next, larger request (a program replacing 5-25 MiB
+// buffers: with 2, 660 pages faulted in per replacement; with 4, about 200; with 8, about 50
+// over 2000 replacements: 1.67 s against 2.27 s with 4 and tcmalloc's 2.13 s, at 511 MB peak
+// RSS against 497 MB and tcmalloc's 500 MB; docs/design.md).
 constexpr size_t huge_reuse_waste = 8;
 // The largest mapping a heap keeps for its thread (huge_free).  It goes to the shared cache at
 // the heap's purge pass (run from a later malloc or free), its thread's exit or strata_collect
