@@ -846,9 +846,14 @@ inline bool huge_same_room(const segment* seg, size_t offset) noexcept {
 // whole runs aligned alike at both ends moves one entry each (a 20 MiB move: 13-15 us; faulting
 // 10 MiB in: 9 ms on the 2-core VM).  A mapping that would serve a block with huge_split_min or
 // more past the block's last run gives that excess to a mapping of its own; a request that the
-// largest cached mapping misses by huge_run or more is filled with other cached mappings' pages.
+// largest cached mapping misses by huge_gather_min or more is filled with other cached mappings'
+// pages.  Splitting at 2 MiB and gathering from 256 KiB cut bigbuf's peak RSS further (0.80x
+// against 0.84x) but cost bigcalloc (2-6 MiB buffers) 0.95x its speed and 8 % more memory, its
+// 2 MiB pieces serving no request whole, and churn at 2 threads 0.95x (lab, 9 rounds).
 constexpr size_t huge_run = size_t{2} << 20;
-constexpr size_t huge_split_min = huge_run;
+constexpr size_t huge_split_min = 2 * huge_run;
+constexpr size_t huge_gather_min = huge_run;
+
 // Whether seg serves a block at `offset` needing `bytes` of mapping as it is: the same room, at
 // least `bytes`, and less than huge_split_min past the block's last run (hardened build: not over
 // huge_reuse_waste times the bytes).
@@ -928,38 +933,41 @@ void huge_split(segment* seg, size_t keep) noexcept {
   huge_cache_put(to);
 }
 
-// seg, a cached mapping of fewer than `bytes` (by huge_run or more), grown to `bytes` with the
-// pages of other cached mappings moved in behind its own, the smallest that fills the rest first,
-// else the largest, each from its tail (what is left of it goes back to the cache), aligned alike
-// where it can so that whole runs move.  What they do not fill is fresh.  *resident: the bytes
-// from its start that may hold old data.  nullptr when out of address space (seg is unmapped).
+// A cached mapping to take pages from for `into`, which misses `need` bytes: the smallest that
+// has them, else the largest, of those that leave `into` few enough pieces (unlinked), or nullptr.
+segment* huge_donor_take(const segment* into, size_t need) noexcept {
+  lock_guard g(huge_lock);
+  segment* from = huge_cache_pick_locked(need, [&](const segment* c) { return into->huge_cuts + c->huge_cuts + 2 <= huge_cuts_max; });
+  if (from) huge_cache_unlink(from);
+  return from;
+}
+
+// seg, a cached mapping of fewer than `bytes`, grown to `bytes` with the pages of other cached
+// mappings moved in behind its own (huge_donor_take), each whole or from its tail (what is left
+// goes back to the cache), aligned alike where it can so that whole runs move as one page-table
+// entry each (a piece may then overrun `bytes` by up to a run).  What they do not fill is fresh.
+// *resident: the bytes from its start that may hold old data.  nullptr, seg untouched, when no
+// cached mapping has pages to give or there is no address space.
 segment* huge_gather(segment* seg, size_t bytes, size_t* resident) noexcept {
   size_t own = seg->mapped_size, room = bytes + huge_run;  // a donor's aligned piece may overrun
+  segment* from = huge_donor_take(seg, bytes - own);
+  if (from == nullptr) return nullptr;
   segment* to = huge_resize(seg, room);
   if (to == nullptr) to = huge_resize(seg, room = bytes);
-  if (to == nullptr) return huge_unmap(seg), nullptr;
-  size_t at = own;  // gathered up to here
-  bool gathered = false;
-  while (at < bytes && to->huge_cuts + 2 <= huge_cuts_max) {
-    size_t need = bytes - at;
-    segment* from;
-    {
-      lock_guard g(huge_lock);
-      from = huge_cache_pick_locked(need, [&](const segment* c) { return to->huge_cuts + c->huge_cuts + 2 <= huge_cuts_max; });
-      if (from) huge_cache_unlink(from);
-    }
-    if (from == nullptr) break;
-    size_t size = from->mapped_size, keep = 0;
+  if (to == nullptr) return huge_cache_return(from), nullptr;
+  size_t at = own, header = header_slices * slice_size;  // gathered up to `at`
+  for (; from != nullptr; from = at < bytes && to->huge_cuts + 2 <= huge_cuts_max ? huge_donor_take(to, bytes - at) : nullptr) {
+    size_t need = bytes - at, size = from->mapped_size, keep = 0;
     if (size > need + huge_run) {
       // Its tail: need bytes, or up to a run more from an offset aligned like `at` (the runs
       // meet); the donor keeps at least its header.
       keep = size - need;
       size_t aligned = keep - ((keep - at) & (huge_run - 1));
-      if (aligned >= header_slices * slice_size) keep = aligned;
+      if (aligned >= header) keep = aligned;
     }
     if (at + size - keep > room) {  // room == bytes (no address space for a run more): no overrun
       keep = size - (room - at);
-      if (keep < header_slices * slice_size) {
+      if (keep < header) {
         huge_cache_return(from);
         break;
       }
@@ -967,7 +975,6 @@ segment* huge_gather(segment* seg, size_t bytes, size_t* resident) noexcept {
     size_t moved = size - keep;
     auto* base = reinterpret_cast<uint8_t*>(from);
     if (at != own || huge_cuts_in(to, own - 1, own + 1) == 0) huge_cut_add(to, at);
-    gathered = true;
     huge_cuts_move(from, keep, size, to, at);  // before the move: `from` may be its header
     if (keep != 0) {
       huge_mark_shrink(from, keep);
@@ -989,8 +996,8 @@ segment* huge_gather(segment* seg, size_t bytes, size_t* resident) noexcept {
     os::commit_add(-static_cast<int64_t>(room - final_size));
   }
   to->mapped_size = final_size;
-  if (gathered && at < final_size) huge_cut_add(to, at);
-  *resident = at < final_size ? at : final_size;
+  if (at < final_size) huge_cut_add(to, at);
+  *resident = at;
   return to;
 }
 
@@ -1016,8 +1023,8 @@ segment* huge_cache_take(size_t offset, size_t bytes, size_t* resident) noexcept
     if (pick->mapped_size > bytes) {
       huge_split(pick, round_up(bytes, huge_run));
       if (huge_fits(pick, offset, bytes)) return pick;  // else the split failed: trimmed below
-    } else if (bytes - pick->mapped_size >= huge_run && pick->huge_cuts + 2 <= huge_cuts_max) {
-      return huge_gather(pick, bytes, resident);
+    } else if (bytes - pick->mapped_size >= huge_gather_min && pick->huge_cuts + 2 <= huge_cuts_max) {
+      if (segment* gathered = huge_gather(pick, bytes, resident)) return gathered;
     }
   }
   // Much too large: give the tail back.  Too small: grow.

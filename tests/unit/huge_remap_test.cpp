@@ -9,6 +9,7 @@
 // Not built with the sanitizers: their runtimes map their own memory through mmap.
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -21,6 +22,7 @@
 #include <thread>
 #include <utility>
 
+#include "core/options.h"
 #include "core/types.h"
 #include "strata/strata.h"
 #include "test_support.h"
@@ -35,6 +37,9 @@ std::atomic<bool> refuse_move{false};      // mremap with MREMAP_MAYMOVE fails t
 std::atomic<void*> steer_to{nullptr};      // the next mmap(nullptr, n) with n <= steer_len goes here
 std::atomic<size_t> steer_len{0};
 std::atomic<int> refused{0};               // the mremap calls refused so far
+// A move (MREMAP_FIXED, no resize) of more bytes than this fails with EFAULT, as before Linux 6.17
+// for a range of several kernel mappings (0: none refused).
+std::atomic<size_t> refuse_moves_over{0};
 std::function<void(void* old, size_t old_size)> after_move;  // runs once the old range is free
 
 void* syscall_result(long r) { return r == -1 ? MAP_FAILED : reinterpret_cast<void*>(r); }
@@ -78,6 +83,11 @@ extern "C" void* mremap(void* old, size_t old_size, size_t new_size, int flags, 
   if ((!moves && refuse_in_place) || (moves && refuse_move)) {
     refused.fetch_add(1);
     return errno = ENOMEM, MAP_FAILED;
+  }
+  size_t over = refuse_moves_over.load();
+  if ((flags & MREMAP_FIXED) && old_size == new_size && over != 0 && old_size > over) {
+    refused.fetch_add(1);
+    return errno = EFAULT, MAP_FAILED;
   }
   void* to = syscall_result(syscall(SYS_mremap, old, old_size, new_size, flags, target));
   if (moves && to != MAP_FAILED && after_move) std::exchange(after_move, nullptr)(old, old_size);
@@ -153,4 +163,50 @@ TEST(HugeRemap, AFailedRemapLeavesTheBlockKnown) {
   uint64_t bad_before = stats().bad_free_count;
   strata_free(p);
   EXPECT_EQ(stats().bad_free_count, bad_before);
+}
+
+// A block gathered from several freed buffers is several kernel mappings.  Before Linux 6.17 the
+// kernel moves no range that spans two (EFAULT), so os::move_pages moves halves until each move
+// is one mapping's; emulated here by refusing every move of more than 2 MiB.  The gathering, a
+// realloc that must move the block to grow it, and a shrink keep every byte.
+TEST(HugeRemap, AKernelThatMovesOneMappingAtATimeStillGathersAndGrowsBlocks) {
+  if (strata::detail::secure) GTEST_SKIP() << "the hardened build neither splits nor gathers";
+  int64_t delay = strata::options::get(strata::option::purge_delay);
+  strata::options::set(strata::option::purge_delay, 1000);  // the freed buffers stay cached
+  strata_collect(true);
+  std::thread([] {
+    strata_free(strata_malloc(16));  // a heap, which keeps its thread's last huge mapping
+    void* parts[3];
+    for (unsigned char i = 0; i < 3; ++i) fill(parts[i] = strata_malloc(8 * MiB), 8 * MiB, i);
+    for (void* q : parts) strata_free(q);
+    refused = 0;
+    refuse_moves_over = 2 * MiB;
+    rusage before_use{};
+    getrusage(RUSAGE_SELF, &before_use);
+    void* p = strata_malloc(22 * MiB);
+    ASSERT_NE(p, nullptr);
+    memset(p, 7, 22 * MiB);
+    rusage after_use{};
+    getrusage(RUSAGE_SELF, &after_use);
+    EXPECT_GT(refused.load(), 0) << "no donor's pages were moved: the test gathers nothing";
+    // 5632 pages: moved in halves, the freed buffers' pages serve it; refused whole, it faults.
+    EXPECT_LT(after_use.ru_minflt - before_use.ru_minflt, 563) << "the moves refused were not made in parts";
+    fill(p, 22 * MiB, 7);
+    int before = refused.load();
+    void* q = strata_realloc(p, 40 * MiB);
+    ASSERT_NE(q, nullptr);
+    EXPECT_TRUE(holds(q, 22 * MiB, 7)) << "realloc of a gathered block lost its contents";
+    EXPECT_GT(refused.load(), before) << "the gathered block grew without a move";
+    fill(q, 40 * MiB, 9);
+    void* r = strata_realloc(q, 12 * MiB);
+    ASSERT_NE(r, nullptr);
+    auto* b = static_cast<const unsigned char*>(r);
+    size_t wrong = 0;
+    for (size_t i = 0; i < 12 * MiB; i += 4096) wrong += b[i] != static_cast<unsigned char>(9 + i / 4096);
+    EXPECT_EQ(wrong, 0u) << "a shrunk gathered block lost its contents";
+    refuse_moves_over = 0;
+    strata_free(r);
+  }).join();
+  strata_collect(true);
+  strata::options::set(strata::option::purge_delay, delay);
 }
