@@ -682,12 +682,11 @@ size_t huge_cache_count = 0, huge_cache_bytes = 0;
 // tcmalloc 85 and 145).  bigbuf, e1-big and churn did not move (docs/results/huge-cache-2core).
 constexpr size_t huge_cache_max = 32;
 constexpr size_t huge_cache_floor = size_t{256} << 20;  // bytes the cache may always hold
-// Hardened build (which neither splits nor gathers, huge_split): a cached mapping serves a
-// request of at least 1/huge_reuse_waste of its size whole; a smaller one gets it trimmed.
-// Trimming less keeps pages resident for the next, larger request (a program replacing 5-25 MiB
-// buffers: with 2, 660 pages faulted in per replacement; with 4, about 200; with 8, about 50
-// over 2000 replacements: 1.67 s against 2.27 s with 4 and tcmalloc's 2.13 s, at 511 MB peak
-// RSS against 497 MB and tcmalloc's 500 MB; docs/design.md).
+// A cached mapping serves a request of at least 1/huge_reuse_waste of its size whole; a smaller
+// one gets it trimmed.  Trimming less keeps pages resident for the next, larger request (a
+// program replacing 5-25 MiB buffers: with 2, 660 pages faulted in per replacement; with 4,
+// about 200; with 8, about 50 over 2000 replacements: 1.67 s against 2.27 s with 4 and
+// tcmalloc's 2.13 s, at 511 MB peak RSS against 497 MB and tcmalloc's 500 MB; docs/design.md).
 constexpr size_t huge_reuse_waste = 8;
 // The largest mapping a heap keeps for its thread (huge_free).  It goes to the shared cache at
 // the heap's purge pass (run from a later malloc or free), its thread's exit or strata_collect
@@ -779,32 +778,6 @@ void huge_guards(segment* seg, size_t bytes, bool on) noexcept {
   }
 }
 
-// A gathered mapping is as many kernel mappings as it had pieces (the kernel merges none of
-// them), each one a VMA of the process's limit (vm.max_map_count, 65530 by default): no mapping
-// is made of more than huge_cuts_max + 1.  The cuts follow the pages: a split or a trim drops
-// those past the cut, a move takes those of the range moved.
-inline void huge_cut_add(segment* seg, size_t offset) noexcept {
-  if (seg->huge_cuts < huge_cuts_max) seg->huge_cut[seg->huge_cuts++] = static_cast<uint32_t>(offset >> 12);
-}
-inline uint32_t huge_cuts_in(const segment* seg, size_t from, size_t to) noexcept {
-  uint32_t n = 0;
-  for (uint32_t i = 0; i < seg->huge_cuts; ++i) {
-    size_t c = size_t{seg->huge_cut[i]} << 12;
-    n += c > from && c < to;
-  }
-  return n;
-}
-// Those of `from` in (lo, hi) into `to`, shifted to start at `at`; then `from` keeps those below lo.
-void huge_cuts_move(segment* from, size_t lo, size_t hi, segment* to, size_t at) noexcept {
-  uint32_t kept = 0;
-  for (uint32_t i = 0; i < from->huge_cuts; ++i) {
-    size_t c = size_t{from->huge_cut[i]} << 12;
-    if (c > lo && c < hi && to != nullptr) huge_cut_add(to, c - lo + at);
-    if (c < lo) from->huge_cut[kept++] = from->huge_cut[i];
-  }
-  from->huge_cuts = kept;
-}
-
 // Moves or resizes a huge mapping to `bytes`, keeping its pages; nullptr when out of memory.
 segment* huge_resize(segment* seg, size_t bytes) noexcept {
   size_t old = seg->mapped_size;
@@ -824,8 +797,6 @@ segment* huge_resize(segment* seg, size_t bytes) noexcept {
     return nullptr;
   }
   auto* to = static_cast<segment*>(moved);
-  if (bytes < old) huge_cuts_move(to, bytes, SIZE_MAX, nullptr, 0);  // those past the end go
-  else if (to->huge_cuts != 0) huge_cut_add(to, old);  // moved into a fresh range (os.cpp)
   huge_guards(to, bytes, true);
   map_mark(to, bytes, true);
   os::commit_add(static_cast<int64_t>(bytes) - static_cast<int64_t>(old));
@@ -841,196 +812,44 @@ inline bool huge_same_room(const segment* seg, size_t offset) noexcept {
   return (huge_offset(seg) & ~(slice_size - 1)) == (offset & ~(slice_size - 1));
 }
 
-// Split and gathered mappings (huge_split, huge_gather; not in the hardened build, whose guard
-// pages would be moved with the pages).  huge_run: the reach of one page-table page, so a move of
-// whole runs aligned alike at both ends moves one entry each (a 20 MiB move: 13-15 us; faulting
-// 10 MiB in: 9 ms on the 2-core VM).  A mapping that would serve a block with huge_split_min or
-// more past the block's last run gives that excess to a mapping of its own; a request that the
-// largest cached mapping misses by huge_gather_min or more is filled with other cached mappings'
-// pages.  Splitting at 2 MiB and gathering from 256 KiB cut bigbuf's peak RSS further (0.80x
-// against 0.84x) but cost bigcalloc (2-6 MiB buffers) 0.95x its speed and 8 % more memory, its
-// 2 MiB pieces serving no request whole, and churn at 2 threads 0.95x (lab, 9 rounds).
-constexpr size_t huge_run = size_t{2} << 20;
-constexpr size_t huge_split_min = 2 * huge_run;
-constexpr size_t huge_gather_min = huge_run;
-
 // Whether seg serves a block at `offset` needing `bytes` of mapping as it is: the same room, at
-// least `bytes`, and less than huge_split_min past the block's last run (hardened build: not over
-// huge_reuse_waste times the bytes).
+// least `bytes`, and not over huge_reuse_waste times them.
 inline bool huge_fits(const segment* seg, size_t offset, size_t bytes) noexcept {
-  if (!huge_same_room(seg, offset) || seg->mapped_size < bytes) return false;
-  if constexpr (secure) return seg->mapped_size / huge_reuse_waste <= bytes;
-  return seg->mapped_size < round_up(bytes, huge_run) + huge_split_min;
+  return huge_same_room(seg, offset) && seg->mapped_size >= bytes && seg->mapped_size / huge_reuse_waste <= bytes;
 }
 
-// Among the cached mappings that `ok` accepts, the smallest of at least `bytes`, else the largest.
-template <class Ok>
-segment* huge_cache_pick_locked(size_t bytes, Ok ok) noexcept {
-  segment* pick = nullptr;
-  for (segment* seg = huge_cache; seg; seg = seg->next) {
-    if (!ok(seg)) continue;
-    if (pick == nullptr) {
-      pick = seg;
-    } else if (seg->mapped_size >= bytes) {
-      if (pick->mapped_size < bytes || seg->mapped_size < pick->mapped_size) pick = seg;
-    } else if (pick->mapped_size < bytes && seg->mapped_size > pick->mapped_size) {
-      pick = seg;
-    }
-  }
-  return pick;
-}
-
-void huge_cache_put(segment* seg) noexcept;
-
-// seg at the cache's head (the newest).
-void huge_cache_link_locked(segment* seg) noexcept {
-  seg->prev = nullptr;
-  seg->next = huge_cache;
-  if (huge_cache) huge_cache->prev = seg;
-  huge_cache = seg;
-  ++huge_cache_count;
-  huge_cache_bytes += seg->mapped_size;
-}
-
-// Back into the cache, with the time it had: a mapping huge_gather took pages from.
-void huge_cache_return(segment* seg) noexcept {
-  lock_guard g(huge_lock);
-  huge_cache_link_locked(seg);
-}
-
-// Marks [seg, seg + from) as seg's alone, before the kernel gives [from, mapped) to another
-// range (a move): as huge_resize does, the marks go first.
-inline void huge_mark_shrink(segment* seg, size_t from) noexcept {
-  map_mark(seg, seg->mapped_size, false);
-  map_mark(seg, from, true);
-}
-
-// seg, a mapping no block uses, keeps its first `keep` bytes; the rest becomes a cached mapping
-// of its own, its pages moved (not faulted in again) to an aligned address where they get a
-// header.  A 25 MiB buffer's mapping serving a 5 MiB one held 20 MiB resident for nothing: a
-// program replacing 20 buffers of 5-25 MiB at random held its buffers' largest sizes, not their
-// sizes (bigbuf: 1.19x mimalloc 2's peak RSS).  On failure seg stays whole.
-void huge_split(segment* seg, size_t keep) noexcept {
-  size_t rest = seg->mapped_size - keep, offset = huge_offset(seg) & ~(slice_size - 1);
-  if (rest < offset + slice_size) return;
-  auto* to = static_cast<segment*>(os::map_aligned(rest, segment_size));
-  if (to == nullptr) return;
-  auto* base = reinterpret_cast<uint8_t*>(seg);
-  huge_mark_shrink(seg, keep);
-  seg->mapped_size = keep;
-  if (!os::move_pages(base + keep, rest, to)) {
-    os::unmap(base + keep, rest);  // what stayed behind: given back with the rest
-    os::unmap(to, rest);
-    os::commit_add(-static_cast<int64_t>(rest));
-    return;
-  }
-  // A header on old data: what a fresh mapping's zeros would hold, up to the block's page entry.
-  memset(static_cast<void*>(to), 0, offsetof(segment, pages) + sizeof(page));
-  huge_cuts_move(seg, keep, keep + rest, to, 0);
-  live_segments.fetch_add(1, std::memory_order_relaxed);
-  huge_set(to, offset, rest);
-  map_mark(to, rest, true);
-  huge_cache_put(to);
-}
-
-// A cached mapping to take pages from for `into`, which misses `need` bytes: the smallest that
-// has them, else the largest, of those that leave `into` few enough pieces (unlinked), or nullptr.
-segment* huge_donor_take(const segment* into, size_t need) noexcept {
-  lock_guard g(huge_lock);
-  segment* from = huge_cache_pick_locked(need, [&](const segment* c) { return into->huge_cuts + c->huge_cuts + 2 <= huge_cuts_max; });
-  if (from) huge_cache_unlink(from);
-  return from;
-}
-
-// seg, a cached mapping of fewer than `bytes`, grown to `bytes` with the pages of other cached
-// mappings moved in behind its own (huge_donor_take), each whole or from its tail (what is left
-// goes back to the cache), aligned alike where it can so that whole runs move as one page-table
-// entry each (a piece may then overrun `bytes` by up to a run).  What they do not fill is fresh.
-// *resident: the bytes from its start that may hold old data.  nullptr, seg untouched, when no
-// cached mapping has pages to give or there is no address space.
-segment* huge_gather(segment* seg, size_t bytes, size_t* resident) noexcept {
-  size_t own = seg->mapped_size, room = bytes + huge_run;  // a donor's aligned piece may overrun
-  segment* from = huge_donor_take(seg, bytes - own);
-  if (from == nullptr) return nullptr;
-  segment* to = huge_resize(seg, room);
-  if (to == nullptr) to = huge_resize(seg, room = bytes);
-  if (to == nullptr) return huge_cache_return(from), nullptr;
-  size_t at = own, header = header_slices * slice_size;  // gathered up to `at`
-  for (; from != nullptr; from = at < bytes && to->huge_cuts + 2 <= huge_cuts_max ? huge_donor_take(to, bytes - at) : nullptr) {
-    size_t need = bytes - at, size = from->mapped_size, keep = 0;
-    if (size > need + huge_run) {
-      // Its tail: need bytes, or up to a run more from an offset aligned like `at` (the runs
-      // meet); the donor keeps at least its header.
-      keep = size - need;
-      size_t aligned = keep - ((keep - at) & (huge_run - 1));
-      if (aligned >= header) keep = aligned;
-    }
-    if (at + size - keep > room) {  // room == bytes (no address space for a run more): no overrun
-      keep = size - (room - at);
-      if (keep < header) {
-        huge_cache_return(from);
-        break;
-      }
-    }
-    size_t moved = size - keep;
-    auto* base = reinterpret_cast<uint8_t*>(from);
-    if (at != own || huge_cuts_in(to, own - 1, own + 1) == 0) huge_cut_add(to, at);
-    huge_cuts_move(from, keep, size, to, at);  // before the move: `from` may be its header
-    if (keep != 0) {
-      huge_mark_shrink(from, keep);
-      from->mapped_size = keep;
-    } else {
-      map_mark(from, size, false);  // its header goes with its pages
-      live_segments.fetch_sub(1, std::memory_order_relaxed);
-    }
-    os::commit_add(-static_cast<int64_t>(moved));
-    if (!os::move_pages(base + keep, moved, reinterpret_cast<uint8_t*>(to) + at))
-      os::unmap(base + keep, moved);  // what stayed behind; `to` has fresh pages there
-    at += moved;
-    if (keep != 0) huge_cache_return(from);
-  }
-  size_t final_size = at > bytes ? at : bytes;
-  if (final_size < room) {
-    huge_mark_shrink(to, final_size);
-    os::unmap(reinterpret_cast<uint8_t*>(to) + final_size, room - final_size);
-    os::commit_add(-static_cast<int64_t>(room - final_size));
-  }
-  to->mapped_size = final_size;
-  if (at < final_size) huge_cut_add(to, at);
-  *resident = at;
-  return to;
-}
-
-// A cached mapping for a block at `offset` needing `bytes` of mapping: the best fit (its excess
-// split off), else the largest one grown, with other cached mappings' pages where it misses by a
-// run or more (resident pages reused, only the rest faulted in).
+// A cached mapping for a block at `offset` needing `bytes` of mapping: the best fit, else the
+// largest one grown (its resident pages are reused, only the rest is faulted in).
 // *resident: the bytes of the returned mapping that may hold old data (the rest, grown by
 // mremap, is fresh from the OS and reads as zero).
 segment* huge_cache_take(size_t offset, size_t bytes, size_t* resident) noexcept {
-  segment* pick;
+  segment* pick = nullptr;
   segment* expired;
   {
     lock_guard g(huge_lock);
     expired = huge_cache_expire_locked(os::now_ms(), false);
-    pick = huge_cache_pick_locked(bytes, [&](const segment* c) { return huge_same_room(c, offset); });
+    for (segment* seg = huge_cache; seg; seg = seg->next) {
+      if (!huge_same_room(seg, offset)) continue;
+      if (pick == nullptr) {
+        pick = seg;
+      } else if (seg->mapped_size >= bytes) {
+        if (pick->mapped_size < bytes || seg->mapped_size < pick->mapped_size) pick = seg;
+      } else if (pick->mapped_size < bytes && seg->mapped_size > pick->mapped_size) {
+        pick = seg;
+      }
+    }
     if (pick) huge_cache_unlink(pick);
   }
   huge_unmap_list(expired);
   if (pick == nullptr) return nullptr;
   *resident = pick->mapped_size < bytes ? pick->mapped_size : bytes;
-  if (huge_fits(pick, offset, bytes)) return pick;
-  if constexpr (!secure) {
-    if (pick->mapped_size > bytes) {
-      huge_split(pick, round_up(bytes, huge_run));
-      if (huge_fits(pick, offset, bytes)) return pick;  // else the split failed: trimmed below
-    } else if (bytes - pick->mapped_size >= huge_gather_min && pick->huge_cuts + 2 <= huge_cuts_max) {
-      if (segment* gathered = huge_gather(pick, bytes, resident)) return gathered;
-    }
+  // Much too large (over huge_reuse_waste times the need): give the tail back.  Too small: grow.
+  if (!huge_fits(pick, offset, bytes)) {
+    if (segment* resized = huge_resize(pick, bytes)) return resized;
+    huge_unmap(pick);
+    return nullptr;
   }
-  // Much too large: give the tail back.  Too small: grow.
-  if (segment* resized = huge_resize(pick, bytes)) return resized;
-  huge_unmap(pick);
-  return nullptr;
+  return pick;
 }
 
 // seg, a huge mapping no block uses, into the shared cache, or back to the OS.
@@ -1057,7 +876,12 @@ void huge_cache_put(segment* seg) noexcept {
         }
         seg->kind = segment_kind::huge_cached;
         seg->purge_due_ms = now + wait;
-        huge_cache_link_locked(seg);
+        seg->prev = nullptr;
+        seg->next = huge_cache;
+        if (huge_cache) huge_cache->prev = seg;
+        huge_cache = seg;
+        ++huge_cache_count;
+        huge_cache_bytes += seg->mapped_size;
         cached = true;
       }
     }

@@ -141,19 +141,12 @@ static_assert(offsetof(page, frees) == offsetof(page, used) + 4 && offsetof(page
 // huge_cached: a freed huge mapping waiting for reuse (segment.cpp).
 enum class segment_kind : uint32_t { normal, huge, huge_cached };
 
-// The most kernel mappings a huge mapping may be made of, less one (segment::huge_cut).
-constexpr uint32_t huge_cuts_max = 15;
-
 struct segment {
   std::atomic<heap*> owner;        // null while abandoned, cached or huge
   segment* next;                   // heap's list, abandoned list or cache
   segment* prev;
   segment_kind kind;
   uint32_t used_slices;            // slices in pages (the header not counted)
-  // huge: where the kernel mappings (VMAs) that gathered pages made of it meet (huge_gather):
-  // offsets >> 12.  Adjacent ones the kernel merged are counted still.
-  uint32_t huge_cuts;
-  uint32_t huge_cut[huge_cuts_max];
   size_t mapped_size;              // bytes mapped (huge: the whole mapping)
   size_t huge_size;                // huge: usable bytes from the block start
   // huge: the pages [lazy_from, lazy_to) of the mapping (offsets) that a calloc left to read as

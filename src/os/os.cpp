@@ -85,9 +85,10 @@ void* map_aligned(size_t size, size_t alignment) noexcept {
 
 namespace {
 // Moves [from, from + size) onto [to, to + size); returns how many bytes from the start moved.
-// Before Linux 6.17 a move may not span two kernel mappings (VMAs; a range gathered from several
-// mappings is several): the kernel says EFAULT, and the halves go one at a time, whole 2 MiB runs
-// kept together (a run aligned alike at both ends moves as one page-table entry).
+// Before Linux 6.17 a move may not span two kernel mappings (VMAs: a program that changed the
+// protection of part of a block made several of it): the kernel says EFAULT, and the halves go
+// one at a time, whole 2 MiB runs kept together (a run aligned alike at both ends moves as one
+// page-table entry).
 size_t move_range(uint8_t* from, size_t size, uint8_t* to) noexcept {
   stats.mremap_calls.fetch_add(1, std::memory_order_relaxed);
   if (mremap(from, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, to) != MAP_FAILED) return size;
@@ -100,14 +101,6 @@ size_t move_range(uint8_t* from, size_t size, uint8_t* to) noexcept {
   return moved < half ? moved : half + move_range(from + half, size - half, to + half);
 }
 }  // namespace
-
-bool move_pages(void* from, size_t size, void* to) noexcept {
-  int saved = errno;
-  bool moved = move_range(static_cast<uint8_t*>(from), size, static_cast<uint8_t*>(to)) == size;
-  if (moved) stats.reserved.fetch_sub(static_cast<int64_t>(size), std::memory_order_relaxed);
-  errno = saved;
-  return moved;
-}
 
 void* remap_aligned(void* p, size_t old_size, size_t new_size, size_t alignment) noexcept {
   int saved = errno;
@@ -125,9 +118,10 @@ void* remap_aligned(void* p, size_t old_size, size_t new_size, size_t alignment)
     stats.mremap_calls.fetch_add(1, std::memory_order_relaxed);
     q = mremap(p, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, target);
     if (q == MAP_FAILED && errno == EFAULT && new_size > old_size) {
-      // Growth of a range of several kernel mappings (gathered, segment.cpp), which no kernel
-      // resizes: its pages are moved into the new range one mapping at a time; what a failure
-      // leaves behind (out of mappings, ENOMEM) is copied.
+      // Growth of a range of several kernel mappings (the program changed the protection of
+      // part of it), which no kernel resizes: realloc returned NULL with memory to spare.  Its
+      // pages are moved into the new range instead, a mapping at a time where the kernel wants
+      // that; what a failure leaves behind (out of mappings, ENOMEM) is copied.
       auto* src = static_cast<uint8_t*>(p);
       auto* dst = static_cast<uint8_t*>(target);
       size_t moved = move_range(src, old_size, dst);

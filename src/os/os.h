@@ -12,14 +12,11 @@ namespace strata::os {
 // errno left as mmap set it.  The memory is reserved and committed lazily by the kernel.
 void* map_aligned(size_t size, size_t alignment) noexcept;
 // Resizes a mapping from map_aligned, keeping its pages (and their contents) without copying:
-// in place when it can, else moved to a new address that is a multiple of `alignment`.  Returns
-// the mapping's address, or nullptr (the old mapping untouched) when there is no address space.
+// in place when it can, else moved to a new address that is a multiple of `alignment` (a range
+// the program split into several kernel mappings, by mprotect of part of it, moved piece by
+// piece).  Returns the mapping's address, or nullptr (the old mapping untouched) when there is
+// no address space.
 void* remap_aligned(void* p, size_t old_size, size_t new_size, size_t alignment) noexcept;
-// Moves the pages of [from, from + size) to [to, to + size), inside a mapping of ours whose pages
-// there it replaces, without copying or faulting them (mremap); [from, from + size) is unmapped.
-// Page-aligned; runs of 2 MiB aligned alike at both ends move cheapest.  False when the kernel
-// refused part of it: the rest is still at `from`.
-bool move_pages(void* from, size_t size, void* to) noexcept;
 // Maps `size` bytes of read-write address space for a sparse table (MAP_NORESERVE; untouched
 // pages cost nothing and read as zero).  Not counted as reserved memory.  nullptr on failure.
 void* map_sparse(size_t size) noexcept;
