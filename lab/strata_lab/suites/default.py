@@ -36,6 +36,9 @@ SHAPES_SCALE = 0.25
 # from a few hundred on (strata before and after its fix: the same at 300, 0.71 s against 0.60 s
 # at 500, 2.27 s against 1.67 s at 2000; tcmalloc 0.60 s and 2.13 s).  The slowest peers take
 # 5-7 s for 500: a 3 s bound cuts them short (their rate stays comparable, work_fraction < 1).
+# 500 can still favour a change that the full 2000 rejects: a cache that split big mappings and
+# gathered their pages held 0.84x the peak at 500 and ran 0.90x as fast at 2000, with a third more
+# faults and the same peak (docs/results/probes-s37-2core): check such changes at 2000 too.
 BIGBUF_BOUND = 3.0
 # fill (a working set that fills strata's pages exactly, its worst case for the queue walk) stays
 # in the shapes suite: make bench keeps the shapes of the programs issue 10 measured.
