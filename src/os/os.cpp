@@ -95,8 +95,7 @@ size_t move_range(uint8_t* from, size_t size, uint8_t* to) noexcept {
   size_t ps = page_size(), run = size_t{2} << 20;
   if (errno != EFAULT || size <= ps) return 0;
   size_t half = size / 2;
-  half = half >= run ? half & ~(run - 1) : half & ~(ps - 1);
-  if (half == 0) half = ps;
+  half = half >= run ? half & ~(run - 1) : half & ~(ps - 1);  // size: 2 pages or more
   size_t moved = move_range(from, half, to);
   return moved < half ? moved : half + move_range(from + half, size - half, to + half);
 }
@@ -127,7 +126,7 @@ void* remap_aligned(void* p, size_t old_size, size_t new_size, size_t alignment)
       size_t moved = move_range(src, old_size, dst);
       if (moved < old_size) {
         memcpy(dst + moved, src + moved, old_size - moved);
-        munmap(src + moved, old_size - moved);
+        unmap_raw(src + moved, old_size - moved);
       }
       q = target;
     }
