@@ -573,19 +573,6 @@ inline void heap_pace_walk(heap* h) noexcept {
   }
 }
 
-// Whether a page has a quarter of its blocks free (two at least; free, freed by its owner, or not
-// carved yet): worth the slow path's visit (heap_alloc_slow, walk_next).  Its frees from other
-// threads are not counted until collected.
-inline bool page_worth_a_visit(const page* pg) noexcept {
-  return uint32_t{pg->reserved} - pg->used >= std::max<uint32_t>(2, pg->reserved / 4u);
-}
-
-// Whether the direct page's own frees are enough to serve from (heap_alloc_slow): a quarter of
-// its blocks, or 8 (a page of 64 B blocks holds 1024).
-inline bool page_frees_enough(const page* pg) noexcept {
-  return uint32_t{pg->reserved} - pg->used >= std::clamp<uint32_t>(pg->reserved / 4u, 2, 8);
-}
-
 void* heap_alloc_slow(heap* h, size_t cls) noexcept {
   // Every 64th call reads the clock for heap_idle_beside: here, before the paths that serve from
   // the direct page's own frees or the foreign cache (a thread fed by other threads' blocks
@@ -598,25 +585,12 @@ void* heap_alloc_slow(heap* h, size_t cls) noexcept {
     heap_pace_walk(h);
     return one_block_alloc(h, cls);
   }
-  // The common case: the direct page's own frees become its free list, when there are enough of
-  // them (page_frees_enough) or the class has no other page.  Too few, and the page goes to the
-  // queue's back while the walk below serves a page that has had longer to gather frees.  Frees
-  // at random over a class's pages (randsize: 8 B-16 KiB, a random one of 2048 blocks replaced)
-  // left one or two blocks at a time on the direct page's list, and folding them sent 12 % of
-  // mallocs down this path; moving on, 7 % (3 M replacements: malloc_slow 353 k -> 205 k calls,
-  // walks 150 k -> 180 k).  Lab, 9 rounds: randsize 1.06x / 1.03x at 1 / 2 threads, larson
-  // 1.04x, the rest alike.  A quarter of the page without the cap of 8 cost prodcon-batch 0.88x:
-  // its 64 B pages (1024 blocks) went to the back with a hundred frees (docs/results/probes-s38-2core).
+  // The common case: the direct page's own frees become its free list.
   if (page* pg = h->direct[cls]; pg->local_free != nullptr) {
-    page_list& q = h->queue[cls];
-    if (page_frees_enough(pg) || q.first != pg || pg->next == nullptr) {
-      page_fold_frees(h, pg);
-      pg->free = pg->local_free;
-      pg->local_free = nullptr;
-      return page_pop(h, pg);
-    }
-    list_remove(q, pg);
-    list_push_back(q, pg);
+    page_fold_frees(h, pg);
+    pg->free = pg->local_free;
+    pg->local_free = nullptr;
+    return page_pop(h, pg);
   }
   // Then other threads' blocks this thread freed (foreign_put).
   if (block* b = foreign_take(h, cls)) return b;
@@ -754,7 +728,9 @@ STRATA_NOINLINE void* one_block_alloc(heap* h, size_t cls) noexcept {
 // most of what it took from a page, a random free one block (docs/results/probes-s36-2core).
 inline page* walk_next(const page_list& q, page* next) noexcept {
   page* last = q.last;
-  return last != nullptr && last != next && page_worth_a_visit(last) ? last : next;
+  if (last == nullptr || last == next || last->reserved <= 1) return next;
+  uint32_t free_blocks = uint32_t{last->reserved} - last->used;
+  return free_blocks >= std::max<uint32_t>(2, last->reserved / 4u) ? last : next;
 }
 
 // The slow path's walk of cls's queue, then its remote frees, then a new span; a one-block
