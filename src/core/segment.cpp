@@ -133,6 +133,11 @@ int64_t purge_delay() noexcept {
   return delay > 0 ? delay * purge_scale.load(std::memory_order_relaxed) : delay;
 }
 
+void purge_delay_reset() noexcept {
+  purge_scale.store(1, std::memory_order_relaxed);
+  last_refault_ms.store(0, std::memory_order_relaxed);
+}
+
 namespace {
 
 // A purge pass runs: a long calm shortens the delay again.

@@ -78,6 +78,8 @@ void segment_cache_trim(size_t keep) noexcept;
 // STRATA_PURGE_DELAY, lengthened while memory given back is soon faulted in again (refaults)
 // and shortened back when it is not (segment.cpp).
 int64_t purge_delay() noexcept;
+// Forgets the refaults that lengthened the purge delay (tests start from the option's own delay).
+void purge_delay_reset() noexcept;
 
 // Maps the page map (types.h) once, at initialisation.
 void page_map_init() noexcept;

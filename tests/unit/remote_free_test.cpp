@@ -149,6 +149,7 @@ TEST(Issue10Remote, OverTheBoundTheClassHoldingTheMostGoesBackFirst) {
 }
 
 TEST(Issue10Remote, AHeapHoldsAtMostHalfAMebibyteOfOtherThreadsBlocks) {
+  strata_collect(true);  // no abandoned segment of the tests before (--gtest_shuffle) to adopt
   constexpr size_t count = 2048, size = 1024;  // 2 MiB of blocks small enough to be held
   worker producer, consumer;
   // The consumer allocates nothing after its frees.
@@ -214,6 +215,7 @@ TEST(Issue10Remote, PendingBytesAreBounded) {
 // them for itself and at most 64 KiB pending: its owner gets nearly all of them back while the
 // consumer lives on.
 TEST(Issue10Remote, AThreadThatOnlyFreesHoldsLittle) {
+  strata_collect(true);  // no abandoned segment of the tests before (--gtest_shuffle) to adopt
   constexpr size_t count = 4000, size = 1024;  // 4 MB of blocks small enough to be held
   worker owner, consumer;
   // No allocation by the consumer before or after its frees.
