@@ -1030,6 +1030,60 @@ TEST(Issue10Pages, APageWithTwoFreeBlocksKeepsItsPlaceInTheQueue) {
   std::thread([] { EXPECT_EQ(page_reused_first_after_frees(2), 0) << "the page freed into last served first"; }).join();
 }
 
+namespace {
+// Fills pages of 1024 B blocks until two have filled in turn: the second is then the class's
+// direct page, no free block left, and the first is on the full list.  Frees `older_frees` of
+// the first's blocks (it rejoins the queue, behind the direct page), then `direct_frees` of the
+// second's.  Returns which of the two serves the next malloc (0, 1), or -1 for neither.
+int page_served_after_frees(uint32_t older_frees, uint32_t direct_frees) {
+  using namespace strata::detail;
+  constexpr size_t size = 1024;
+  std::vector<void*> v;
+  page* filled[2] = {nullptr, nullptr};
+  for (int i = 0, n = 0; i < 100000 && n < 2; ++i) {
+    void* p = strata_malloc(size);
+    EXPECT_NE(p, nullptr);
+    v.push_back(p);
+    page* pg = page_lookup(p);
+    if (pg->used == pg->reserved && pg->capacity == pg->reserved && (n == 0 || pg != filled[0])) filled[n++] = pg;
+  }
+  EXPECT_NE(filled[1], nullptr) << "no two pages of " << size << " B blocks filled";
+  if (filled[1] == nullptr) return -1;
+  EXPECT_TRUE(flags_of(filled[0]) & page_flag::in_full);
+  for (int k = 0; k < 2; ++k) {
+    uint32_t want = k == 0 ? older_frees : direct_frees, n = 0;
+    EXPECT_LE(want, filled[k]->reserved);
+    for (auto it = v.begin(); it != v.end() && n < want;) {
+      if (page_lookup(*it) == filled[k]) {
+        strata_free(*it);
+        it = v.erase(it);
+        ++n;
+      } else {
+        ++it;
+      }
+    }
+    EXPECT_EQ(n, want);
+  }
+  void* p = strata_malloc(size);
+  EXPECT_NE(p, nullptr);
+  page* from = page_lookup(p);
+  v.push_back(p);
+  EXPECT_TRUE(strata_heap_check());
+  for (void* q : v) strata_free(q);
+  return from == filled[0] ? 0 : from == filled[1] ? 1 : -1;
+}
+}  // namespace
+
+// Issue 10 (E2 on host malloc; session 38): the blocks a batch took from the direct page and freed
+// are its own frees when its free list runs out, hot, and they serve the next malloc even when
+// they are few and an older page of the queue holds more.  Passing them over for that page (a
+// rule that sped randsize up by 3-6 %) sent the walk into a fragmented heap's cold pages: E2's
+// probes 0.50x on the 2-core VM, 0.84-0.87x on 16 cores (docs/results/probes-s38-2core).
+TEST(Issue10Pages, ADirectPagesFewFreesServeBeforeAnOlderPageWithMore) {
+  strata_collect(true);  // no abandoned segment of the tests before (--gtest_shuffle)
+  std::thread([] { EXPECT_EQ(page_served_after_frees(16, 1), 1) << "the older page served first"; }).join();
+}
+
 // Issue 10 (E2's probe on a fresh heap: batches of 256 blocks up to 64 KiB allocated and freed):
 // a class of many blocks to a page kept one emptied page, and gave the spans of the others back,
 // so each batch cut its pages afresh (span search, layout, each block of 8 KiB or more carved by a
