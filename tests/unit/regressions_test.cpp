@@ -1074,11 +1074,11 @@ int page_served_after_frees(uint32_t older_frees, uint32_t direct_frees) {
 }
 }  // namespace
 
-// Issue 10 (E2 on host malloc; session 38): the blocks a batch took from the direct page and freed
-// are its own frees when its free list runs out, hot, and they serve the next malloc even when
-// they are few and an older page of the queue holds more.  Passing them over for that page (a
-// rule that sped randsize up by 3-6 %) sent the walk into a fragmented heap's cold pages: E2's
-// probes 0.50x on the 2-core VM, 0.84-0.87x on 16 cores (docs/results/probes-s38-2core).
+// Issue 10 (E2 on host malloc; session 38): when its free list runs out, the direct page's own
+// frees serve the next malloc even when they are few and an older page of the queue holds more.
+// Passing them over for that page (the direct page to the queue's back: randsize 1.03-1.06x) ran
+// E2's probes at 0.50x on the 2-core VM and 0.84-0.87x on 16 cores, most likely by moving a
+// fragmented heap's allocations from cold page to cold page (docs/results/probes-s38-2core).
 TEST(Issue10Pages, ADirectPagesFewFreesServeBeforeAnOlderPageWithMore) {
   strata_collect(true);  // no abandoned segment of the tests before (--gtest_shuffle)
   std::thread([] { EXPECT_EQ(page_served_after_frees(16, 1), 1) << "the older page served first"; }).join();
