@@ -953,6 +953,24 @@ TEST(Issue10Pages, APageWithOneBlockLeftGivesWayToANewPage) {
 }
 
 namespace {
+// Frees up to `want` of v's blocks that lie in pg, taking them out of v (and onto `freed` if
+// given); returns how many it freed.
+uint32_t free_blocks_of(std::vector<void*>& v, const strata::detail::page* pg, uint32_t want,
+                        std::vector<void*>* freed = nullptr) {
+  uint32_t n = 0;
+  for (auto it = v.begin(); it != v.end() && n < want;) {
+    if (strata::detail::page_lookup(*it) == pg) {
+      strata_free(*it);
+      if (freed) freed->push_back(*it);
+      it = v.erase(it);
+      ++n;
+    } else {
+      ++it;
+    }
+  }
+  return n;
+}
+
 // Fills pages of 1024 B blocks until six are on the full list; then frees blocks into four of
 // them, oldest first: two each into the first three, `last_frees` into the fourth (0: a quarter of
 // its blocks).  Returns the index (0-3) of the page whose freed block a later malloc reuses
@@ -985,18 +1003,8 @@ int page_reused_first_after_frees(uint32_t last_frees) {
   EXPECT_LE(last_frees * 4, full[3]->reserved) << "the test frees a quarter of a page or less";
   std::vector<void*> freed;
   for (size_t k = 0; k < 4; ++k) {
-    uint32_t want = k == 3 ? last_frees : 2, n = 0;
-    for (auto it = v.begin(); it != v.end() && n < want;) {
-      if (page_lookup(*it) == full[k]) {
-        strata_free(*it);
-        freed.push_back(*it);
-        it = v.erase(it);
-        ++n;
-      } else {
-        ++it;
-      }
-    }
-    EXPECT_EQ(n, want);
+    uint32_t want = k == 3 ? last_frees : 2;
+    EXPECT_EQ(free_blocks_of(v, full[k], want, &freed), want);
     EXPECT_FALSE(flags_of(full[k]) & page_flag::in_full);
   }
   int first = -1;
@@ -1051,18 +1059,9 @@ int page_served_after_frees(uint32_t older_frees, uint32_t direct_frees) {
   if (filled[1] == nullptr) return -1;
   EXPECT_TRUE(flags_of(filled[0]) & page_flag::in_full);
   for (int k = 0; k < 2; ++k) {
-    uint32_t want = k == 0 ? older_frees : direct_frees, n = 0;
+    uint32_t want = k == 0 ? older_frees : direct_frees;
     EXPECT_LE(want, filled[k]->reserved);
-    for (auto it = v.begin(); it != v.end() && n < want;) {
-      if (page_lookup(*it) == filled[k]) {
-        strata_free(*it);
-        it = v.erase(it);
-        ++n;
-      } else {
-        ++it;
-      }
-    }
-    EXPECT_EQ(n, want);
+    EXPECT_EQ(free_blocks_of(v, filled[k], want), want);
   }
   void* p = strata_malloc(size);
   EXPECT_NE(p, nullptr);
