@@ -71,9 +71,11 @@ struct mapped {
 
 // ---- reading ---------------------------------------------------------------------------------
 
+// A chunk: its header in the file and its entries decoded (format.h decode_units).
 struct chunk_ref {
   const chunk_header* h;
   const uint64_t* words;
+  uint32_t n;  // entries in words
 };
 
 struct trace_file {
@@ -81,6 +83,7 @@ struct trace_file {
   size_t size = 0, valid_bytes = 0;
   file_header header{};
   std::vector<std::vector<chunk_ref>> threads;  // by the recorder's thread number
+  std::vector<std::vector<uint64_t>> decoded;   // the chunks' entries (chunk_ref::words)
   bool complete = false;                        // the end chunk was seen
   uint64_t program_file_kib = 0;                // the program's file-backed resident KiB at exit
   uint64_t last_cycles = 0, last_ns = 0;        // the latest chunk's clock pair (with the header's)
@@ -105,9 +108,10 @@ void read_trace(const char* path, trace_file& t) {
   if (t.size < sizeof(file_header) || memcmp(t.data.p, file_magic, sizeof file_magic) != 0)
     fail(std::string(path) + ": not a strata trace (no STRTRACE header)");
   memcpy(&t.header, t.data.p, sizeof t.header);
-  if (t.header.version != format_version)
+  if (t.header.version < format_version_min || t.header.version > format_version)
     fail(std::string(path) + ": trace format version " + std::to_string(t.header.version) +
-         ", this replayer reads version " + std::to_string(format_version));
+         ", this replayer reads versions " + std::to_string(format_version_min) + " to " +
+         std::to_string(format_version));
   if (t.header.header_bytes != sizeof(file_header) || t.header.chunk_header_bytes != sizeof(chunk_header) ||
       t.header.word_bytes != 8)
     fail(where(8) + "unexpected header, chunk header or event sizes");
@@ -130,11 +134,21 @@ void read_trace(const char* path, trace_file& t) {
       t.last_ns = h->flush_ns;
     }
     if (checksum(w, h->words) != h->checksum) fail(where(off) + "corrupt trace: chunk checksum mismatch");
-    for (uint32_t i = 0; i < h->words; i++) {
-      unsigned o = word_op(w[i]);
-      bool extends = i > 0 && word_op(w[i - 1]) < op_time;
+    // The chunk's entries: version 1's words as they are, version 2's units decoded.
+    std::vector<uint64_t> entries;
+    entries.reserve(size_t{h->words} * 2);
+    auto add = [&](uint64_t e) {
+      unsigned o = word_op(e);
+      bool extends = !entries.empty() && word_op(entries.back()) < op_time;
       if (o == 0 || (o > op_time && o != op_extension) || (o == op_extension && !extends))
-        fail(where(off + sizeof(chunk_header) + 8 * i) + "corrupt trace: unknown word " + std::to_string(o));
+        fail(where(off + sizeof(chunk_header) + 8 * entries.size()) + "corrupt trace: unknown word " + std::to_string(o));
+      entries.push_back(e);
+    };
+    if (t.header.version == 1) {
+      for (uint32_t i = 0; i < h->words; i++) add(w[i]);
+    } else if (long bad = decode_units(w, h->words, add); bad >= 0) {
+      fail(where(off + sizeof(chunk_header) + 4 * static_cast<size_t>(bad)) + "corrupt trace: unknown unit " +
+           std::to_string(reinterpret_cast<const uint32_t*>(w)[bad] & op_mask));
     }
     off += sizeof(chunk_header) + payload;
     t.chunks++;
@@ -146,8 +160,9 @@ void read_trace(const char* path, trace_file& t) {
     }
     if (h->thread > (1u << 20)) fail(where(off) + "corrupt trace: thread number out of range");
     if (h->thread >= t.threads.size()) t.threads.resize(h->thread + 1);
-    t.threads[h->thread].push_back({h, w});
-    t.words += h->words;
+    t.words += entries.size();
+    t.threads[h->thread].push_back({h, entries.data(), static_cast<uint32_t>(entries.size())});
+    t.decoded.push_back(std::move(entries));
   }
   t.valid_bytes = off;
   if (!t.complete && t.truncated.empty())
@@ -281,7 +296,7 @@ struct plan {
 
 bool cursor_valid(trace_file& t, size_t th, thread_state& s) {
   auto& cs = t.threads[th];
-  while (s.chunk < cs.size() && s.event >= cs[s.chunk].h->words) {
+  while (s.chunk < cs.size() && s.event >= cs[s.chunk].n) {
     s.chunk++;
     s.event = 0;
     if (s.chunk < cs.size()) s.cycles = cs[s.chunk].h->base_cycles;  // each chunk restarts from its base
@@ -312,7 +327,7 @@ uint64_t merge_key(trace_file& t, size_t th, thread_state& s) {
   const chunk_ref& c = t.threads[th][s.chunk];
   if (!is_free(word_op(c.words[s.event]))) return s.cycles * 2;
   uint64_t after = c.h->flush_cycles;
-  for (uint32_t i = s.event + 1; i < c.h->words; i++)
+  for (uint32_t i = s.event + 1; i < c.n; i++)
     if (word_op(c.words[i]) == op_time) {
       after = time_cycles(c.words[i]);
       break;
@@ -336,7 +351,7 @@ void build_plan(trace_file& t, plan& pl) {
   for (size_t th = 0; th < nt; th++) {
     thread_state& s = pl.threads[th];
     uint64_t n = 0;
-    for (auto& c : t.threads[th]) n += c.h->words;
+    for (auto& c : t.threads[th]) n += c.n;
     s.ops.map(n);
     s.pace.map(n);  // resident only as far as written
     if (!t.threads[th].empty()) {
@@ -355,7 +370,7 @@ void build_plan(trace_file& t, plan& pl) {
     unsigned o = word_op(w);
     uint64_t addr = word_address(w), size = word_inline_size(w);
     unsigned alog = 0;
-    if (s.event + 1 < c.h->words && word_op(c.words[s.event + 1]) == op_extension) {
+    if (s.event + 1 < c.n && word_op(c.words[s.event + 1]) == op_extension) {
       s.event++;
       size = extension_size(c.words[s.event]);
       alog = extension_align_log(c.words[s.event]);

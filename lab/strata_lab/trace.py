@@ -20,7 +20,8 @@ import numpy as np
 from .errors import LabError
 
 MAGIC = b"STRTRACE"
-VERSION = 1
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
 FILE_HEADER = struct.Struct("<8sIIIIIIQQQ8x")  # 64 bytes
 CHUNK_HEADER = struct.Struct("<IIIIQQQII")  # 48 bytes
 CHUNK_MAGIC = 0x4B4E4843
@@ -34,6 +35,13 @@ FREES = (OP["free"], OP["free_sized"], OP["realloc_from"])
 ADDRESS_FIELD = (1 << 45) - 1
 SIZE_IN_EXTENSION = 0x7FFF
 EXTENSION_SIZE_MASK = (1 << 54) - 1
+# Version 2's short events (format.h): one 32-bit unit, tagged op + 8.
+SHORT_TAG_OFFSET = 8
+SHORT_SIZED = (OP["malloc"], OP["calloc"], OP["realloc"])
+SHORT_FREES = (OP["free"], OP["realloc_from"])
+SHORT_SIZE_LIMIT = 512
+SHORT_SIZED_BIAS, SHORT_FREE_BIAS = 1 << 22, 1 << 31
+LONG_TAGS = (1, 2, 3, 4, 5, 6, 7, 8, 15)
 
 
 class TraceError(LabError):
@@ -95,8 +103,9 @@ def read(path: str | Path) -> Trace:
     if len(data) < FILE_HEADER.size or data[:8] != MAGIC:
         raise TraceError(f"{path}: not a strata trace (no {MAGIC.decode()} header)")
     magic, version, hbytes, cbytes, ebytes, pid, ppid, c0, n0, anon = FILE_HEADER.unpack_from(data)
-    if version != VERSION:
-        raise TraceError(f"{path}: trace format version {version}; this lab reads version {VERSION}")
+    if version not in READABLE_VERSIONS:
+        raise TraceError(f"{path}: trace format version {version}; this lab reads versions "
+                         f"{READABLE_VERSIONS[0]} to {READABLE_VERSIONS[-1]}")
     if (hbytes, cbytes, ebytes) != (FILE_HEADER.size, CHUNK_HEADER.size, 8):
         raise TraceError(f"{path}: byte 8: unexpected header, chunk header or word sizes "
                          f"({hbytes}, {cbytes}, {ebytes})")
@@ -119,6 +128,11 @@ def read(path: str | Path) -> Trace:
         s = int(words.sum(dtype=np.uint64)) if events else 0
         if ((s ^ (s >> 32)) & 0xFFFFFFFF) != checksum:
             raise TraceError(f"{path}: byte {off}: corrupt trace: chunk checksum mismatch")
+        words, bad_unit = _entries(words) if version >= 2 else (words, -1)
+        if bad_unit >= 0:
+            tag = data[off + CHUNK_HEADER.size + 4 * bad_unit] & 15
+            raise TraceError(f"{path}: byte {off + CHUNK_HEADER.size + 4 * bad_unit}: corrupt trace: unknown unit {tag}")
+        events = words.size
         op = (words & np.uint64(15)).astype(np.uint8)
         ext = op == OP["extension"]
         after_event = np.r_[False, (op[:-1] >= 1) & (op[:-1] <= 7)] if events else ext
@@ -158,6 +172,57 @@ def read(path: str | Path) -> Trace:
         t.cycles = np.concatenate([c[5] for c in cols])
         t.address = ((w >> np.uint64(4)) & np.uint64(ADDRESS_FIELD)) << np.uint64(3)
     return t
+
+
+def _entries(words: np.ndarray) -> tuple[np.ndarray, int]:
+    """A chunk's words as long entries (version 1's words; format.h decode_units), and the index
+    of its first unit that is none (-1 if every one is).  A version 1 chunk holds long entries
+    only, and comes back as it is."""
+    u = words.view("<u4")
+    tag = (u & np.uint32(15)).astype(np.int64)
+    even = (np.arange(u.size) & 1) == 0
+    long_start = even & np.isin(tag, LONG_TAGS)
+    second = np.r_[False, long_start[:-1]] if u.size else long_start
+    short_tags = [o + SHORT_TAG_OFFSET for o in SHORT_SIZED + SHORT_FREES]
+    short = ~long_start & ~second & np.isin(tag, short_tags)
+    bad = ~(long_start | second | short | (tag == 0))
+    if bad.any():
+        return words, int(np.flatnonzero(bad)[0])
+    if not short.any() and 2 * int(long_start.sum()) == u.size:
+        return words, -1  # long entries only (version 1, or no event fitted a short form)
+    entry = np.flatnonzero(long_start | short)
+    is_long = long_start[entry]
+    unit = u[entry].astype(np.uint64)
+    nxt = u[np.minimum(entry + 1, u.size - 1)].astype(np.uint64)
+    lw = np.where(is_long, unit | (nxt << np.uint64(32)), np.uint64(0))
+    op = np.where(is_long, lw & np.uint64(15), (unit & np.uint64(15)) - np.uint64(SHORT_TAG_OFFSET)).astype(np.int64)
+    sized_op = np.isin(op, SHORT_SIZED)
+    free_op = np.isin(op, SHORT_FREES)
+    size = np.where(is_long, lw >> np.uint64(49),
+                    np.where(sized_op, (unit >> np.uint64(4)) & np.uint64(SHORT_SIZE_LIMIT - 1), np.uint64(0)))
+    # Each short event's address is a delta from the last event of its register (an allocation's
+    # by its 16-byte size step, a free's one for all), 0 at the chunk's start; a long event of the
+    # register sets it.  Per register, a cumulative sum that restarts at every long event.
+    reg = np.full(entry.size, -1, np.int64)
+    sized_reg = sized_op & (~is_long | (size < SHORT_SIZE_LIMIT))
+    reg[sized_reg] = (size[sized_reg] >> np.uint64(4)).astype(np.int64)
+    reg[free_op] = SHORT_SIZE_LIMIT >> 4
+    long_address = (((lw >> np.uint64(4)) & np.uint64(ADDRESS_FIELD)) << np.uint64(3)).astype(np.int64)
+    delta = np.where(sized_op, ((unit >> np.uint64(13)).astype(np.int64) << 4) - SHORT_SIZED_BIAS,
+                     ((unit >> np.uint64(4)).astype(np.int64) << 4) - SHORT_FREE_BIAS)
+    value = np.where(is_long, long_address, delta)
+    members = np.flatnonzero(reg >= 0)
+    order = members[np.argsort(reg[members], kind="stable")]
+    r, v = reg[order], value[order]
+    restart = np.r_[True, r[1:] != r[:-1]] | is_long[order] if order.size else is_long[order]
+    total = np.cumsum(v)
+    starts = np.flatnonzero(restart)
+    before = total[starts] - v[starts]
+    address = long_address.copy()
+    address[order] = total - before[np.cumsum(restart) - 1]
+    short_word = (op.astype(np.uint64) | ((address.astype(np.uint64) >> np.uint64(3)) & np.uint64(ADDRESS_FIELD)) << np.uint64(4)
+                  | (size << np.uint64(49)))
+    return np.where(is_long, lw, short_word), -1
 
 
 def _times(op: np.ndarray, words: np.ndarray, base: int, flush: int) -> np.ndarray:

@@ -94,7 +94,7 @@ def test_cut_short_reads_up_to_the_last_whole_chunk(tmp_path):
     (lambda d: d[:64 + 48 + 3] + bytes([d[64 + 48 + 3] ^ 1]) + d[64 + 48 + 4:], "checksum mismatch"),
     (lambda d: d[:64] + b"XXXX" + d[68:], "no chunk starts here"),
     (lambda d: b"NOTATRACE" + d[9:], "not a strata trace"),
-    (lambda d: header(2) + d[64:], "version 2"),
+    (lambda d: header(3) + d[64:], "version 3"),
     (lambda d: d + b"more", "data after the end chunk"),
 ])
 def test_corrupt_traces_are_clear_errors(tmp_path, damage, message):
@@ -161,3 +161,84 @@ def test_a_free_swapped_with_the_next_allocation_of_its_address(tmp_path):
     p.write_bytes(header() + chunk(0, t0, 1000, flush=(2000, 0)) + chunk(1, t1, 1400, flush=(2500, 0)))
     s = trace.stats(trace.read(p))
     assert s["frees_matched"] == 2 and s["cross_thread_frees"] == 0 and s["frees_unmatched"] == 0
+
+
+def units_chunk(thread: int, units: list[int], base: int, flush: tuple = (0, 0)) -> bytes:
+    """A version 2 chunk of 32-bit units (padded with a 0 unit to whole words)."""
+    if len(units) % 2:
+        units = units + [0]
+    words = np.array(units, dtype="<u4").view("<u8")
+    s = int(words.sum(dtype=np.uint64)) if words.size else 0
+    head = trace.CHUNK_HEADER.pack(trace.CHUNK_MAGIC, thread, words.size, 0, base, flush[0], flush[1], 1,
+                                   (s ^ (s >> 32)) & 0xFFFFFFFF)
+    return head + words.tobytes()
+
+
+def encode_v2(events: list[tuple[int, int, int]]) -> list[int]:
+    """Units for (op, address, size) events as docs/trace-format.md describes version 2: a short
+    unit where the event fits one (written here from the document, not from the recorder), else
+    the long entry at a whole word, after a time sample where one is given (op "time")."""
+    units: list[int] = []
+    last_sized: dict[int, int] = {}
+    last_free = 0
+    for op, address, size in events:
+        if op in (OP["malloc"], OP["calloc"], OP["realloc"]) and size < 512:
+            d = address - last_sized.get(size >> 4, 0) + (1 << 22)
+            last_sized[size >> 4] = address
+            if 0 <= d < (1 << 23) and d % 16 == 0:
+                units.append(op + 8 | size << 4 | (d >> 4) << 13)
+                continue
+        elif op in (OP["free"], OP["realloc_from"]):
+            d = address - last_free + (1 << 31)
+            last_free = address
+            if 0 <= d < (1 << 32) and d % 16 == 0:
+                units.append(op + 8 | (d >> 4) << 4)
+                continue
+        if len(units) % 2:
+            units.append(0)
+        words = sample(address) if op == OP["time"] else event(op, address, size)
+        for w in words:
+            units += [w & 0xFFFFFFFF, w >> 32]
+    return units
+
+
+def test_version_2_short_events_read_back(tmp_path):
+    """Short units (deltas below and above the register's last address, several size steps, a
+    free whose register a long event set, a delta too large for a short unit) read back as the
+    events they encode, between long entries, padding and a time sample."""
+    base = 0x7F00_0000_0000
+    events = [(OP["malloc"], base + 0x100, 24), (OP["malloc"], base + 0x140, 24), (OP["malloc"], base + 0x80, 20),
+              (OP["malloc"], base + 0x9000, 200), (OP["free"], base + 0x100, 0), (OP["time"], 1500, 0),
+              (OP["calloc"], base + 0x180, 30), (OP["malloc"], base + 0x10000, 5000), (OP["free"], base + 0x140, 0),
+              (OP["realloc_from"], base + 0x80, 0), (OP["realloc"], base + 0x50_0000, 20),  # 5 MiB away: long
+              (OP["free"], base + 0x9000, 0), (OP["free"], base + 0x10000, 0), (OP["free"], base + 0x180, 0),
+              (OP["free"], base + 0x50_0000, 0)]
+    units = encode_v2(events)
+    assert len(units) <= 2 * 6 + 9 + 3  # 9 short events, 6 long entries and their padding
+    p = tmp_path / "v2.trace"
+    p.write_bytes(header(2) + units_chunk(0, units, 1000, flush=(2000, 0))
+                  + chunk(0, [], 0, trace.CHUNK_END, flush=(3000, 0)))
+    t = trace.read(p)
+    assert t.complete
+    want = [e for e in events if e[0] != OP["time"]]
+    assert list(zip(t.op.tolist(), t.address.tolist(), t.size.tolist())) == want
+    # allocations at the sample before them, frees at the one after (format.h)
+    assert t.cycles.tolist()[:7] == [1000] * 4 + [1500] * 3
+    s = trace.stats(t)
+    assert s["frees_unmatched"] == 0 and s["frees_matched"] == 7
+
+
+def test_version_2_unit_errors(tmp_path):
+    p = tmp_path / "bad.trace"
+    # a long entry may not start at an odd unit
+    p.write_bytes(header(2) + units_chunk(0, [OP["malloc"] + 8 | 16 << 4 | (1 << 18) << 13, OP["free"], 0, 0], 0))
+    with pytest.raises(trace.TraceError, match=f"byte {64 + 48 + 4}: corrupt trace: unknown unit 6"):
+        trace.read(p)
+    # an aligned allocation (tag 13) has no short form
+    p.write_bytes(header(2) + units_chunk(0, [13, 0], 0))
+    with pytest.raises(trace.TraceError, match="unknown unit 13"):
+        trace.read(p)
+    # version 1 knows no short units
+    p.write_bytes(header(1) + units_chunk(0, [OP["malloc"] + 8 | 16 << 4, 0], 0))
+    with pytest.raises(trace.TraceError, match="unknown word 9"):
+        trace.read(p)

@@ -1,13 +1,16 @@
-// The trace file format, version 1 (docs/trace-format.md is the full description): shared by
+// The trace file format, version 2 (docs/trace-format.md is the full description): shared by
 // the recorder (trace.cpp), the replayer (bench/replay) and, in Python, strata_lab/trace.py.
 //
 //   file   = file_header chunk*          little-endian throughout
 //   chunk  = chunk_header word[words]    one thread's events, written in one write()
-// Each 64-bit word's low 4 bits say what it is:
+// Version 2 reads a chunk's words as 32-bit units: most events are one unit (a short event,
+// below); the rest are the 64-bit words of version 1 (long entries), which decode_units turns
+// the chunk into.  Version 1's chunks hold long entries only, and read the same way.
+// Each long entry's low 4 bits say what it is:
 //   an event (op 1-7):  op | address / 8 (bits 4-48) | size (bits 49-63)
 //       size 0x7fff: the size, and for op_aligned always, are in the extension that follows
 //   an extension (15):  15 | size (bits 4-57) | log2 alignment (bits 58-63)
-//   a time sample (8):  8 | the cycle counter (bits 4-63), written every 64 words of a thread's
+//   a time sample (8):  8 | the cycle counter (bits 4-63), written every 512 bytes of a thread's
 //       events (reading it at every event would double the cost of recording a small malloc)
 // An event's time is bounded by the samples around it (the chunk's base_cycles and flush_cycles
 // at its ends): an allocation is given the sample before it, a free the sample after it, so
@@ -19,11 +22,13 @@
 // RssShmem: program, libraries, mapped files), which a replay adds in place of its own.
 #pragma once
 #include <cstdint>
+#include <cstring>
 
 namespace strata::trace {
 
 inline constexpr char file_magic[8] = {'S', 'T', 'R', 'T', 'R', 'A', 'C', 'E'};
-inline constexpr uint32_t format_version = 1;
+inline constexpr uint32_t format_version = 2;
+inline constexpr uint32_t format_version_min = 1;  // the oldest version the tools read
 inline constexpr uint32_t chunk_magic = 0x4b4e4843;  // "CHNK"
 
 enum op : uint8_t {
@@ -57,6 +62,33 @@ inline uint64_t extension_word(uint64_t size, unsigned align_log) noexcept {
          uint64_t{align_log} << 58;
 }
 inline uint64_t time_word(uint64_t cycles) noexcept { return op_time | cycles << 4; }
+
+// Version 2: a chunk's words are read as 32-bit units (little-endian: a word's low half first).
+// A long entry (an event word, its extension, a time sample) starts at an even unit and takes
+// two; a unit whose low 4 bits are 0 is padding before one.  A short event is one unit:
+//   allocation (malloc 9, calloc 10, realloc 12): tag | size (bits 4-12, < 512) |
+//       (address - the last allocation event's of the same size / 16 + 2^18) (bits 13-31)
+//   free (14) and realloc's old block (11): tag | (address - the last such event's + 2^31) / 16
+//       (bits 4-31)
+// "The last" counts long events too, and starts at 0 in each chunk.
+inline constexpr unsigned short_tag_offset = 8;  // a short event's tag: its op + 8
+inline constexpr uint64_t short_size_limit = 512;
+inline constexpr uint64_t short_sized_bias = uint64_t{1} << 22, short_sized_field = (uint64_t{1} << 23) - 16;
+inline constexpr uint64_t short_free_bias = uint64_t{1} << 31, short_free_field = (uint64_t{1} << 32) - 16;
+inline constexpr int long_units = 5;  // the most units a long event takes: padding, word, extension
+inline constexpr int time_units = 3;  // padding and a time sample
+inline constexpr bool is_short_tag(unsigned tag) noexcept {
+  return tag == op_malloc + short_tag_offset || tag == op_calloc + short_tag_offset ||
+         tag == op_realloc_from + short_tag_offset || tag == op_realloc + short_tag_offset ||
+         tag == op_free + short_tag_offset;
+}
+inline constexpr bool is_sized_short(unsigned o) noexcept { return o == op_malloc || o == op_calloc || o == op_realloc; }
+inline uint32_t short_sized_unit(op o, uint64_t size, uint64_t biased_delta) noexcept {
+  return static_cast<uint32_t>((o + short_tag_offset) | size << 4 | (biased_delta >> 4) << 13);
+}
+inline uint32_t short_free_unit(op o, uint64_t biased_delta) noexcept {
+  return static_cast<uint32_t>((o + short_tag_offset) | (biased_delta >> 4) << 4);
+}
 
 inline unsigned word_op(uint64_t w) noexcept { return static_cast<unsigned>(w & op_mask); }
 inline uint64_t word_address(uint64_t w) noexcept { return ((w >> 4) & address_field) << address_shift; }
@@ -124,6 +156,51 @@ inline uint64_t cycles_now() noexcept {
 #else
   return __builtin_readcyclecounter();
 #endif
+}
+
+// A chunk's `count` words as long entries (version 1's words: events, extensions, time samples),
+// each passed to emit(word); short events get their addresses back from the same registers the
+// recorder kept (trace.cpp put_event).  Returns the unit index of the first unit that is
+// neither, or -1.
+template <class Emit>
+long decode_units(const uint64_t* words, uint64_t count, Emit emit) {
+  const auto* bytes = reinterpret_cast<const unsigned char*>(words);
+  auto unit = [bytes](uint64_t i) {
+    uint32_t x;
+    memcpy(&x, bytes + 4 * i, sizeof x);
+    return x;
+  };
+  uint64_t n = 2 * count, last_free = 0, last_sized[short_size_limit >> 4] = {};
+  for (uint64_t i = 0; i < n;) {
+    uint32_t x = unit(i);
+    unsigned tag = x & op_mask;
+    if (tag == 0) {  // padding before a long entry, or at the chunk's end
+      i++;
+    } else if (is_short_tag(tag)) {
+      auto o = static_cast<op>(tag - short_tag_offset);
+      uint64_t address, size = 0;
+      if (is_sized_short(o)) {
+        size = (x >> 4) & (short_size_limit - 1);
+        uint64_t& last = last_sized[size >> 4];
+        address = last = last + (uint64_t{x >> 13} << 4) - short_sized_bias;
+      } else {
+        address = last_free = last_free + (uint64_t{x >> 4} << 4) - short_free_bias;
+      }
+      emit(event_word(o, address, size));
+      i++;
+    } else {
+      if ((i & 1) != 0 || !(tag <= op_time || tag == op_extension)) return static_cast<long>(i);
+      uint64_t w = x | uint64_t{unit(i + 1)} << 32;
+      if (tag >= op_malloc && tag <= op_free_sized) {
+        uint64_t size = word_inline_size(w);
+        if (is_sized_short(static_cast<op>(tag)) && size < short_size_limit) last_sized[size >> 4] = word_address(w);
+        if (tag == op_free || tag == op_realloc_from) last_free = word_address(w);
+      }
+      emit(w);
+      i += 2;
+    }
+  }
+  return -1;
 }
 
 }  // namespace strata::trace

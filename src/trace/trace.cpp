@@ -29,15 +29,21 @@ bool active = false;
 namespace {
 
 // One thread's events: this header, then two areas of area_words words each, of which the thread
-// uses the first `fill` words (below).  The thread fills one while a writer thread writes the
-// other (at most one area of a thread waits for the writer, so a thread's chunks reach the file in
-// its order).
+// uses the first `fill` words (below), as 32-bit units (format.h).  The thread fills one while a
+// writer thread writes the other (at most one area of a thread waits for the writer, so a thread's
+// chunks reach the file in its order).
 struct buffer {
+  // The fast path's fields first, on one line.
+  uint32_t* cursor;      // the next free unit
+  uint32_t* limit;       // the last place for a long event (long_units) before the next time sample or `end`
+  uint32_t* end;
+  // The short events' registers (format.h): the address of the last free or realloc_from event
+  // of the current chunk, and (below) of its last allocation event of each 16-byte size step
+  // under short_size_limit.  A short event costs its thread half the bytes of a long one: under
+  // CPython, bytes leaving the thread's core were most of recording's cost (docs/lab.md).
+  uint64_t last_free;
   buffer* next;          // the registry of every thread's buffer
   buffer* next_queued;   // the writer's queue
-  uint64_t* cursor;      // the next free word
-  uint64_t* limit;       // the last place for an event (2 words) before the next time sample or `end`
-  uint64_t* end;
   uint64_t* area[2];
   int current;             // the area the thread fills
   std::atomic<bool> queued;  // the other area waits for the writer
@@ -47,7 +53,10 @@ struct buffer {
   uint32_t thread, os_tid;
   uint32_t fill;         // words of an area in use: doubled each time the thread waits for the writer
 
+  uint64_t last_sized[short_size_limit >> 4];
+
   uint64_t* words() noexcept { return area[current]; }
+  uint32_t* units() noexcept { return reinterpret_cast<uint32_t*>(area[current]); }
 };
 // An area is mapped at 1 MiB and used from 256 KiB up: a thread that records slowly faults in
 // 512 KiB (faulting in 2 MiB was 1-2 % of a 50 ms CPython run), one that outruns the writer gets
@@ -59,20 +68,21 @@ constexpr size_t buffer_bytes = header_bytes + 2 * area_words * 8;
 static_assert(sizeof(buffer) <= header_bytes);
 constexpr size_t path_max = 4096;
 // The cycle counter costs about 10 ns (rdtsc, 2-core EPYC VM): a time sample is written every
-// sample_words words of a thread's events, not at every event (format.h: how events get their
-// times); every 64th event rather than every 16th took about 1 % off a CPython run.  The place
-// of the next sample is the fast path's limit (buffer::limit): no counter to keep per event.
-constexpr size_t sample_words = 64;
+// sample_units units (512 bytes) of a thread's events, not at every event (format.h: how events
+// get their times); every 64th event rather than every 16th took about 1 % off a CPython run.
+// The place of the next sample is the fast path's limit (buffer::limit): no counter to keep per
+// event.
+constexpr size_t sample_units = 128;
 
 // A thread that has no buffer (yet, or any more) points at this one, whose cursor is past its
 // limit: the fast path's one test sends it to the slow path, with no test for a null buffer.
-uint64_t no_words[2];
-buffer no_buffer{nullptr, nullptr, no_words + 1, no_words, no_words + 1, {nullptr, nullptr}, 0, {false},
-                 {}, nullptr, 0, 0, 0, 0};
+uint32_t no_units[long_units + 2];
+buffer no_buffer{no_units + long_units + 1, no_units, no_units + long_units + 1, 0, nullptr, nullptr, {nullptr, nullptr}, 0,
+                 {false}, {}, nullptr, 0, 0, 0, 0, {}};
 
-// buffer::limit for a thread at `cursor` that writes the next time sample `sample_words` on.
-uint64_t* limit_after(uint64_t* cursor, uint64_t* end) noexcept {
-  return (cursor + sample_words < end ? cursor + sample_words : end) - 2;
+// buffer::limit for a thread at `cursor` that writes the next time sample `sample_units` on.
+uint32_t* limit_after(uint32_t* cursor, uint32_t* end) noexcept {
+  return (cursor + sample_units < end ? cursor + sample_units : end) - long_units;
 }
 
 __thread buffer* tl_buffer __attribute__((tls_model("initial-exec"))) = &no_buffer;
@@ -114,18 +124,28 @@ void write_words(chunk_header h, const uint64_t* words) noexcept {
   if (fd >= 0 && !os::file_write2(fd, &h, sizeof h, words, size_t{h.words} * 8)) stop(strerror(errno));
 }
 
-chunk_header header_of(buffer* b, uint64_t* upto, uint32_t flags) noexcept {
-  return {chunk_magic, b->thread, static_cast<uint32_t>(upto - b->words()), flags, b->base_cycles,
+// The chunk of b's units up to `upto`, in whole words (an odd unit count is rounded down: the
+// caller pads it first, or, for a thread still running, leaves its last unit out).
+chunk_header header_of(buffer* b, uint32_t* upto, uint32_t flags) noexcept {
+  return {chunk_magic, b->thread, static_cast<uint32_t>((upto - b->units()) / 2), flags, b->base_cycles,
           cycles_now(), os::now_ns(), b->os_tid, 0};
 }
 
+// The owner pads its area to a whole word.
+uint32_t* pad_to_word(uint32_t* c) noexcept {
+  if (reinterpret_cast<uintptr_t>(c) & 4) *c++ = 0;
+  return c;
+}
+
 // Writes the events of b up to `upto` as one chunk, from the calling thread.
-void write_chunk(buffer* b, uint64_t* upto, uint32_t flags) noexcept { write_words(header_of(b, upto, flags), b->words()); }
+void write_chunk(buffer* b, uint32_t* upto, uint32_t flags) noexcept { write_words(header_of(b, upto, flags), b->words()); }
 
 // The thread goes on at the start of its current area, whose first event's time is base_cycles.
 void start_area(buffer* b) noexcept {
-  b->cursor = b->words();
-  b->end = b->cursor + b->fill;
+  b->cursor = b->units();
+  b->end = b->cursor + 2 * size_t{b->fill};
+  b->last_free = 0;
+  for (auto& a : b->last_sized) a = 0;
   b->limit = limit_after(b->cursor, b->end);
   b->base_cycles = cycles_now();
 }
@@ -139,6 +159,7 @@ void wait_queued(buffer* b) noexcept {
 void flush(buffer* b, uint32_t flags, bool now = false) noexcept {
   if (b->queued.load(std::memory_order_acquire) && b->fill < area_words) b->fill *= 2;
   wait_queued(b);
+  b->cursor = pad_to_word(b->cursor);
   if (!now && writer_running.load(std::memory_order_relaxed)) {
     b->queued_header = header_of(b, b->cursor, flags);
     b->queued_words = b->words();
@@ -279,21 +300,48 @@ buffer* make_room(buffer* b) noexcept {
   return active ? b : nullptr;
 }
 
-// Writes the event at b's cursor (one word, or two with the extension).
+// A long event at c: padded to a word, then the event's word and its extension if any.
+// (Words are stored with memcpy: the area is read as units and as words.)
+uint32_t* put_word(uint32_t* c, uint64_t w) noexcept {
+  memcpy(c, &w, sizeof w);
+  return c + 2;
+}
+uint32_t* put_long(uint32_t* c, op o, uint64_t address, uint64_t size, unsigned align_log, bool returned) noexcept {
+  c = pad_to_word(c);
+  if (STRATA_TRACE_LIKELY(size <= inline_size_max && o != op_aligned))
+    return put_word(c, returned ? event_word_returned(o, address, size) : event_word(o, address, size));
+  c = put_word(c, event_word(o, address, size_in_extension));
+  return put_word(c, extension_word(size, align_log));
+}
+
+// Writes the event at b's cursor: one unit when it fits a short form (format.h), else long.
 inline void put_event(buffer* b, op o, const void* p, uint64_t size, unsigned align_log) noexcept {
   auto address = reinterpret_cast<uintptr_t>(p);
-  uint64_t* c = b->cursor;
+  uint32_t* c = b->cursor;
   // A block the program passes (free, realloc's old block) may be anything; one the allocator
   // returned fits the address field as it is.
   bool returned = o != op_free && o != op_free_sized && o != op_realloc_from;
-  if (STRATA_TRACE_LIKELY(size <= inline_size_max && o != op_aligned)) {
-    *c = returned ? event_word_returned(o, address, size) : event_word(o, address, size);
-    b->cursor = c + 1;
-  } else {
-    c[0] = event_word(o, address, size_in_extension);
-    c[1] = extension_word(size, align_log);
-    b->cursor = c + 2;
+  if (o == op_malloc || o == op_calloc || o == op_realloc) {
+    if (STRATA_TRACE_LIKELY(size < short_size_limit)) {
+      uint64_t& last = b->last_sized[size >> 4];
+      uint64_t d = address - last + short_sized_bias;
+      last = address;
+      if (STRATA_TRACE_LIKELY((d & ~short_sized_field) == 0)) {
+        *c = short_sized_unit(o, size, d);
+        b->cursor = c + 1;
+        return;
+      }
+    }
+  } else if (o == op_free || o == op_realloc_from) {
+    uint64_t d = address - b->last_free + short_free_bias;
+    b->last_free = address;
+    if (STRATA_TRACE_LIKELY((d & ~short_free_field) == 0)) {
+      *c = short_free_unit(o, d);
+      b->cursor = c + 1;
+      return;
+    }
   }
+  b->cursor = put_long(c, o, address, size, align_log, returned);
 }
 
 // `room`: the words an event may take, 2 (an extension), or 6 for realloc's first event, which
@@ -305,11 +353,11 @@ inline void put_event(buffer* b, op o, const void* p, uint64_t size, unsigned al
 template <int room>
 __attribute__((noinline)) void* record_slow(op o, void* p, uint64_t size, unsigned align_log) noexcept {
   buffer* b = tl_buffer;
-  if (b == &no_buffer || b->cursor + room + 1 > b->end) {
+  if (b == &no_buffer || b->cursor + room + time_units > b->end) {
     b = make_room(b);
     if (b == nullptr) return p;
   } else {
-    *b->cursor++ = time_word(cycles_now());
+    b->cursor = put_word(pad_to_word(b->cursor), time_word(cycles_now()));
     b->limit = limit_after(b->cursor, b->end);
   }
   put_event(b, o, p, size, align_log);
@@ -318,16 +366,16 @@ __attribute__((noinline)) void* record_slow(op o, void* p, uint64_t size, unsign
 
 // Records one event if the thread's area has room and no time sample is due (buffer::limit):
 // a few instructions.  False: record_slow's turn.
-template <int room = 2>
+template <int room = long_units>
 inline bool record_fast(op o, void* p, uint64_t size, unsigned align_log = 0) noexcept {
   buffer* b = tl_buffer;
-  if (STRATA_TRACE_UNLIKELY(b->cursor + (room - 2) > b->limit)) return false;
+  if (STRATA_TRACE_UNLIKELY(b->cursor + (room - long_units) > b->limit)) return false;
   put_event(b, o, p, size, align_log);
   return true;
 }
 
 // Records one event and returns p.
-template <int room = 2>
+template <int room = long_units>
 inline void* record(op o, void* p, uint64_t size, unsigned align_log = 0) noexcept {
   if (STRATA_TRACE_LIKELY(record_fast<room>(o, p, size, align_log))) return p;
   return record_slow<room>(o, p, size, align_log);
@@ -335,7 +383,7 @@ inline void* record(op o, void* p, uint64_t size, unsigned align_log = 0) noexce
 
 // free's slow path records and frees, so that free's fast path makes tail calls only (no frame).
 __attribute__((noinline)) void record_slow_and_free(op o, void* p, uint64_t size) noexcept {
-  detail::free_inline(record_slow<2>(o, p, size, 0));
+  detail::free_inline(record_slow<long_units>(o, p, size, 0));
 }
 
 unsigned log2_of(size_t alignment) noexcept {
@@ -346,7 +394,7 @@ unsigned log2_of(size_t alignment) noexcept {
 // one may still allocate: the key is set again, so the next round writes what they recorded.
 void on_thread_exit(void* arg) noexcept {
   auto* b = static_cast<buffer*>(arg);
-  if (b == &no_buffer || b->cursor == b->words()) return;
+  if (b == &no_buffer || b->cursor == b->units()) return;
   flush(b, chunk_thread_exit, true);
   os::discard_plain(reinterpret_cast<char*>(b) + header_bytes, buffer_bytes - header_bytes);
   pthread_setspecific(key, b);
@@ -365,8 +413,8 @@ void at_exit() noexcept {
     if (b == tl_buffer) {
       flush(b, 0, true);
     } else {
-      uint64_t* upto = __atomic_load_n(&b->cursor, __ATOMIC_ACQUIRE);
-      if (upto != b->words()) write_chunk(b, upto, 0);
+      uint32_t* upto = __atomic_load_n(&b->cursor, __ATOMIC_ACQUIRE);
+      if (upto - b->units() >= 2) write_chunk(b, upto, 0);
     }
   }
   unlock();
@@ -455,7 +503,7 @@ void* calloc(size_t count, size_t size) noexcept {
 
 void* realloc(void* p, size_t size) noexcept {
   if (p == nullptr) return malloc(size);
-  p = record<6>(op_realloc_from, p, 0);
+  p = record<2 * long_units>(op_realloc_from, p, 0);
   return record(op_realloc, strata_realloc(p, size), size);
 }
 

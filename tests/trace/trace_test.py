@@ -55,6 +55,11 @@ with tempfile.TemporaryDirectory() as tmp:
         expect(got["counts"]["calloc"] >= want["callocs"], f"callocs {got['counts']} < {want}")
         expect(got["cross_thread_frees"] >= want["cross_thread_frees"],
                f"cross-thread frees {got['cross_thread_frees']} < {want['cross_thread_frees']}")
+        # Most events are one 4-byte unit (format version 2): under 6 bytes an event with the
+        # headers, time samples and long events (version 1: at least 8).
+        events = sum(n for k, n in got["counts"].items() if k != "time")
+        expect(os.path.getsize(files[0]) < 6 * events,
+               f"{os.path.getsize(files[0])} bytes for {events} events: the short forms are not used")
         # Replayed without a preload (glibc): every operation runs.
         r = subprocess.run([REPLAY, files[0]], capture_output=True, text=True, timeout=60)
         expect(r.returncode == 0, f"replay failed: {r.stderr}")
