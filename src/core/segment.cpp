@@ -163,12 +163,17 @@ inline slice_set free_resident(const segment* seg) noexcept {
 // Purges the runs of slices set in `which` (a subset of the free, dirty slices).
 // With `want`, stops once that many bytes are purged (whole runs: it may purge more) and does
 // not mark the slices purged_bits: a purge forced by growth (purge_before_growth) says nothing
-// about the delay.  Returns the bytes purged.
+// about the delay.  Returns the bytes purged.  A run the kernel refuses to purge (the program
+// locked its memory) stays dirty: its old bytes are still there, and a calloc of a span on it
+// must write its zeros (span_init flags only a span of slices none of which is dirty clean).
 size_t purge_runs(segment* seg, const uint64_t* which, size_t want = SIZE_MAX) noexcept {
   size_t i = 0, purged = 0;
   while (purged < want && (i = bits_next(which, i, true)) < slices_per_segment) {
     size_t end = bits_next(which, i, false);
-    os::purge(slice_address(seg, i), (end - i) * slice_size);
+    if (!os::purge(slice_address(seg, i), (end - i) * slice_size)) {
+      i = end;
+      continue;
+    }
     os::commit_add(-static_cast<int64_t>((end - i) * slice_size));
     bits_assign(seg->dirty_bits, i, end - i, false);
     if (want == SIZE_MAX) bits_assign(seg->purged_bits, i, end - i, true);
@@ -1109,8 +1114,11 @@ void* huge_calloc(size_t size) noexcept {
     if (!dense && b > a && static_cast<size_t>(b - a) >= calloc_purge_min) {
       memset(p, 0, static_cast<size_t>(a - p));
       memset(b, 0, static_cast<size_t>(p + dirty - b));
-      os::purge(a, static_cast<size_t>(b - a));
-      if (b == from || b >= to) from = a;
+      if (os::purge(a, static_cast<size_t>(b - a))) {
+        if (b == from || b >= to) from = a;
+      } else {
+        memset(a, 0, static_cast<size_t>(b - a));  // locked pages: the kernel kept their bytes
+      }
     } else {
       memset(p, 0, dirty);
     }

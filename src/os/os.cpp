@@ -157,11 +157,12 @@ void unmap(void* p, size_t size) noexcept {
   errno = saved;
 }
 
-void purge(void* p, size_t size) noexcept {
+bool purge(void* p, size_t size) noexcept {
   stats.madvise_calls.fetch_add(1, std::memory_order_relaxed);
   int saved = errno;
-  madvise(p, size, MADV_DONTNEED);
+  bool ok = madvise(p, size, MADV_DONTNEED) == 0;
   errno = saved;
+  return ok;
 }
 
 bool populate_write(void* p, size_t size) noexcept {

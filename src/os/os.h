@@ -23,8 +23,9 @@ void* map_sparse(size_t size) noexcept;
 // Unmaps a range returned by map_aligned (the whole range).
 void unmap(void* p, size_t size) noexcept;
 // Gives the physical pages of [p, p+size) back to the OS; the range stays mapped and reads as
-// zero afterwards (MADV_DONTNEED).
-void purge(void* p, size_t size) noexcept;
+// zero afterwards (MADV_DONTNEED).  False when the kernel refused (EINVAL for pages the program
+// locked: mlock, mlockall(MCL_FUTURE)): then the pages and their contents stay as they were.
+bool purge(void* p, size_t size) noexcept;
 // Asks the kernel to back [p, p+size) with transparent huge pages where it can (MADV_HUGEPAGE):
 // one fault per 2 MiB instead of 512.  Returns false where the kernel refuses (no THP).
 bool advise_huge_pages(void* p, size_t size) noexcept;
