@@ -11,6 +11,7 @@
 #include <new>
 
 #include "core/alloc.h"
+#include "override/new_handler_call.h"
 #include "core/segment.h"
 #include "strata/strata.h"
 #include "trace/trace.h"
@@ -153,7 +154,11 @@ __attribute__((noinline)) void* new_failed(size_t size, size_t alignment, bool n
       if (strata_throw_bad_alloc) strata_throw_bad_alloc();
       __builtin_trap();
     }
-    handler();
+    if (!nothrow) {
+      handler();
+    } else if (!strata::detail::call_new_handler_nothrow(handler)) {
+      return nullptr;  // it threw (std::bad_alloc): the nothrow forms' null pointer
+    }
     void* p = alignment ? aligned_any(alignment, size) : malloc_any(size);
     if (p) return p;
   }

@@ -514,6 +514,30 @@ TEST(CxxOperators, NewHandlerIsCalledBeforeThrowing) {
   EXPECT_EQ(handler_calls, 1);
 }
 
+namespace {
+void throwing_handler() {
+  ++handler_calls;
+  throw std::bad_alloc();
+}
+}  // namespace
+
+// A new-handler that throws std::bad_alloc (the standard's way to give up): the throwing forms
+// pass it on, the nothrow forms return a null pointer, as libstdc++'s do.  The nothrow forms
+// called it from code built without exceptions, and the program ended in std::terminate
+// (session 39's probe).
+TEST(CxxOperators, ANewHandlerThatThrowsMakesNothrowNewReturnNull) {
+  handler_calls = 0;
+  std::set_new_handler(throwing_handler);
+  EXPECT_EQ(::operator new(volatile_size(SIZE_MAX / 2), std::nothrow), nullptr);
+  EXPECT_EQ(::operator new[](volatile_size(SIZE_MAX / 2), std::nothrow), nullptr);
+  EXPECT_EQ(::operator new(volatile_size(SIZE_MAX / 2), std::align_val_t{64}, std::nothrow), nullptr);
+  EXPECT_EQ(::operator new[](volatile_size(SIZE_MAX / 2), std::align_val_t{64}, std::nothrow), nullptr);
+  EXPECT_EQ(handler_calls, 4);
+  EXPECT_THROW((void)::operator new(volatile_size(SIZE_MAX / 2)), std::bad_alloc);
+  EXPECT_EQ(handler_calls, 5);
+  std::set_new_handler(nullptr);
+}
+
 // glibc's own entry points, which some programs call directly: strata's too, so that the
 // program's free() of what they return is not a bad free, and the other way round.
 extern "C" {
