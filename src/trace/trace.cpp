@@ -237,7 +237,13 @@ bool write_file_header(uint32_t parent) noexcept {
   path[o] = 0;
   fd = os::file_create(path);
   if (fd < 0) {
-    stop(strerror(errno));
+    // Nothing was written: say which file could not be made, not where a trace ends.
+    active = false;
+    os::print_error("strata: STRATA_TRACE: cannot create ");
+    os::print_error(path);
+    os::print_error(": ");
+    os::print_error(strerror(errno));
+    os::print_error(": nothing is recorded\n");
     return false;
   }
   file_header h{};
@@ -472,10 +478,7 @@ void after_fork_child() noexcept {
 __attribute__((constructor(102))) void init_at_load() noexcept {
   const char* path = getenv("STRATA_TRACE");
   if (path == nullptr || *path == 0) return;
-  if (strlen(path) >= path_max) {
-    stop("the path is too long");
-    return;
-  }
+  if (strlen(path) >= path_max) return;  // the options' check said so already (ignored)
   strcpy(path_template, path);
   if (pthread_key_create(&key, on_thread_exit) != 0) {
     stop("no thread key");

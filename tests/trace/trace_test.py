@@ -148,6 +148,16 @@ with tempfile.TemporaryDirectory() as tmp:
     subprocess.run([WORKLOAD, "threads", "100"], env=env, capture_output=True, cwd=tmp, timeout=60)
     expect(os.listdir(tmp) == [], f"files written with STRATA_TRACE unset: {os.listdir(tmp)}")
 
+    # A trace that cannot be created: one message naming the file, and the program runs on.
+    missing = os.path.join(tmp, "no-such-dir", "t")
+    p = record(tmp, "threads", "100", trace=os.path.relpath(missing, tmp))
+    expect(p.returncode == 0 and f"cannot create {missing}: No such file or directory: nothing is recorded"
+           in p.stderr and p.stderr.count("strata:") == 1, f"an uncreatable trace: rc {p.returncode}, {p.stderr!r}")
+    # A path too long: the options' one warning, no second message from the recorder.
+    p = record(tmp, "threads", "100", trace="x" * 5000)
+    expect(p.returncode == 0 and p.stderr.count("strata:") == 1 and "longer than 4095 bytes" in p.stderr,
+           f"a path too long: rc {p.returncode}, {p.stderr!r}")
+
 # The replayer's own check: a synthetic trace of known content.
 r = subprocess.run([REPLAY, "--smoke"], capture_output=True, text=True, timeout=60)
 expect(r.returncode == 0, f"replay --smoke: {r.stdout} {r.stderr}")
