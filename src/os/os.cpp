@@ -141,13 +141,18 @@ void* remap_aligned(void* p, size_t old_size, size_t new_size, size_t alignment)
   return q;
 }
 
-void* map_sparse(size_t size) noexcept {
+namespace {
+void* map_sparse_with(size_t size, int prot) noexcept {
   stats.mmap_calls.fetch_add(1, std::memory_order_relaxed);
   int saved = errno;
-  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void* p = mmap(nullptr, size, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   errno = saved;
   return p == MAP_FAILED ? nullptr : p;
 }
+}  // namespace
+
+void* map_sparse(size_t size) noexcept { return map_sparse_with(size, PROT_READ | PROT_WRITE); }
+void* map_sparse_readonly(size_t size) noexcept { return map_sparse_with(size, PROT_READ); }
 
 void unmap(void* p, size_t size) noexcept {
   stats.munmap_calls.fetch_add(1, std::memory_order_relaxed);

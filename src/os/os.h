@@ -20,6 +20,8 @@ void* remap_aligned(void* p, size_t old_size, size_t new_size, size_t alignment)
 // Maps `size` bytes of read-write address space for a sparse table (MAP_NORESERVE; untouched
 // pages cost nothing and read as zero).  Not counted as reserved memory.  nullptr on failure.
 void* map_sparse(size_t size) noexcept;
+// The same, read-only: untouched pages read as zero; protect_rw makes parts of it writable.
+void* map_sparse_readonly(size_t size) noexcept;
 // Unmaps a range returned by map_aligned (the whole range).
 void unmap(void* p, size_t size) noexcept;
 // Gives the physical pages of [p, p+size) back to the OS; the range stays mapped and reads as
