@@ -83,7 +83,10 @@ struct trace_file {
   size_t size = 0, valid_bytes = 0;
   file_header header{};
   std::vector<std::vector<chunk_ref>> threads;  // by the recorder's thread number
-  std::vector<std::vector<uint64_t>> decoded;   // the chunks' entries (chunk_ref::words)
+  // The chunks' entries, decoded (chunk_ref::words), outside the allocator under test like the
+  // file's bytes: a unit gives at most one entry, so a quarter of the file's bytes bounds them.
+  mapped<uint64_t> entries;
+  size_t n_entries = 0;
   bool complete = false;                        // the end chunk was seen
   uint64_t program_file_kib = 0;                // the program's file-backed resident KiB at exit
   uint64_t last_cycles = 0, last_ns = 0;        // the latest chunk's clock pair (with the header's)
@@ -104,6 +107,7 @@ void read_trace(const char* path, trace_file& t) {
     got += static_cast<size_t>(n);
   }
   close(fd);
+  t.entries.map(t.size / 4 + 1);
   auto where = [&](size_t off) { return std::string(path) + ": byte " + std::to_string(off) + ": "; };
   if (t.size < sizeof(file_header) || memcmp(t.data.p, file_magic, sizeof file_magic) != 0)
     fail(std::string(path) + ": not a strata trace (no STRTRACE header)");
@@ -135,14 +139,14 @@ void read_trace(const char* path, trace_file& t) {
     }
     if (checksum(w, h->words) != h->checksum) fail(where(off) + "corrupt trace: chunk checksum mismatch");
     // The chunk's entries: version 1's words as they are, version 2's units decoded.
-    std::vector<uint64_t> entries;
-    entries.reserve(size_t{h->words} * 2);
+    uint64_t* entries = t.entries.p + t.n_entries;
+    uint32_t count = 0;
     auto add = [&](uint64_t e) {
       unsigned o = word_op(e);
-      bool extends = !entries.empty() && word_op(entries.back()) < op_time;
+      bool extends = count > 0 && word_op(entries[count - 1]) < op_time;
       if (o == 0 || (o > op_time && o != op_extension) || (o == op_extension && !extends))
-        fail(where(off + sizeof(chunk_header) + 8 * entries.size()) + "corrupt trace: unknown word " + std::to_string(o));
-      entries.push_back(e);
+        fail(where(off + sizeof(chunk_header) + 8 * size_t{count}) + "corrupt trace: unknown word " + std::to_string(o));
+      entries[count++] = e;
     };
     if (t.header.version == 1) {
       for (uint32_t i = 0; i < h->words; i++) add(w[i]);
@@ -160,9 +164,9 @@ void read_trace(const char* path, trace_file& t) {
     }
     if (h->thread > (1u << 20)) fail(where(off) + "corrupt trace: thread number out of range");
     if (h->thread >= t.threads.size()) t.threads.resize(h->thread + 1);
-    t.words += entries.size();
-    t.threads[h->thread].push_back({h, entries.data(), static_cast<uint32_t>(entries.size())});
-    t.decoded.push_back(std::move(entries));
+    t.words += count;
+    t.n_entries += count;
+    t.threads[h->thread].push_back({h, entries, count});
   }
   t.valid_bytes = off;
   if (!t.complete && t.truncated.empty())
@@ -795,6 +799,7 @@ int main(int argc, char** argv) {
   plan pl;
   build_plan(t, pl);
   t.data.unmap();
+  t.entries.unmap();
   if (check) {
     printf("{");
     print_counts(t, pl);

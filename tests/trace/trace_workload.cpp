@@ -66,6 +66,14 @@ int main(int argc, char** argv) {
     printf("{\"mallocs\": %d}\n", n);
     return 0;
   }
+  if (strcmp(argv[1], "churn") == 0) {  // many events, one small block live at a time
+    for (int i = 0; i < n; i++) {
+      void* volatile p = malloc(32);
+      free(p);
+    }
+    printf("{\"mallocs\": %d}\n", n);
+    return 0;
+  }
   if (strcmp(argv[1], "kill") == 0) {
     for (int i = 0; i < n; i++) blocks[i] = malloc(24);
     printf("{\"mallocs\": %d}\n", n);
