@@ -85,13 +85,12 @@ struct trace_file {
   std::vector<std::vector<chunk_ref>> threads;  // by the recorder's thread number
   // The chunks' entries, decoded (chunk_ref::words), outside the allocator under test like the
   // file's bytes: a unit gives at most one entry, so a quarter of the file's bytes bounds them.
-  mapped<uint64_t> entries;
-  size_t n_entries = 0;
+  mapped<uint64_t> entries;  // `words` of them in use
   bool complete = false;                        // the end chunk was seen
   uint64_t program_file_kib = 0;                // the program's file-backed resident KiB at exit
   uint64_t last_cycles = 0, last_ns = 0;        // the latest chunk's clock pair (with the header's)
   std::string truncated;                        // why the trace stops early, if it does
-  uint64_t words = 0, chunks = 0;
+  uint64_t words = 0, chunks = 0;  // words: the chunks' entries
 };
 
 void read_trace(const char* path, trace_file& t) {
@@ -139,7 +138,7 @@ void read_trace(const char* path, trace_file& t) {
     }
     if (checksum(w, h->words) != h->checksum) fail(where(off) + "corrupt trace: chunk checksum mismatch");
     // The chunk's entries: version 1's words as they are, version 2's units decoded.
-    uint64_t* entries = t.entries.p + t.n_entries;
+    uint64_t* entries = t.entries.p + t.words;
     uint32_t count = 0;
     auto add = [&](uint64_t e) {
       unsigned o = word_op(e);
@@ -165,7 +164,6 @@ void read_trace(const char* path, trace_file& t) {
     if (h->thread > (1u << 20)) fail(where(off) + "corrupt trace: thread number out of range");
     if (h->thread >= t.threads.size()) t.threads.resize(h->thread + 1);
     t.words += count;
-    t.n_entries += count;
     t.threads[h->thread].push_back({h, entries, count});
   }
   t.valid_bytes = off;

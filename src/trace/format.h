@@ -77,12 +77,12 @@ inline constexpr uint64_t short_sized_bias = uint64_t{1} << 22, short_sized_fiel
 inline constexpr uint64_t short_free_bias = uint64_t{1} << 31, short_free_field = (uint64_t{1} << 32) - 16;
 inline constexpr int long_units = 5;  // the most units a long event takes: padding, word, extension
 inline constexpr int time_units = 3;  // padding and a time sample
-inline constexpr bool is_short_tag(unsigned tag) noexcept {
-  return tag == op_malloc + short_tag_offset || tag == op_calloc + short_tag_offset ||
-         tag == op_realloc_from + short_tag_offset || tag == op_realloc + short_tag_offset ||
-         tag == op_free + short_tag_offset;
-}
+// The events with a short form: allocations (their size step's register) and frees (one register).
 inline constexpr bool is_sized_short(unsigned o) noexcept { return o == op_malloc || o == op_calloc || o == op_realloc; }
+inline constexpr bool is_free_short(unsigned o) noexcept { return o == op_free || o == op_realloc_from; }
+inline constexpr bool is_short_tag(unsigned tag) noexcept {
+  return tag > short_tag_offset && (is_sized_short(tag - short_tag_offset) || is_free_short(tag - short_tag_offset));
+}
 inline uint32_t short_sized_unit(op o, uint64_t size, uint64_t biased_delta) noexcept {
   return static_cast<uint32_t>((o + short_tag_offset) | size << 4 | (biased_delta >> 4) << 13);
 }
@@ -194,7 +194,7 @@ long decode_units(const uint64_t* words, uint64_t count, Emit emit) {
       if (tag >= op_malloc && tag <= op_free_sized) {
         uint64_t size = word_inline_size(w);
         if (is_sized_short(static_cast<op>(tag)) && size < short_size_limit) last_sized[size >> 4] = word_address(w);
-        if (tag == op_free || tag == op_realloc_from) last_free = word_address(w);
+        if (is_free_short(tag)) last_free = word_address(w);
       }
       emit(w);
       i += 2;

@@ -327,7 +327,7 @@ inline void put_event(buffer* b, op o, const void* p, uint64_t size, unsigned al
   // A block the program passes (free, realloc's old block) may be anything; one the allocator
   // returned fits the address field as it is.
   bool returned = o != op_free && o != op_free_sized && o != op_realloc_from;
-  if (o == op_malloc || o == op_calloc || o == op_realloc) {
+  if (is_sized_short(o)) {
     if (STRATA_TRACE_LIKELY(size < short_size_limit)) {
       uint64_t& last = b->last_sized[size >> 4];
       uint64_t d = address - last + short_sized_bias;
@@ -338,7 +338,7 @@ inline void put_event(buffer* b, op o, const void* p, uint64_t size, unsigned al
         return;
       }
     }
-  } else if (o == op_free || o == op_realloc_from) {
+  } else if (is_free_short(o)) {
     uint64_t d = address - b->last_free + short_free_bias;
     b->last_free = address;
     if (STRATA_TRACE_LIKELY((d & ~short_free_field) == 0)) {
@@ -350,8 +350,9 @@ inline void put_event(buffer* b, op o, const void* p, uint64_t size, unsigned al
   b->cursor = put_long(c, o, address, size, align_log, returned);
 }
 
-// `room`: the words an event may take, 2 (an extension), or 6 for realloc's first event, which
-// leaves room for its second in the same chunk (the pair must not be split across chunks).
+// `room`: the units an event may take, long_units (padding, a word and its extension), or twice
+// that for realloc's first event, which leaves room for its second in the same chunk (the pair
+// must not be split across chunks).
 // The slow path: no buffer yet, the area full (it goes out) or a time sample due (written before
 // the event: a free's sample, taken after the free was recorded, is after it; a malloc's, taken
 // before its pointer reached the program, is before anything the program does with the block).
