@@ -3,6 +3,9 @@
 predicting an event's address (the design study behind format version 2; README section 1).
 
     cover.py TRACE     (a trace recorded by a version-1 recorder, e.g. 3425ad3's libstrata.so)
+
+A short unit has 4 tag bits and 28 more: an allocation's hold its size (size_bits) and a zigzag
+delta from the prediction in 16-byte steps (28 - size_bits), a free's the delta alone.
 """
 import sys
 from pathlib import Path
@@ -12,57 +15,52 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "lab"))
 from strata_lab import trace as T  # noqa: E402
 
-data = open(sys.argv[1], 'rb').read()
-off = T.FILE_HEADER.size; chunks = []
+data = open(sys.argv[1], "rb").read()
+off = T.FILE_HEADER.size
+chunks = []
 while off < len(data):
-    magic, thread, events, flags, base, fc, fn, tid, ck = T.CHUNK_HEADER.unpack_from(data, off)
-    chunks.append(np.frombuffer(data, '<u8', count=events, offset=off + T.CHUNK_HEADER.size)); off += T.CHUNK_HEADER.size + 8 * events
+    words = T.CHUNK_HEADER.unpack_from(data, off)[2]
+    chunks.append(np.frombuffer(data, "<u8", count=words, offset=off + T.CHUNK_HEADER.size))
+    off += T.CHUNK_HEADER.size + 8 * words
 w = np.concatenate(chunks)
 op = (w & np.uint64(15)).astype(np.int64)
-A = (((w >> np.uint64(4)) & np.uint64((1 << 45) - 1)) << np.uint64(3)).astype(np.int64)
-S = (w >> np.uint64(49)).astype(np.int64)
 ev = (op >= 1) & (op <= 7)
-Ae = A[ev]; oe = op[ev]; Se = S[ev]
-d = np.diff(Ae, prepend=0)
-al = (d & 15) == 0
-print("events", ev.sum(), "words", w.size)
-for sb in (9, 10, 11, 12):
-    db = 28 - sb
-    sized = np.isin(oe, [1, 2, 4]); nosize = np.isin(oe, [3, 6])
-    ok_s = sized & al & (Se < (1 << sb)) & (np.abs(d) < (1 << (db + 3)))
-    ok_n = nosize & al & (np.abs(d) < (1 << 31))
-    short = ok_s | ok_n
-    # bytes: short 4; long 8 (+8 ext if op 5 or size >= 0x7fff) + ~2 avg pad
-    longn = (~short).sum()
-    bytes_ = short.sum() * 4 + longn * 8 + (~ev).sum() * 8 + longn * 2 + (~ev).sum() * 2
-    print(f"size bits {sb} delta bits {db}: short {short.mean()*100:.1f}% of events (sized ok {ok_s.sum()/sized.sum()*100:.1f}%, nosize ok {ok_n.sum()/nosize.sum()*100:.1f}%), ~{bytes_/ev.sum():.2f} bytes/event vs {w.size*8/ev.sum():.2f}")
-print("--- separate last per kind")
-sized = np.isin(oe, [1, 2, 4]); nosize = np.isin(oe, [3, 6])
-d2 = np.zeros_like(Ae)
-for m in (sized, ~sized):
-    d2[m] = np.diff(Ae[m], prepend=0)
-al2 = (d2 & 15) == 0
-for sb in (8, 9, 10):
-    db = 28 - sb
-    ok_s = sized & al2 & (Se < (1 << sb)) & (np.abs(d2) < (1 << (db + 3)))
-    ok_n = nosize & al2 & (np.abs(d2) < (1 << 31))
-    short = ok_s | ok_n
-    longn = (~short).sum()
-    bytes_ = short.sum() * 4 + longn * 8 + (~ev).sum() * 8 + longn * 2 + (~ev).sum() * 2
-    print(f"size bits {sb}: short {short.mean()*100:.1f}% (sized ok {ok_s.sum()/sized.sum()*100:.1f}%: size fits {(Se[sized] < (1<<sb)).mean()*100:.1f}%, delta fits {(al2 & (np.abs(d2) < (1 << (db + 3))))[sized].mean()*100:.1f}%), ~{bytes_/ev.sum():.2f} B/event")
-print("--- malloc-like keyed by size>>4, frees one last")
-key = np.where(sized, np.minimum(Se, 1023) >> 4, 1000)
-order = np.lexsort((np.arange(Ae.size), key))
-As = Ae[order]; ks = key[order]
-ds = np.diff(As, prepend=0); first = np.r_[True, ks[1:] != ks[:-1]]; ds[first] = As[first]
-d3 = np.empty_like(Ae); d3[order] = ds
-d3[~sized] = d2[~sized]
-al3 = (d3 & 15) == 0
-for sb in (8, 9, 10):
-    db = 28 - sb
-    ok_s = sized & al3 & (Se < (1 << sb)) & (np.abs(d3) < (1 << (db + 3)))
-    ok_n = nosize & al3 & (np.abs(d3) < (1 << 31))
-    short = ok_s | ok_n
-    longn = (~short).sum()
-    bytes_ = short.sum() * 4 + longn * 8 + (~ev).sum() * 8 + longn * 2 + (~ev).sum() * 2
-    print(f"size bits {sb}: short {short.mean()*100:.1f}% (sized ok {ok_s.sum()/sized.sum()*100:.1f}%: delta fits {(al3 & (np.abs(d3) < (1 << (db + 3))))[sized].mean()*100:.1f}%), ~{bytes_/ev.sum():.2f} B/event")
+address = ((((w >> np.uint64(4)) & np.uint64(T.ADDRESS_FIELD)) << np.uint64(3)).astype(np.int64))[ev]
+size = (w >> np.uint64(49)).astype(np.int64)[ev]
+op = op[ev]
+sized, nosize = np.isin(op, [1, 2, 4]), np.isin(op, [3, 6])
+others = int((~ev).sum())  # time samples and extensions: long
+print("events", ev.sum(), "words", w.size, f"({w.size * 8 / ev.sum():.2f} bytes an event)")
+
+
+def coverage(label: str, delta: np.ndarray) -> None:
+    """The share of events that fit a short unit with their deltas from the prediction, and the
+    bytes an event (a long one 8, plus about 2 of padding)."""
+    print("---", label)
+    aligned = (delta & 15) == 0
+    for size_bits in (8, 9, 10, 11, 12):
+        delta_fits = aligned & (np.abs(delta) < (1 << (28 - size_bits + 3)))
+        short = (sized & (size < (1 << size_bits)) & delta_fits) | (nosize & aligned & (np.abs(delta) < (1 << 31)))
+        longs = int((~short).sum()) + others
+        per_event = (short.sum() * 4 + longs * 10) / ev.sum()
+        print(f"size bits {size_bits}: short {short.mean() * 100:.1f} % of events (allocations "
+              f"{short[sized].mean() * 100:.1f} %, their deltas fit {delta_fits[sized].mean() * 100:.1f} %), "
+              f"~{per_event:.2f} bytes an event")
+
+
+def deltas_within(groups: np.ndarray) -> np.ndarray:
+    """Each event's address less the previous one's of its group (the first: from 0)."""
+    order = np.lexsort((np.arange(address.size), groups))
+    a, g = address[order], groups[order]
+    d = np.diff(a, prepend=0)
+    first = np.r_[True, g[1:] != g[:-1]]
+    d[first] = a[first]
+    out = np.empty_like(address)
+    out[order] = d
+    return out
+
+
+coverage("from the event before", np.diff(address, prepend=0))
+coverage("from the last allocation / the last free", deltas_within(sized.astype(np.int64)))
+coverage("from the last allocation of the same 16-byte size step / the last free (version 2)",
+         deltas_within(np.where(sized, np.minimum(size, 1023) >> 4, 1000)))
