@@ -76,6 +76,10 @@ segment* cache_list = nullptr;
 size_t cache_count = 0;
 
 std::atomic<uint64_t> live_segments{0}, huge_live{0}, huge_bytes{0};
+// Huge blocks handed out so far (the statistics' malloc_count; their frees are this less the live
+// ones): incremented before huge_live, read after it, so that a reader never sees more live
+// blocks than allocated ones.
+std::atomic<uint64_t> huge_allocs{0};
 
 // ---- the segment map -------------------------------------------------------------------------
 void map_bit(std::atomic<uint64_t>* bits, uintptr_t chunk, bool set) noexcept {
@@ -975,7 +979,8 @@ void* huge_alloc(size_t size, size_t alignment, size_t* dirty) noexcept {
   } else {
     huge_set(seg, offset, seg->mapped_size);
   }
-  huge_live.fetch_add(1, std::memory_order_relaxed);
+  huge_allocs.fetch_add(1, std::memory_order_relaxed);
+  huge_live.fetch_add(1, std::memory_order_release);
   huge_bytes.fetch_add(seg->huge_size, std::memory_order_relaxed);
   if (dirty) *dirty = resident > offset ? resident - offset : 0;
   return seg->pages[0].start;
@@ -1233,9 +1238,10 @@ segment* huge_segment_containing(const void* p) noexcept {
 }
 
 segment_totals segment_stats() noexcept {
+  uint64_t live = huge_live.load(std::memory_order_acquire);
   return {live_segments.load(std::memory_order_relaxed), abandoned_count.load(std::memory_order_relaxed),
-          reclaimed_count.load(std::memory_order_relaxed), huge_live.load(std::memory_order_relaxed),
-          huge_bytes.load(std::memory_order_relaxed)};
+          reclaimed_count.load(std::memory_order_relaxed), live,
+          huge_bytes.load(std::memory_order_relaxed), huge_allocs.load(std::memory_order_relaxed)};
 }
 
 void segment_locks_acquire() noexcept {

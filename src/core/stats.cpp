@@ -51,6 +51,9 @@ void stats_sum(strata_stats_t* out, uint64_t* class_allocs, uint64_t* class_free
     if (class_frees) class_frees[c] = frees[c];
   }
   segment_totals seg = segment_stats();
+  // Huge blocks are counted apart from the classes' (segment.cpp).
+  out->malloc_count += seg.huge_allocs;
+  out->free_count += seg.huge_allocs - seg.huge_count;
   out->in_use_bytes = static_cast<uint64_t>(in_use > 0 ? in_use : 0) + seg.huge_bytes;
   out->huge_count = seg.huge_count;
   out->segments = seg.segments;
