@@ -33,8 +33,9 @@ void*  strata_valloc(size_t size);
 void*  strata_pvalloc(size_t size);
 size_t strata_usable_size(const void* p);
 
-/* Returns free memory to the OS now (force) or what is past its purge delay (!force), and
- * reclaims segments abandoned by exited threads. */
+/* Returns the calling thread's free memory to the OS now (force) or what is past its purge
+ * delay (!force).  With force it also reclaims segments abandoned by exited threads and trims
+ * the shared heap that serves threads after their own heap is gone (late key destructors). */
 void strata_collect(bool force);
 
 /* Process-wide statistics.  Byte counts are of blocks handed out (in_use), of memory backed by

@@ -352,6 +352,7 @@ STRATA_EXPORT void* strata_pvalloc(size_t size) {
 }
 
 STRATA_EXPORT void strata_collect(bool force) {
+  if (force) orphan_trim();
   heap* h = force ? heap_get_or_create() : tl_heap;
   if (h == nullptr || h == &empty_heap) return;
   heap_trim(h, force);

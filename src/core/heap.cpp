@@ -1117,11 +1117,12 @@ void* malloc_slow(size_t cls) noexcept {
   return heap_alloc_slow(h, cls);
 }
 
-void heap_trim(heap* h, bool force) noexcept {
+namespace {
+void heap_trim_as(heap* h, bool force, bool adopt) noexcept {
   foreign_flush(h);
   remote_flush(h);
   collect_remote_loose(h);
-  if (force) {
+  if (adopt) {
     while (segment* seg = segment_take_abandoned()) heap_adopt_segment(h, seg);
   }
   bins_clear(h);
@@ -1145,6 +1146,14 @@ void heap_trim(heap* h, bool force) noexcept {
     huge_cache_trim(true);
   }
   STRATA_ASSERT_EXPENSIVE(heap_is_valid(h));
+}
+}  // namespace
+
+void heap_trim(heap* h, bool force) noexcept { heap_trim_as(h, force, force); }
+
+void orphan_trim() noexcept {
+  lock_guard g(orphan_lock);
+  if (orphan_heap != nullptr) heap_trim_as(orphan_heap, true, false);
 }
 
 heap* heap_registry_first() noexcept {

@@ -51,6 +51,10 @@ heap* heap_get_or_create() noexcept;
 // spans of empty pages back to their segments and purges what is due; with force also takes
 // over the abandoned segments first and purges everything free at once.
 void heap_trim(heap* h, bool force) noexcept;
+// The same for the orphan heap (the blocks threads allocated after their own heap was gone: in
+// thread-key destructors that ran after strata's), under its lock, without taking over abandoned
+// segments: a forced strata_collect from any thread (malloc_trim) trims it too.
+void orphan_trim() noexcept;
 // The spans of h's spare pages (empty pages kept for their class) go back to their segments,
 // where a purge may take their memory (before strata maps more: purge_before_growth).
 void heap_spares_release(heap* h) noexcept;
