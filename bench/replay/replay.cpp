@@ -32,6 +32,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -82,13 +83,22 @@ struct trace_file {
   mapped<char> data;
   size_t size = 0, valid_bytes = 0;
   file_header header{};
-  std::vector<std::vector<chunk_ref>> threads;  // by the recorder's thread number
+  // Each recorded thread's chunks, in the order of the recorder's thread numbers (0, the first
+  // thread that allocated, first); numbers without chunks take no place (a number is not
+  // checksummed: one flipped bit made the replayer start 131 072 threads).
+  std::vector<std::vector<chunk_ref>> threads;
   // The chunks' entries, decoded (chunk_ref::words), outside the allocator under test like the
   // file's bytes: a unit gives at most one entry, so a quarter of the file's bytes bounds them.
   mapped<uint64_t> entries;  // `words` of them in use
   bool complete = false;                        // the end chunk was seen
   uint64_t program_file_kib = 0;                // the program's file-backed resident KiB at exit
   uint64_t last_cycles = 0, last_ns = 0;        // the latest chunk's clock pair (with the header's)
+  // Whether the two clock pairs give a counter rate a machine can have (format.h): the times are
+  // not checksummed, and a header's start time of 0 paced a replay for the machine's uptime.
+  bool clock_plausible() const {
+    return last_cycles > header.start_cycles && last_ns > header.start_ns &&
+           clock_rate_plausible(last_cycles - header.start_cycles, last_ns - header.start_ns);
+  }
   std::string truncated;                        // why the trace stops early, if it does
   uint64_t words = 0, chunks = 0;  // words: the chunks' entries
 };
@@ -119,6 +129,7 @@ void read_trace(const char* path, trace_file& t) {
       t.header.word_bytes != 8)
     fail(where(8) + "unexpected header, chunk header or event sizes");
   size_t off = sizeof(file_header);
+  std::map<uint32_t, std::vector<chunk_ref>> by_number;
   while (off < t.size) {
     if (t.size - off < sizeof(chunk_header)) {
       t.truncated = "a chunk header cut short at byte " + std::to_string(off);
@@ -161,11 +172,10 @@ void read_trace(const char* path, trace_file& t) {
       if (off != t.size) fail(where(off) + "corrupt trace: data after the end chunk");
       break;
     }
-    if (h->thread > (1u << 20)) fail(where(off) + "corrupt trace: thread number out of range");
-    if (h->thread >= t.threads.size()) t.threads.resize(h->thread + 1);
     t.words += count;
-    t.threads[h->thread].push_back({h, entries, count});
+    by_number[h->thread].push_back({h, entries, count});
   }
+  for (auto& [number, chunks] : by_number) t.threads.push_back(std::move(chunks));
   t.valid_bytes = off;
   if (!t.complete && t.truncated.empty())
     t.truncated = "no end chunk: the program did not exit normally (killed, crashed or _exit)";
@@ -438,7 +448,7 @@ void build_plan(trace_file& t, plan& pl) {
         break;
     }
     if (r.kind != k_nop) {
-      if (s.cycles > s.paced_cycles && s.cycles > t.header.start_cycles && t.last_cycles > t.header.start_cycles) {
+      if (s.cycles > s.paced_cycles && s.cycles > t.header.start_cycles && t.clock_plausible()) {
         s.paced_cycles = s.cycles;
         double ns = double(s.cycles - t.header.start_cycles) * double(t.last_ns - t.header.start_ns) /
                     double(t.last_cycles - t.header.start_cycles);
@@ -792,6 +802,9 @@ int main(int argc, char** argv) {
   if (path == nullptr) fail(usage);
   trace_file t;
   read_trace(path, t);
+  if (pace && t.chunks > 0 && !t.clock_plausible())
+    fail(std::string(path) + ": the trace's times cannot pace a replay: its clock pairs (file header, last chunk) " +
+         "give no plausible counter rate (corrupt or cut-short times); replay it back to back, without --pace");
   if (!t.truncated.empty()) fprintf(stderr, "strata-bench-replay: %s: %s; replaying its %zu valid bytes\n", path,
                                     t.truncated.c_str(), t.valid_bytes);
   plan pl;

@@ -40,6 +40,9 @@ SHORT_TAG_OFFSET = 8
 SHORT_SIZED = (OP["malloc"], OP["calloc"], OP["realloc"])
 SHORT_FREES = (OP["free"], OP["realloc_from"])
 SHORT_SIZE_LIMIT = 512
+# Counter rates a machine can have, in ticks a nanosecond (format.h, clock_rate_plausible): the
+# times are not checksummed, and a corrupt clock pair gave a 263-event trace a duration of 5 hours.
+CLOCK_TICKS_PER_NS = (0.01, 20.0)
 SHORT_SIZED_BIAS, SHORT_FREE_BIAS = 1 << 22, 1 << 31
 LONG_TAGS = (1, 2, 3, 4, 5, 6, 7, 8, 15)
 
@@ -80,11 +83,14 @@ class Trace:
         return int(self.op.size)
 
     def seconds_per_cycle(self) -> float | None:
-        """From the file header's clock pair and the last chunk's; None for a trace too short."""
+        """From the file header's clock pair and the last chunk's; None for a trace too short, or
+        whose pairs give no rate a machine's counter can have (corrupt times)."""
         if not self.last_flush:
             return None
         dc, dn = self.last_flush[0] - self.start_cycles, self.last_flush[1] - self.start_ns
-        return dn / dc * 1e-9 if dc > 0 and dn > 0 else None
+        if dc <= 0 or dn <= 0 or not CLOCK_TICKS_PER_NS[0] <= dc / dn <= CLOCK_TICKS_PER_NS[1]:
+            return None
+        return dn / dc * 1e-9
 
     def end_note(self) -> str:
         if self.complete:

@@ -146,6 +146,16 @@ inline uint32_t checksum(const uint64_t* words, uint64_t count) noexcept {
   return static_cast<uint32_t>(s ^ (s >> 32));
 }
 
+// A counter rate a machine can have, in ticks a nanosecond: x86's TSC runs at 1-5 GHz, Arm's
+// generic timer at 10 MHz-1 GHz.  The readers turn cycles into time only when the file header's
+// clock pair and the last chunk's give a rate in this range (the times are not checksummed).
+constexpr double clock_ticks_per_ns_min = 0.01, clock_ticks_per_ns_max = 20;
+inline bool clock_rate_plausible(uint64_t cycles, uint64_t ns) noexcept {
+  if (ns == 0) return false;
+  double rate = static_cast<double>(cycles) / static_cast<double>(ns);
+  return rate >= clock_ticks_per_ns_min && rate <= clock_ticks_per_ns_max;
+}
+
 inline uint64_t cycles_now() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
   return __builtin_ia32_rdtsc();

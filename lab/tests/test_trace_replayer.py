@@ -1,0 +1,73 @@
+"""Traces whose unchecked fields (thread numbers, clock pairs: no checksum covers them) are odd or
+corrupt, read by both tools the same way (session 40's probes): the replayer starts one thread per
+recorded thread that has events, whatever its number, and neither tool turns cycles into time
+from clock pairs no machine's counter could give."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from strata_lab import trace
+from .test_trace import OP, chunk, event, sample
+
+REPLAYER = "strata-bench-replay"
+
+
+def write(tmp_path, threads: list[int], start_ns: int = 0, end_ns: int = 2_000_000):
+    """One malloc and its free in each of `threads`; the file header's clock pair is (1000,
+    start_ns), the end chunk's (2_000_000, end_ns)."""
+    data = trace.FILE_HEADER.pack(trace.MAGIC, 1, 64, 48, 8, 1234, 0, 1000, start_ns, 0)
+    for i, th in enumerate(threads):
+        a = 0x10000 * (i + 1)
+        data += chunk(th, [event(OP["malloc"], a, 64), sample(1100 + i), event(OP["free"], a)], 1000 + i,
+                      flush=(1200 + i, start_ns + 200 + i))
+    data += chunk(0, [], 0, trace.CHUNK_END, flush=(2_000_000, end_ns))
+    p = tmp_path / "t.trace"
+    p.write_bytes(data)
+    return p
+
+
+def replayer(built):
+    path = built / "bin" / REPLAYER
+    if not path.exists():
+        pytest.skip(f"{REPLAYER} is not built")
+    return path
+
+
+def test_sparse_thread_numbers_replay_only_the_threads_with_events(built, tmp_path):
+    # Thread numbers are never reused by the recorder, and one flipped bit of an unchecked field
+    # made the replayer start 131 072 threads; numbers past 2^20 were refused by the replayer
+    # while the lab read them.
+    p = write(tmp_path, [0, 300, (1 << 21) + 5])
+    assert trace.read(p).threads == 3
+    r = subprocess.run([str(replayer(built)), "--check", str(p)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["threads"] == 3
+    assert doc["unmatched_frees"] == 0
+
+
+def test_a_plausible_clock_paces_and_gives_times(built, tmp_path):
+    p = write(tmp_path, [0, 1])
+    assert trace.read(p).seconds_per_cycle() == pytest.approx(1e-9, rel=0.01)
+    r = subprocess.run([str(replayer(built)), "--pace", str(p)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["paced"] is True
+
+
+def test_an_implausible_clock_gives_no_times_and_cannot_pace(built, tmp_path):
+    # 2 M counter ticks in 10^15 ns (11 days): a counter at 2 mHz.  With the file header's start
+    # time zeroed, a paced replay of a 263-event trace waited for the machine's uptime.
+    p = write(tmp_path, [0, 1], end_ns=10**15)
+    t = trace.read(p)
+    assert t.seconds_per_cycle() is None
+    assert trace.stats(t)["duration_s"] is None
+    r = subprocess.run([str(replayer(built)), "--pace", str(p)], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "cannot pace" in r.stderr
+    r = subprocess.run([str(replayer(built)), str(p)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["ops"] == 4
