@@ -12,6 +12,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import struct
 import subprocess
 import sys
 import sysconfig
@@ -205,6 +206,33 @@ def _help(found: dict[str, Allocator | None] | None = None) -> str:
     return "\n".join(lines)
 
 
+def _elf_ident(path: str | Path) -> tuple[bytes, int, int] | None:
+    """(class and byte order, object type, machine) of an ELF file; None when it is not one."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(20)
+    except OSError:
+        return None
+    if len(head) < 20 or head[:4] != b"\x7fELF" or head[5] not in (1, 2):
+        return None
+    e_type, e_machine = struct.unpack(("<" if head[5] == 1 else ">") + "HH", head[16:20])
+    return head[4:6], e_type, e_machine
+
+
+def _not_preloadable(p: Path) -> str | None:
+    """Why ld.so would not preload `p`, or None.  ld.so only warns about a bad LD_PRELOAD and runs
+    the program anyway, under glibc's malloc: a run would then measure glibc under this name.  So a
+    user library is refused here unless it is an ELF shared object (ET_DYN) of the class, byte
+    order and architecture of this interpreter's own executable."""
+    got = _elf_ident(p)
+    if got is None or got[1] != 3:  # ET_DYN
+        return "is not a shared library (not an ELF shared object)"
+    ours = _elf_ident("/proc/self/exe") or _elf_ident(sys.executable)
+    if ours and (got[0] != ours[0] or got[2] != ours[2]):
+        return "is a shared library for another kind of machine (ELF class or architecture)"
+    return None
+
+
 def resolve(spec: str) -> Allocator:
     """An allocator from a --alloc argument: a built-in NAME, or NAME=/path/to/lib.so."""
     if "=" in spec:
@@ -215,6 +243,9 @@ def resolve(spec: str) -> Allocator:
         p = Path(path).expanduser()
         if not p.is_file():
             raise LabError(f"allocator {name!r}: library {p} does not exist\n" + _help())
+        why = _not_preloadable(p)
+        if why:
+            raise LabError(f"allocator {name!r}: library {p} {why}: ld.so would not preload it\n" + _help())
         return Allocator(name, str(p.resolve()), "unknown (user library)", "user")
     if spec not in BUILTINS:
         raise LabError(f"unknown allocator {spec!r}\n" + _help())

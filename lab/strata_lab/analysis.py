@@ -212,9 +212,9 @@ def analyse(doc: RunDoc, baseline: str | None = None) -> Analysis:
     warnings: list[str] = []
     if not doc.complete:
         why = f" ({doc.interrupted})" if doc.interrupted else ""
-        warnings.append(f"INCOMPLETE run{why}: {len([s for s in doc.samples if not s.warmup])} "
-                        f"of {doc.settings.get('planned_samples', '?')} planned samples finished "
-                        f"(warm-ups included in the plan)")
+        # planned_samples counts warm-ups, re-runs and instruction runs: so does the count of done.
+        warnings.append(f"INCOMPLETE run{why}: {len(doc.samples)} of {doc.settings.get('planned_samples', '?')} "
+                        f"planned samples finished (warm-ups included)")
     cells_out = []
     few: list[str] = []
     low_coverage: set[int] = set()

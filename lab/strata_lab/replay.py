@@ -25,13 +25,24 @@ def cmd_record(a: argparse.Namespace) -> int:
         argv = argv[1:]
     if not argv:
         raise LabError("record: give the command after --, e.g. strata-lab record -- python3 work.py")
+    if "%p" in a.output:
+        # The recorder would expand it too, in a name the lab could not predict for the children.
+        raise LabError(f"record: -o {a.output!r} contains %p; give a plain file name (the traces of "
+                       "processes the command starts go beside it as TRACE.<pid>)")
     strata = allocators.resolve("strata")
     out = Path(a.output).resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
+    # Checked before the command runs: afterwards its trace would be left at TRACE.<pid>.
+    if out.is_dir():
+        raise LabError(f"record: -o {out} is a directory; give the trace's file name, e.g. -o {out / 'strata.trace'}")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise LabError(f"record: cannot create the directory {out.parent}: {e.strerror}") from None
     template = out.with_name(out.name + ".%p")
     env = dict(os.environ)
     env["LD_PRELOAD"] = " ".join(x for x in (strata.library, env.get("LD_PRELOAD")) if x)
     env["STRATA_TRACE"] = str(template)
+    before = _traces_beside(out)
     try:
         proc = subprocess.Popen(argv, env=env)
     except OSError as e:
@@ -42,11 +53,16 @@ def cmd_record(a: argparse.Namespace) -> int:
         proc.wait()
         rc = proc.returncode
     main = out.with_name(f"{out.name}.{proc.pid}")
-    others = sorted(p for p in out.parent.glob(out.name + ".*") if p != main and p.suffix[1:].isdigit())
+    # Only the traces this command wrote: earlier recordings' TRACE.<pid> files stay unnamed (the
+    # recorder truncates a file whose pid comes round again, which changes its inode time stamps).
+    others = sorted(p for p, stamp in _traces_beside(out).items() if p != main and before.get(p) != stamp)
     if not main.is_file():
         raise LabError(f"record: {argv[0]} left no trace at {main} (is it a static binary, or did it "
                        f"replace its environment?)")
-    main.replace(out)
+    try:
+        main.replace(out)
+    except OSError as e:
+        raise LabError(f"record: cannot move the trace to {out}: {e.strerror}; it is at {main}") from None
     t = trace.read(out)
     print(f"strata-lab: {out}: {t.events} events, {t.threads} threads, {t.end_note()}", file=sys.stderr)
     if others:
@@ -55,6 +71,19 @@ def cmd_record(a: argparse.Namespace) -> int:
     if rc != 0:
         print(f"strata-lab: {argv[0]} exited with status {rc}", file=sys.stderr)
     return rc if rc >= 0 else 128 - rc
+
+
+def _traces_beside(out: Path) -> dict[Path, tuple]:
+    """TRACE.<pid> files next to `out`, each with what tells a rewritten file from an old one."""
+    found = {}
+    for p in out.parent.glob(out.name + ".*"):
+        if p.suffix[1:].isdigit():
+            try:
+                st = p.stat()
+            except OSError:
+                continue
+            found[p] = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
+    return found
 
 
 def cmd_replay(a: argparse.Namespace) -> int:
@@ -67,18 +96,26 @@ def cmd_replay(a: argparse.Namespace) -> int:
 
 
 def cmd_trace_stats(a: argparse.Namespace) -> int:
+    out = Path(a.out) if a.out else None
+    if out is not None:  # a bad --out before the work, not after the numbers are printed
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            why = "a file of that name exists" if isinstance(e, FileExistsError) else e.strerror
+            raise LabError(f"trace-stats: cannot create the directory {out}: {why} (--out is a directory)") from None
     t = trace.read(a.trace)
     s = trace.stats(t)
     if a.json:
         print(json.dumps(s, indent=1))
     else:
         print(trace.markdown(s))
-    if a.out:
-        out = Path(a.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "trace-stats.json").write_text(json.dumps(s, indent=1))
-        png = trace.plot(s, out / "trace-stats.png")
-        (out / "trace-stats.md").write_text(trace.markdown(s) + f"\n![{png.name}]({png.name})\n")
+    if out is not None:
+        try:
+            (out / "trace-stats.json").write_text(json.dumps(s, indent=1))
+            png = trace.plot(s, out / "trace-stats.png")
+            (out / "trace-stats.md").write_text(trace.markdown(s) + f"\n![{png.name}]({png.name})\n")
+        except OSError as e:
+            raise LabError(f"trace-stats: cannot write into {out}: {e.strerror}: {e.filename or out}") from None
         print(f"strata-lab: wrote {out / 'trace-stats.md'} and {png}", file=sys.stderr)
     return 0
 

@@ -10,6 +10,7 @@ docs/results/ of both versions are read in lab/tests/test_model.py.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 import time
@@ -26,7 +27,12 @@ FILENAME = "results.json"
 
 def new_run_dir(parent: Path, suite: str) -> Path:
     """A fresh directory results/<date>-<time>-<suite>[-N]: never an existing one."""
-    parent.mkdir(parents=True, exist_ok=True)
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # --out names a file, or a directory it may not write to
+        why = "a file of that name exists" if isinstance(e, FileExistsError) else e.strerror
+        raise LabError(f"cannot create the results directory {parent}: {why} "
+                       "(--out is the directory that holds the run directories)") from None
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for n in range(1000):
         d = parent / (f"{stamp}-{suite}" + (f"-{n}" if n else ""))
@@ -35,6 +41,8 @@ def new_run_dir(parent: Path, suite: str) -> Path:
             return d
         except FileExistsError:
             continue
+        except OSError as e:
+            raise LabError(f"cannot create a run directory under {parent}: {e.strerror}") from None
     raise LabError(f"could not create a new run directory under {parent}")
 
 
@@ -76,6 +84,10 @@ def resolve_path(arg: str | Path) -> Path:
     return p
 
 
+def _finite_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
 REQUIRED = ("schema", "schema_version", "suite", "complete", "settings", "variants", "cells", "samples")
 
 
@@ -98,12 +110,19 @@ def load(arg: str | Path) -> RunDoc:
                        f"reads versions {', '.join(map(str, READABLE_VERSIONS))}")
     if not isinstance(doc["samples"], list) or not isinstance(doc["cells"], list):
         raise LabError(f"corrupt results file {p}: samples and cells must be lists")
-    cell_ids = {c.get("id") for c in doc["cells"] if isinstance(c, dict)}
+    metric_of = {c.get("id"): c.get("metric") for c in doc["cells"] if isinstance(c, dict)}
     for i, s in enumerate(doc["samples"]):
-        if not isinstance(s, dict) or s.get("cell") not in cell_ids or s.get("variant") not in doc["variants"]:
+        if not isinstance(s, dict) or s.get("cell") not in metric_of or s.get("variant") not in doc["variants"]:
             raise LabError(f"corrupt results file {p}: sample {i} names an unknown cell or variant")
         if s.get("ok") and not isinstance(s.get("metrics"), dict):
             raise LabError(f"corrupt results file {p}: sample {i} is ok but has no metrics")
+        # The runner marks a sample ok only when its cell's metric is a finite number (a workload
+        # that gave none is a failed sample, whose metrics are not read), so null (how NaN and
+        # inf are written), a string, a list or a boolean here is damage, not a missing value.
+        metric = metric_of[s["cell"]]
+        if s.get("ok") and metric is not None and not _finite_number(s["metrics"].get(metric)):
+            raise LabError(f"corrupt results file {p}: sample {i} is ok but its {metric!r} is "
+                           f"{json.dumps(s['metrics'].get(metric))[:40]}, not a finite number")
     try:
         return RunDoc.from_json(doc, path=str(p))
     except TypeError as e:  # a key the model requires is missing, or one it does not know

@@ -241,10 +241,34 @@ def _noise(jiffies0, jiffies1, lab_cpu_s: float, usage: dict, wall: float,
             "other_cpu_s": round(other, 3), "other_cpu_frac": round(other / (wall * ncpu), 4)}
 
 
-def _outcome(rec: dict, cell: Cell, ran: Ran, parse: Callable[[Cell, str], dict]) -> dict:
-    """The sample's verdict: a failure (timeout, exit, crash, unreadable output) or its metrics,
-    with a driver's own figures (timeline, the program's peak RSS and faults) in place of the
-    lab's."""
+def _preload_ignored(err_p: Path, library: str | None) -> str | None:
+    """ld.so's own message when it refused to preload `library` into a process of the sample.
+
+    ld.so only warns ("ERROR: ld.so: object '<lib>' from LD_PRELOAD cannot be preloaded (<why>):
+    ignored.") and runs the program under glibc's malloc, exit 0: without this check such a sample
+    would be glibc measured under the variant's name.  allocators.resolve() refuses files that are
+    not ELF shared objects before a run starts; this catches what only ld.so knows (a
+    position-independent executable, a library replaced during the run).  The message comes first
+    on stderr, so the head is read, not the tail; it must name this very library, so a workload's
+    own children preloading something else never fail the sample."""
+    if not library:
+        return None
+    try:
+        with open(err_p, "rb") as f:
+            head = f.read(64 * 1024).decode("utf-8", "replace")
+    except OSError:
+        return None
+    for line in head.splitlines():
+        if f"ld.so: object '{library}'" in line and "cannot be preloaded" in line:
+            return line.strip()
+    return None
+
+
+def _outcome(rec: dict, cell: Cell, ran: Ran, parse: Callable[[Cell, str], dict],
+             preload_ignored: str | None = None) -> dict:
+    """The sample's verdict: a failure (timeout, preload ignored, exit, crash, unreadable output)
+    or its metrics, with a driver's own figures (timeline, the program's peak RSS and faults) in
+    place of the lab's."""
     code = ran.code
 
     def fail(kind: str, message: str) -> dict:
@@ -255,6 +279,9 @@ def _outcome(rec: dict, cell: Cell, ran: Ran, parse: Callable[[Cell, str], dict]
 
     if ran.timed_out:
         return fail("timeout", f"killed after {cell.timeout_s:g} s (per-sample timeout)")
+    if preload_ignored:
+        # "spawn" (docs/results-schema.md's kinds): the command did not start as asked, under the allocator.
+        return fail("spawn", f"the allocator was not loaded: {preload_ignored}")
     if code != 0:
         return fail("crash" if code < 0 else "exit",
                     f"killed by signal {_signal_name(code)}" if _signal_name(code) else f"exited with status {code}")
@@ -304,6 +331,7 @@ def run_sample(cell: Cell, variant: Variant, cpus: list[int] | None, extra_env: 
             rec["failure"] = {"kind": "spawn", "message": str(e), "exit_status": None,
                               "stderr_tail": ""}
             return rec
+        ignored = _preload_ignored(prefix.with_name("stderr"), variant.library)
     u = ran.usage
     rec.update({
         "wall_s": ran.wall_s, "user_s": u["utime"], "sys_s": u["stime"],
@@ -314,7 +342,7 @@ def run_sample(cell: Cell, variant: Variant, cpus: list[int] | None, extra_env: 
     })
     ts, vs = _downsample(ran.t_ms, ran.rss_kb)
     rec["rss_timeline"] = {"interval_ms": RSS_INTERVAL_S * 1000, "source": "lab", "t_ms": ts, "rss_kb": vs}
-    return _outcome(rec, cell, ran, parse)
+    return _outcome(rec, cell, ran, parse, ignored)
 
 
 def _kill_group(pid: int) -> None:

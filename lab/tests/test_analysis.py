@@ -69,6 +69,15 @@ def test_wide_spread_and_incomplete_are_flagged():
     assert "a/t1: wide spread (CV > 10 %) for x 48 %" in an.warnings
 
 
+def test_incomplete_counts_finished_samples_as_the_plan_does():
+    """Probe s40b: the plan counts warm-ups, so the finished count must too ("0 of 84" was shown
+    with 2 warm-ups finished)."""
+    d = doc_with({("a/t1", "base"): [], ("a/t1", "x"): []}, complete=False)  # 2 warm-ups only
+    an = analysis.analyse(RunDoc.from_json(d))
+    assert any(w.startswith("INCOMPLETE run (SIGINT): 2 of 99 planned samples finished") for w in an.warnings), \
+        an.warnings
+
+
 def test_compare_says_which_differences_are_significant():
     a = doc_with({("a/t1", "base"): [1, 2, 3, 4, 5], ("a/t1", "x"): [10, 11, 12, 13, 14],
                   ("b/t4", "base"): [8] * 5, ("b/t4", "x"): [8] * 5})

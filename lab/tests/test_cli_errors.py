@@ -22,6 +22,34 @@ def test_missing_library_path(built, tmp_path):
           "libnone.so does not exist")
 
 
+def _elf_header(elf_class: int, e_type: int, machine: int) -> bytes:
+    import struct
+
+    return b"\x7fELF" + bytes([elf_class, 1, 1]) + bytes(9) + struct.pack("<HH", e_type, machine) + bytes(44)
+
+
+@pytest.mark.parametrize("content, needle", [
+    (b"not an ELF\n", "is not a shared library"),
+    (_elf_header(2, 2, 62), "is not a shared library"),          # ET_EXEC
+    (_elf_header(1, 3, 3), "for another kind of machine"),       # 32-bit i386 shared object
+], ids=["text", "executable", "32-bit"])
+def test_alloc_that_is_not_a_shared_library_is_refused(built, tmp_path, content, needle):
+    """Probe s40b D3: ld.so ignores such a preload, so the variant would silently be glibc."""
+    lib = tmp_path / "fake.so"
+    lib.write_bytes(content)
+    r = lab("run", "--suite", "patterns", "--smoke", "--cells", "larson/*", "--rounds", "1", "--warmup", "0",
+            "--no-progress", "--strict", "--out", str(tmp_path / "out"), "--alloc", f"fake={lib},glibc")
+    check(r, "allocator 'fake'", needle, "NAME=/path/to/lib.so")
+    assert not (tmp_path / "out").exists()
+
+
+def test_alloc_that_is_a_shared_library_is_accepted(built):
+    from strata_lab import allocators
+
+    a = allocators.resolve(f"mine={built / 'lib' / 'libstrata.so'}")
+    assert a.name == "mine" and a.source == "user"
+
+
 def test_missing_builtin_library_says_how_to_install(built, tmp_path):
     # strata is looked for in $STRATA_BUILD/lib: an empty build directory has none.
     (tmp_path / "bin").mkdir()
@@ -72,3 +100,12 @@ def test_list_and_env_work():
     for key in ("cpu_model", "cores", "kernel", "thp_enabled", "cpu_governor", "config_hz"):
         assert key in info["machine"]
     assert info["allocators"]["glibc"]["library"] is None
+
+
+def test_run_out_that_is_a_file(built, tmp_path):
+    """Probe s40b D4: FileExistsError from results.new_run_dir was a traceback."""
+    f = tmp_path / "afile"
+    f.write_text("")
+    check(lab("run", "--suite", "patterns", "--smoke", "--cells", "larson/*", "--alloc", "glibc", "--no-progress",
+              "--out", str(f)), f"cannot create the results directory {f}", "a file of that name exists")
+    assert f.read_text() == ""

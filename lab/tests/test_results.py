@@ -82,3 +82,39 @@ def test_cli_report_on_corrupt_file_exits_nonzero(tmp_path):
 def test_cli_report_on_missing_file(tmp_path):
     r = lab("report", str(tmp_path / "nothing"))
     assert r.returncode == 2 and "no results file" in r.stderr
+
+
+@pytest.mark.parametrize("value", [None, float("nan"), float("inf"), "fast", [1], True, "missing"],
+                         ids=["null", "NaN", "inf", "string", "list", "bool", "missing"])
+def test_ok_sample_whose_metric_is_not_a_finite_number_is_corrupt(tmp_path, value):
+    """Probe s40b D5: the runner keeps a sample ok only when its metric is a finite number, so
+    anything else in an ok sample is damage: a clear error, not a traceback from the statistics."""
+    doc = minimal_doc()
+    if value == "missing":
+        del doc["samples"][0]["metrics"]["ops_per_sec"]
+    else:
+        doc["samples"][0]["metrics"]["ops_per_sec"] = value
+    (tmp_path / "results.json").write_text(json.dumps(doc))  # NaN and Infinity as Python writes them
+    with pytest.raises(LabError, match="corrupt results file .*sample 0 is ok but its 'ops_per_sec'"):
+        results.load(tmp_path)
+    r = lab("report", "--no-html", str(tmp_path))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "corrupt results file" in r.stderr and "not a finite number" in r.stderr
+
+
+def test_failed_and_interrupted_samples_without_a_metric_still_load(tmp_path):
+    """A failed sample has no metric to read (or a null one): the document is not corrupt."""
+    doc = minimal_doc()
+    doc["complete"], doc["interrupted"] = False, "SIGINT"
+    failure = {"kind": "parse", "message": "no finite number", "exit_status": 0, "stderr_tail": ""}
+    doc["samples"] += [
+        {"index": 1, "cell": "larson/t1", "variant": "glibc", "round": 1, "warmup": False, "ok": False,
+         "failure": failure},
+        {"index": 2, "cell": "larson/t1", "variant": "glibc", "round": 2, "warmup": False, "ok": False,
+         "failure": failure, "metrics": {"ops_per_sec": None}},
+    ]
+    results.write_atomic(tmp_path / "results.json", doc)
+    from strata_lab import analysis
+
+    an = analysis.analyse(results.load(tmp_path))
+    assert an.cells[0].by_variant["glibc"].n == 1 and an.cells[0].by_variant["glibc"].failures == 2

@@ -69,6 +69,21 @@ def test_allocator_goes_into_ld_preload_of_the_command_only():
     assert rec["metrics"]["preload"] == "" and rec["metrics"]["driver"] == lib.library
 
 
+def test_a_library_ld_so_refuses_to_preload_fails_the_sample(tmp_path):
+    """Probe s40b D3: ld.so ignores a bad LD_PRELOAD with a warning and the program runs under
+    glibc, exit 0; the sample must fail rather than record glibc under the variant's name."""
+    import shutil
+
+    text = tmp_path / "text.so"
+    text.write_text("not an ELF\n")
+    pie = tmp_path / "pie.so"  # an executable: ELF, ET_DYN, but ld.so will not preload it
+    shutil.copy(os.path.realpath(shutil.which("true")), pie)
+    for lib in (text, pie):
+        rec = sample('echo \'{"v": 1}\'', variant=runner.Variant("fake", library=str(lib)))
+        assert not rec["ok"] and rec["failure"]["kind"] == "spawn", rec
+        assert "not loaded" in rec["failure"]["message"] and str(lib) in rec["failure"]["message"]
+
+
 def test_pinning_reaches_the_command():
     cpu = sorted(os.sched_getaffinity(0))[-1]
     cell = Cell(workload="sh", threads=1, metric="v", argv=[

@@ -122,6 +122,52 @@ def test_trace_stats_command(tmp_path, capsys):
     assert "not a strata trace" in capsys.readouterr().err
 
 
+def test_trace_stats_out_that_is_a_file(tmp_path, capsys):
+    """Probe s40b D4: --out naming an existing file was a FileExistsError traceback."""
+    p = sample_trace(tmp_path)
+    f = tmp_path / "afile"
+    f.write_text("")
+    assert cli.main(["trace-stats", str(p), "--out", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot create the directory {f}" in err and "a file of that name exists" in err
+
+
+def record(built, tmp_path, *args):
+    env = dict(os.environ, STRATA_BUILD=str(built))
+    return subprocess.run([sys.executable, "-m", "strata_lab", "record", *args], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_record_into_a_directory_is_refused_and_leaves_nothing(built, tmp_path):
+    """Probe s40b D4: -o <existing directory> was an IsADirectoryError traceback after the
+    command ran, and left the trace at <dir>.<pid> beside it."""
+    (tmp_path / "adir").mkdir()
+    r = record(built, tmp_path, "-o", str(tmp_path / "adir"), "--", "/bin/true")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "is a directory" in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adir"] and not list((tmp_path / "adir").iterdir())
+
+
+def test_record_refuses_percent_p_in_the_output(built, tmp_path):
+    """Probe s40b: -o 'x.%p' said 'left no trace at x.%p.<pid>' although the recorder had
+    expanded %p and written x.<pid>.<pid>."""
+    r = record(built, tmp_path, "-o", str(tmp_path / "x.%p"), "--", "/bin/true")
+    assert r.returncode == 2 and "contains %p" in r.stderr, r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_record_names_only_the_traces_of_this_recording(built, tmp_path):
+    """Probe s40b: a TRACE.<pid> left by an earlier recording was listed as from a process the
+    command started."""
+    stale = tmp_path / "t.trace.99999"
+    stale.write_bytes(b"an earlier recording's child")
+    r = record(built, tmp_path, "-o", str(tmp_path / "t.trace"), "--", "/bin/sh", "-c", "/bin/true; /bin/true; exit 0")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "t.trace").is_file()
+    assert "99999" not in r.stderr, r.stderr
+    assert "2 more trace(s) from processes it started" in r.stderr, r.stderr
+
+
 def test_record_and_replay_a_real_program(built, tmp_path):
     """strata-lab record on a Python one-liner, then the trace replayed (smoke run, two allocators)."""
     out = tmp_path / "py.trace"
