@@ -36,8 +36,11 @@
 #include <algorithm>
 #include <atomic>
 #include <barrier>
+#include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -94,6 +97,19 @@ struct config {
   std::exit(2);
 }
 
+// s as an unsigned number in base 10 or 16 (an optional 0x), or nothing: digits only and no
+// overflow, where strtoull would take "-5" as 2^64 - 5 and clamp what is too large.
+std::optional<std::uint64_t> to_u64(const std::string& s, int base) {
+  if (s.empty() || !(base == 16 ? std::isxdigit(static_cast<unsigned char>(s[0]))
+                                : std::isdigit(static_cast<unsigned char>(s[0]))))
+    return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long n = std::strtoull(s.c_str(), &end, base);
+  if (*end != '\0' || errno == ERANGE) return std::nullopt;
+  return n;
+}
+
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream ss(s);
@@ -111,12 +127,17 @@ config parse(int argc, char** argv) {
       if (i + 1 >= argc) usage("missing value after " + a);
       return argv[++i];
     };
-    auto number = [&]() -> unsigned long long {
+    auto number = [&]() -> std::uint64_t {
       const std::string v = value();
-      char* end = nullptr;
-      const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
-      if (v.empty() || *end) usage("not a number: " + v);
-      return n;
+      const auto n = to_u64(v, 10);
+      if (!n) usage(a + " needs a number from 0 to 2^64 - 1, not '" + v + "'");
+      return *n;
+    };
+    auto mib = [&]() -> std::size_t {  // MiB as bytes
+      const std::string v = value();
+      const auto n = to_u64(v, 10);
+      if (!n || *n > (SIZE_MAX >> 20)) usage(a + " needs a number of MiB below 2^44, not '" + v + "'");
+      return static_cast<std::size_t>(*n) << 20;
     };
     if (a == "--backend") c.backend = value();
     else if (a == "--resource") {
@@ -135,9 +156,9 @@ config parse(int argc, char** argv) {
     else if (a == "--long-factor") c.long_factor = number(), factor_set = true;
     else if (a == "--kernel-ns") c.kernel_ns = number(), kernel_set = true;
     else if (a == "--max-size") c.max_size = number();
-    else if (a == "--pool-mib") c.pool_bytes = std::size_t(number()) << 20, pool_set = true;
+    else if (a == "--pool-mib") c.pool_bytes = mib(), pool_set = true;
     else if (a == "--seed") c.seed = number();
-    else if (a == "--device-mib") c.sim_capacity = std::size_t(number()) << 20, c.capped = true;
+    else if (a == "--device-mib") c.sim_capacity = mib(), c.capped = true;
     else if (a == "--cap-factor") {
       const std::string v = value();
       char* end = nullptr;
@@ -152,7 +173,7 @@ config parse(int argc, char** argv) {
     }
     else if (a == "--fragment-in-turns") c.fragment_in_turns = true;
     else if (a == "--strata-wait-before-growth") c.strata_wait = true;
-    else if (a == "--strata-cache-mib") c.strata_cache = std::size_t(number()) << 20;
+    else if (a == "--strata-cache-mib") c.strata_cache = mib();
     else if (a == "--replay") c.replay = value();
     else if (a == "--trace") c.trace = value();
     else if (a == "-h" || a == "--help") usage("help");
@@ -503,11 +524,20 @@ std::vector<trace_op> read_trace(const std::string& path) {
     std::fprintf(stderr, "strata-bench-e2-gpu: %s is not a logging_adaptor trace\n", path.c_str());
     std::exit(2);
   }
-  while (std::getline(in, line)) {
+  for (std::size_t line_no = 2; std::getline(in, line); ++line_no) {
     auto f = split(line);
     if (f.size() != 7 || f[0] == "oom") continue;
-    ops.push_back({f[0] == "alloc", std::stoull(f[3], nullptr, 16), std::stoull(f[5], nullptr, 16),
-                   std::stoull(f[4]), std::stoull(f[6])});
+    auto field = [&](std::size_t i, const char* name, int base) {
+      const auto n = to_u64(f[i], base);
+      if (!n) {
+        std::fprintf(stderr, "strata-bench-e2-gpu: %s:%zu: %s is not a number below 2^64: '%s'\n",
+                     path.c_str(), line_no, name, f[i].c_str());
+        std::exit(2);
+      }
+      return *n;
+    };
+    ops.push_back({f[0] == "alloc", field(3, "ptr", 16), field(5, "stream", 16),
+                   field(4, "bytes", 10), field(6, "alignment", 10)});
   }
   return ops;
 }

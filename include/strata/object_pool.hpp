@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <new>
 #include <type_traits>
 #include <utility>
@@ -155,21 +156,21 @@ class slot_store {
   }
 
   // Obtains a chunk of at least min_slots slots (geometrically growing sizes otherwise).
-  // Returns false when the upstream returned nullptr; propagates its exception if it throws.
+  // Returns false when the upstream returned nullptr, or when that many slots would not fit in
+  // the address space (no upstream could give them); propagates the upstream's exception.
   bool grow(std::size_t min_slots) {
     std::size_t slots = std::max(min_slots, next_chunk_slots_);
+    // A wrapped byte count would be a small chunk that the bump pointer runs past.
+    if (slots > SIZE_MAX / slot_size_) return false;
     std::size_t bytes = slots * slot_size_;
     chunks_.reserve(chunks_.size() + 1);  // may throw before anything is taken
-    std::uint64_t* bits = nullptr;
-    if constexpr (Checked) bits = new std::uint64_t[(slots + 63) / 64]();
+    std::unique_ptr<std::uint64_t[]> bits;  // given back if the upstream fails or throws
+    if constexpr (Checked) bits.reset(new std::uint64_t[(slots + 63) / 64]());
     void* mem = up_.allocate(bytes, slot_align_);
-    if (mem == nullptr) {
-      delete[] bits;
-      return false;
-    }
+    if (mem == nullptr) return false;
     retire_bump();
     auto* base = static_cast<char*>(mem);
-    chunk c{base, slots, bits, 0};
+    chunk c{base, slots, bits.release(), 0};
     if constexpr (Checked) {
       // Checked stores look chunks up on every call: keep them sorted.
       chunks_.insert(std::upper_bound(chunks_.begin(), chunks_.end(), c, by_base), c);
@@ -178,7 +179,7 @@ class slot_store {
       sorted_ = chunks_.size() == 1 || (sorted_ && chunks_[chunks_.size() - 2].base < base);
     }
     bump_ = base;
-    bump_end_ = base + bytes;
+    bump_end_ = base + bytes;  // a whole number of slots: pop_raw stops when bump_ reaches it
     capacity_ += slots;
     free_count_ += slots;
     bytes_ += bytes;
@@ -382,7 +383,7 @@ class basic_pool {
   }
 
   // Makes room for n more objects without further upstream calls.  False if the upstream
-  // returned nullptr.
+  // returned nullptr or n objects would not fit in the address space.
   bool reserve(std::size_t n) {
     std::size_t room = store_.free_count();
     if (room >= n) return true;

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -116,6 +117,32 @@ TEST_F(plugin, a_bad_flag_is_refused_with_its_name) {
   EXPECT_NE(std::string(strata_gpu_last_error()).find("STRATA_GPU_WAIT_BEFORE_GROWTH"), std::string::npos)
       << strata_gpu_last_error();
   unsetenv("STRATA_GPU_WAIT_BEFORE_GROWTH");
+}
+
+// Session 40b's probe: sizes in MiB were read with strtoull, which takes "-1" as 2^64 - 1, and
+// shifted into bytes without a check, so STRATA_GPU_SIM_MIB=-1 made a device of 16 EiB and
+// 17592186044417 (2^44 + 1) one of 1 MiB.  They are refused like any value that is not a number.
+TEST_F(plugin, negative_or_too_large_sizes_are_refused_with_their_name) {
+  const std::pair<const char*, const char*> bad[] = {
+      {"STRATA_GPU_SIM_MIB", "-1"},
+      {"STRATA_GPU_SIM_MIB", "17592186044417"},        // 2^44 + 1 MiB: 2^64 + 1 MiB in bytes
+      {"STRATA_GPU_SIM_MIB", "18446744073709551616"},  // 2^64: beyond strtoull
+      {"STRATA_GPU_MAXIMUM_MIB", "-1"},
+      {"STRATA_GPU_INITIAL_MIB", "-64"},
+      {"STRATA_GPU_CACHE_MIB", "+4"},
+  };
+  int dev = 11;  // a device each: a stack that failed to build is not kept, but be sure
+  for (const auto& [name, value] : bad) {
+    setenv(name, value, 1);
+    EXPECT_EQ(strata_torch_malloc(256, dev, nullptr), nullptr) << name << "=" << value;
+    const std::string why = strata_gpu_last_error();
+    EXPECT_NE(why.find(name), std::string::npos) << name << "=" << value << ": " << why;
+    EXPECT_NE(why.find(value), std::string::npos) << name << "=" << value << ": " << why;
+    strata_gpu_stats s;
+    EXPECT_EQ(strata_gpu_get_stats(dev, &s), -1) << name << "=" << value;
+    unsetenv(name);
+    ++dev;
+  }
 }
 
 TEST_F(plugin, trim_returns_free_memory_to_the_device) {

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <new>
 #include <random>
 #include <set>
 #include <thread>
@@ -180,6 +181,17 @@ TEST(ConcurrentObjectPool, DestructionReturnsEverything) {
     EXPECT_EQ(pool.stats().live, 3u * 2500u);
   }
   EXPECT_EQ(counting_upstream::outstanding_bytes.load(), 0);
+}
+
+// Session 40b's probe: 24 x capacity wrapped to 8 bytes and the pool handed out objects past
+// its chunk.  A capacity that cannot be addressed is refused like one the upstream cannot give.
+TYPED_TEST(concurrent_pool_both, CapacityWhoseByteCountOverflowsIsRefused) {
+  static_assert(sizeof(payload) == 24);
+  const std::size_t capacity = SIZE_MAX / sizeof(payload) + 1;  // x 24 = 2^64 + 8
+  EXPECT_THROW(TypeParam pool(capacity), std::bad_alloc);
+  TypeParam pool;
+  EXPECT_FALSE(pool.reserve(capacity));
+  EXPECT_EQ(pool.stats().bytes_reserved, 0u);
 }
 
 TEST(ConcurrentObjectPool, StatsWhileOtherThreadsAllocate) {

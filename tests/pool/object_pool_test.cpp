@@ -4,11 +4,29 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <new>
 #include <random>
 #include <set>
 #include <string>
 #include <vector>
+
+// Array new/delete, counted: checked pools keep their live bits in arrays of their own, outside
+// the upstream, and a test below checks that a failed refill gives them back.
+namespace {
+std::atomic<std::int64_t> arrays_outstanding{0};
+}  // namespace
+// Not inlined, so that the compiler pairs new[] with delete[] rather than seeing operator new.
+__attribute__((noinline)) void* operator new[](std::size_t n) {
+  ++arrays_outstanding;
+  return ::operator new(n);
+}
+__attribute__((noinline)) void operator delete[](void* p) noexcept {
+  if (p != nullptr) --arrays_outstanding;
+  ::operator delete(p);
+}
+void operator delete[](void* p, std::size_t) noexcept { operator delete[](p); }
 
 namespace {
 
@@ -39,6 +57,24 @@ struct counting_upstream {
     outstanding_bytes -= std::int64_t(bytes);
     strata::new_delete_upstream::deallocate(p, bytes, align);
   }
+};
+
+// An upstream that throws when told to, as new_delete_upstream does when memory runs out.  (One
+// that always threw would let the compiler drop the pool's live-bit array, which it could then
+// see is never used.)
+struct throwing_upstream {
+  static inline bool fail = false;
+  static void* allocate(std::size_t bytes, std::size_t align) {
+    if (fail) throw std::bad_alloc();
+    return strata::new_delete_upstream::allocate(bytes, align);
+  }
+  static void deallocate(void* p, std::size_t bytes, std::size_t align) noexcept {
+    strata::new_delete_upstream::deallocate(p, bytes, align);
+  }
+};
+
+struct three_words {
+  std::uint64_t a, b, c;
 };
 
 struct alignas(64) over_aligned {
@@ -203,6 +239,51 @@ TEST(ObjectPool, DestructionDestroysLiveObjectsAndReturnsEveryChunk) {
   }
   EXPECT_EQ(tracked::alive, 0);
   EXPECT_EQ(counting_upstream::outstanding_bytes, 0);
+}
+
+// Session 40b's probe: 24 x capacity wrapped to 8 bytes, and the pool handed out objects at
+// +24, +48... past its one chunk.  A capacity whose bytes do not fit in a size_t is one the
+// upstream cannot give: with_capacity throws, reserve says false, and nothing is allocated.
+template <class Pool>
+void expect_overflowing_capacity_refused() {
+  const std::size_t capacity = SIZE_MAX / sizeof(three_words) + 1;  // x 24 = 2^64 + 8
+  EXPECT_THROW(Pool::with_capacity(capacity), std::bad_alloc);
+  Pool pool;
+  EXPECT_FALSE(pool.reserve(capacity));
+  EXPECT_FALSE(pool.reserve(SIZE_MAX));
+  strata::pool_stats s = pool.stats();
+  EXPECT_EQ(s.capacity, 0u);
+  EXPECT_EQ(s.bytes_reserved, 0u);
+  three_words* p = pool.create(three_words{1, 2, 3});  // still usable
+  EXPECT_EQ(p->c, 3u);
+  pool.destroy(p);
+}
+
+TEST(ObjectPool, CapacityWhoseByteCountOverflowsIsRefused) {
+  expect_overflowing_capacity_refused<
+      strata::object_pool<three_words, strata::new_delete_upstream, false>>();
+  expect_overflowing_capacity_refused<
+      strata::object_pool<three_words, strata::new_delete_upstream, true>>();
+  expect_overflowing_capacity_refused<
+      strata::object_pool<three_words, strata::malloc_upstream, false>>();
+  expect_overflowing_capacity_refused<
+      strata::object_pool<three_words, strata::malloc_upstream, true>>();
+}
+
+// Session 40b's probe: a checked pool whose upstream threw (with_capacity beyond memory) lost
+// the live-bit array it had allocated for the chunk, 128 MiB for 2^30 objects, on every try.
+TEST(ObjectPool, UpstreamExceptionLeavesNothingAllocated) {
+  using pool_type = strata::object_pool<three_words, throwing_upstream, true>;
+  const std::int64_t before = arrays_outstanding.load();
+  throwing_upstream::fail = true;
+  EXPECT_THROW(pool_type::with_capacity(100000), std::bad_alloc);
+  {
+    pool_type pool;
+    EXPECT_THROW(pool.create(three_words{}), std::bad_alloc);
+    EXPECT_THROW(pool.reserve(10), std::bad_alloc);
+  }
+  throwing_upstream::fail = false;
+  EXPECT_EQ(arrays_outstanding.load(), before);
 }
 
 TEST(ObjectPool, ConstructorExceptionReturnsTheSlot) {

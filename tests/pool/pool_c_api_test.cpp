@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <set>
 #include <thread>
+#include <utility>
 #include <vector>
 
 extern "C" int strata_pool_c_smoke(void);  // pool_c_api_check.c
@@ -29,6 +30,20 @@ TEST(PoolCApi, RejectsBadArguments) {
 }
 
 class PoolCApiFlags : public ::testing::TestWithParam<unsigned> {};
+
+// Session 40b's probe: a capacity whose byte count wraps (24 x capacity = 2^64 + 8) gave a pool
+// with an 8-byte chunk that handed out objects past its end.  It must fail like any capacity
+// the upstream cannot give.
+TEST_P(PoolCApiFlags, CapacityWhoseByteCountOverflowsIsRefused) {
+  for (auto [size, align] : {std::pair<size_t, size_t>{24, 8}, {16, 16}}) {
+    const size_t capacity = SIZE_MAX / size + 1;  // capacity * size wraps to a few bytes
+    errno = 0;
+    strata_pool_t* pool = strata_pool_create(size, align, capacity, GetParam());
+    EXPECT_EQ(pool, nullptr) << size << " x " << capacity;
+    EXPECT_EQ(errno, ENOMEM);
+    strata_pool_destroy(pool);
+  }
+}
 
 TEST_P(PoolCApiFlags, AllocFreeStatsShrink) {
   strata_pool_t* pool = strata_pool_create(48, 16, 100, GetParam());

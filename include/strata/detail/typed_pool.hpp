@@ -53,7 +53,7 @@ class typed_pool {
   void deallocate(T* p) noexcept { core_.deallocate(p); }
 
   // Makes room for n more objects without further upstream calls.  False if the upstream
-  // returned nullptr.
+  // returned nullptr or n objects would not fit in the address space.
   bool reserve(std::size_t n) { return core_.reserve(n); }
   // Gives whole free chunks back to the upstream; returns the bytes released.
   std::size_t shrink() noexcept { return core_.shrink(); }

@@ -10,6 +10,8 @@
 
 #include <array>
 #include <atomic>
+#include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <exception>
 #include <memory>
@@ -26,9 +28,14 @@ thread_local std::string last_error;
 std::size_t env_mib(const char* name, std::size_t fallback) {
   const char* v = std::getenv(name);
   if (v == nullptr || *v == '\0') return fallback;
+  // Digits only: strtoull would take "-1" as 2^64 - 1, and more than 2^44 MiB wraps in bytes.
   char* end = nullptr;
+  errno = 0;
   const unsigned long long n = std::strtoull(v, &end, 10);
-  if (*end != '\0') throw std::invalid_argument(std::string(name) + ": not a number of MiB: " + v);
+  if (*v < '0' || *v > '9' || *end != '\0')
+    throw std::invalid_argument(std::string(name) + ": not a number of MiB: " + v);
+  if (errno == ERANGE || n > (SIZE_MAX >> 20))
+    throw std::invalid_argument(std::string(name) + ": more MiB than the address space: " + v);
   return static_cast<std::size_t>(n) << 20;
 }
 

@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""strata-bench-e2-gpu refuses a bad command line or a bad --replay trace with status 2 and a
+message, before it runs anything (run by ctest: e2_gpu_arguments_test.py BIN).
+
+Session 40b's probe: numbers were read with strtoull, which takes "-5" as 2^64 - 5 (--iterations
+-5 ran for ever, --pool-mib -1 asked for 16 EiB), and a trace field that was not a number, or was
+too large, escaped from std::stoull as an uncaught exception (abort, status 134).
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+HEADER = "op,thread,time_ns,ptr,bytes,stream,alignment"
+failures = []
+
+
+def refused(binary, args, *needles):
+    argv = [binary, "--smoke", "--backend", "sim", "--resource", "pool", "--threads", "1"] + args
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        failures.append(f"{args}: still running after 30 s")
+        return
+    if p.returncode != 2 or any(n not in p.stderr for n in needles) or p.stdout.strip():
+        failures.append(f"{args}: status {p.returncode}, expected 2 with {needles} on stderr\n"
+                        f"  stderr: {p.stderr.strip()[-400:]}\n  stdout: {p.stdout.strip()[:200]}")
+
+
+def main(binary):
+    refused(binary, ["--iterations", "-5"], "--iterations", "-5")
+    refused(binary, ["--iterations", "18446744073709551616"], "--iterations")  # 2^64
+    refused(binary, ["--seed", "12x"], "--seed", "12x")
+    refused(binary, ["--pool-mib", "-1"], "--pool-mib", "-1")
+    refused(binary, ["--pool-mib", "17592186044416"], "--pool-mib")  # 2^44 MiB = 2^64 bytes
+    refused(binary, ["--device-mib", "-1"], "--device-mib")
+    refused(binary, ["--strata-cache-mib", "-1"], "--strata-cache-mib")
+    with tempfile.TemporaryDirectory() as d:
+        good = "alloc,1,5,0x1000,100,0,256"
+        traces = {
+            "bad_ptr.csv": ([good, "alloc,1,5,zzz,100,0,256"], ":3:"),
+            "bad_big.csv": (["alloc,1,5,0x1000,99999999999999999999999,0,256"], ":2:"),
+            "bad_neg.csv": (["free,1,5,0x1000,-100,0,256"], ":2:"),
+            "bad_stream.csv": ([good, good, "free,1,5,0x1000,100,0x,256"], ":4:"),
+        }
+        for name, (lines, where) in traces.items():
+            path = os.path.join(d, name)
+            with open(path, "w") as f:
+                f.write("\n".join([HEADER] + lines) + "\n")
+            refused(binary, ["--replay", path], path + where)
+    if failures:
+        print("e2_gpu_arguments_test:\n" + "\n".join(failures), file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
