@@ -8,6 +8,7 @@
 #include "core/heap.h"
 
 #include <algorithm>
+#include <utility>
 #include <bit>
 #include <cerrno>
 #include <pthread.h>
@@ -835,6 +836,12 @@ void heap_abandon(heap* h) noexcept {
   }
   g_retired.remote_frees.fetch_add(h->remote_frees.get(), std::memory_order_relaxed);
   h->remote_frees.v.store(0, std::memory_order_relaxed);
+  for (auto [from, to] : {std::pair{&h->huge.allocs, &g_retired.huge.allocs}, std::pair{&h->huge.frees, &g_retired.huge.frees},
+                          std::pair{&h->huge.bytes_in, &g_retired.huge.bytes_in},
+                          std::pair{&h->huge.bytes_out, &g_retired.huge.bytes_out}}) {
+    to->v.fetch_add(from->get(), std::memory_order_relaxed);
+    from->v.store(0, std::memory_order_relaxed);
+  }
   h->remote_frees_at_purge = 0;
   h->purge_due_ms = 0;
   lock_guard g(registry_lock);

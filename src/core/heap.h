@@ -74,6 +74,7 @@ struct retired_totals {
   std::atomic<uint64_t> alloc_count[size_class_count];
   std::atomic<uint64_t> free_count[size_class_count];
   std::atomic<uint64_t> remote_frees;
+  huge_counts huge;  // and those of threads without a heap (atomic adds)
 };
 extern STRATA_HIDDEN retired_totals g_retired;
 

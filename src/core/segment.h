@@ -111,7 +111,7 @@ segment* huge_segment_containing(const void* p) noexcept;
 // Statistics over segments.
 struct segment_totals {
   uint64_t segments, abandoned, reclaimed, huge_count, huge_bytes;
-  uint64_t huge_allocs;  // huge blocks handed out so far (huge_count of them still live)
+  uint64_t huge_allocs, huge_frees;  // huge blocks handed out and freed so far
 };
 segment_totals segment_stats() noexcept;
 

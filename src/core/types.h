@@ -298,6 +298,12 @@ struct counter {
   uint64_t get() const noexcept { return v.load(std::memory_order_relaxed); }
 };
 
+// Huge blocks (over huge_min, each its own mapping) handed out and freed, and their bytes: live
+// ones are the differences.  Each thread adds to its own heap's (segment.cpp, huge_count).
+struct huge_counts {
+  counter allocs, frees, bytes_in, bytes_out;
+};
+
 struct page_list {
   page* first = nullptr;
   page* last = nullptr;
@@ -387,6 +393,7 @@ struct heap {
   counter alloc_small[small_slots];         // requests up to small_table_max, by size slot
   counter free_count[size_class_count];
   counter remote_frees;
+  huge_counts huge;                         // blocks over huge_min (segment.cpp, huge_count)
   // Last: the hot fields above keep their offsets.
   size_t foreign_bytes = 0;                 // block bytes pushed into `foreign` (pops not taken off)
   uint64_t remote_frees_at_purge = 0;       // remote_frees at the last purge pass (heap_purge's aging)

@@ -2,7 +2,8 @@
 """Recording's cost under CPython (PYTHONMALLOC=malloc, the suite programs' work.py at N=30:
 about 9 M events in 0.4 s), interleaved and paired by round.
 
-    ab.py OFF_LIB ROUNDS MODE...     MODE: off | on | on@LIB (STRATA_TRACE set, that library)
+    ab.py OFF_LIB ROUNDS MODE...     MODE: off | on | on@LIB | on@LIB@VAR=V,... (STRATA_TRACE set,
+                                     that library, those variables set)
 
 Prints each mode's median wall and CPU time (the children's rusage: the writer thread's CPU
 included) and trace size, and each mode's ratios to the first, with the quartiles of the paired
@@ -27,7 +28,11 @@ programs.gen_python(work, 30)
 res = {m: [] for m in modes}
 for _ in range(rounds):
     for m in modes:
-        env = dict(os.environ, PYTHONMALLOC="malloc", LD_PRELOAD=m.split("@")[1] if "@" in m else lib)
+        parts = m.split("@")  # on@LIB@VAR=V,VAR2=V2 (session 40: a scratch recorder's modes)
+        env = dict(os.environ, PYTHONMALLOC="malloc", LD_PRELOAD=parts[1] if len(parts) > 1 and parts[1] else lib)
+        for kv in parts[2].split(",") if len(parts) > 2 else []:
+            k, v = kv.split("=", 1)
+            env[k] = v
         env.pop("STRATA_TRACE", None)
         if m.startswith("on"):
             env["STRATA_TRACE"] = str(work / "t.%p")
