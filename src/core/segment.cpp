@@ -84,19 +84,18 @@ std::atomic<uint64_t> live_segments{0};
 // at two without them (their line went from core to core, and a locked instruction waits for
 // the stores before it: the program's writes to its last block, still missing the cache).  One
 // more such add, for the statistics' malloc_count, had cost the band 0.59-0.62x at one thread.
-void huge_count(uint64_t allocs, uint64_t frees, uint64_t bytes_in, uint64_t bytes_out) noexcept {
+// Two of the four at each call (each add is a store, and stores wait in order behind the
+// program's).
+template <counter huge_counts::*First, counter huge_counts::*Second>
+void huge_count(uint64_t first, uint64_t second) noexcept {
   heap* h = tl_heap;
   if (h != &empty_heap) {
-    h->huge.allocs.add(allocs);
-    h->huge.frees.add(frees);
-    h->huge.bytes_in.add(bytes_in);
-    h->huge.bytes_out.add(bytes_out);
+    (h->huge.*First).add(first);
+    (h->huge.*Second).add(second);
     return;
   }
-  g_retired.huge.allocs.v.fetch_add(allocs, std::memory_order_relaxed);
-  g_retired.huge.frees.v.fetch_add(frees, std::memory_order_relaxed);
-  g_retired.huge.bytes_in.v.fetch_add(bytes_in, std::memory_order_relaxed);
-  g_retired.huge.bytes_out.v.fetch_add(bytes_out, std::memory_order_relaxed);
+  (g_retired.huge.*First).v.fetch_add(first, std::memory_order_relaxed);
+  (g_retired.huge.*Second).v.fetch_add(second, std::memory_order_relaxed);
 }
 
 // Every heap's counts and the retired ones, added up (a heap being retired may be counted twice
@@ -1030,7 +1029,7 @@ void* huge_alloc(size_t size, size_t alignment, size_t* dirty) noexcept {
   } else {
     huge_set(seg, offset, seg->mapped_size);
   }
-  huge_count(1, 0, seg->huge_size, 0);
+  huge_count<&huge_counts::allocs, &huge_counts::bytes_in>(1, seg->huge_size);
   if (dirty) *dirty = resident > offset ? resident - offset : 0;
   return seg->pages[0].start;
 }
@@ -1224,13 +1223,13 @@ void* huge_realloc(segment* seg, size_t size) noexcept {
   segment* to = huge_resize(seg, bytes);
   if (to == nullptr && bytes != need) to = huge_resize(seg, bytes = need);
   if (to == nullptr) return errno = ENOMEM, nullptr;
-  huge_count(0, 0, to->huge_size, old_usable);
+  huge_count<&huge_counts::bytes_in, &huge_counts::bytes_out>(to->huge_size, old_usable);
   return to->pages[0].start;
 }
 
 void huge_free(segment* seg) noexcept {
   if (seg->lazy_to != 0) huge_calloc_observe(seg);
-  huge_count(0, 1, 0, seg->huge_size);
+  huge_count<&huge_counts::frees, &huge_counts::bytes_out>(1, seg->huge_size);
   // The thread keeps it for its next huge request, which then takes no lock (E1's big band on
   // 2 threads spent half its time waiting for huge_lock); the one it kept before goes to the
   // shared cache.
