@@ -79,13 +79,13 @@ std::atomic<uint64_t> live_segments{0};
 
 // Huge blocks handed out and freed, and their bytes, counted in the calling thread's heap with
 // unlocked adds (a thread without a heap: the retired totals, atomically); the live ones are
-// summed over the heaps when asked (huge_totals).  They were process-wide counters with locked
-// adds, two at each huge malloc and free: E1's big band ran 1.12x as fast at one thread and 1.66x
-// at two without them (their line went from core to core, and a locked instruction waits for
-// the stores before it: the program's writes to its last block, still missing the cache).  One
-// more such add, for the statistics' malloc_count, had cost the band 0.59-0.62x at one thread.
-// Two of the four at each call (each add is a store, and stores wait in order behind the
-// program's).
+// summed over the heaps when asked (huge_totals).  They were two process-wide counters with
+// locked adds at each huge malloc and free: a locked instruction waits for the stores before it
+// (the program's writes to its last block, still missing the cache), and their line went from
+// core to core.  One more, for the statistics' malloc_count, cost E1's big band 0.59-0.62x at
+// one thread.  Each call adds to the two counters that change: with all four (two adding 0) the
+// band ran 1.12x / 1.25x the locked build at one / two threads, with two 1.53x / 1.72x, since
+// every store waits in order behind the program's (docs/design.md, "huge blocks' statistics").
 template <counter huge_counts::*First, counter huge_counts::*Second>
 void huge_count(uint64_t first, uint64_t second) noexcept {
   heap* h = tl_heap;
