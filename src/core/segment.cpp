@@ -82,7 +82,7 @@ std::atomic<uint64_t> live_segments{0};
 // summed over the heaps when asked (huge_totals).  They were two process-wide counters with
 // locked adds at each huge malloc and free: a locked instruction waits for the stores before it
 // (the program's writes to its last block, still missing the cache), and their line went from
-// core to core.  One more, for the statistics' malloc_count, cost E1's big band 0.59-0.62x at
+// core to core.  One more, for the statistics' malloc_count, cost E1's big band 0.59-0.69x at
 // one thread.  Each call adds to the two counters that change: with all four (two adding 0) the
 // band ran 1.12x / 1.25x the locked build at one / two threads, with two 1.53x / 1.72x, since
 // every store waits in order behind the program's (docs/design.md, "huge blocks' statistics").
