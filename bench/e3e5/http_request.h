@@ -101,7 +101,14 @@ inline parse_status parse_request(std::string_view in, request& req) {
   }
 
   if (req.header("Transfer-Encoding")) return parse_status::bad;  // chunked bodies: not supported
-  if (const std::string* cl = req.header("Content-Length")) {
+  // Content-Length given twice with different values: a message whose end the server and a proxy
+  // in front of it could read differently (RFC 9112 6.3): refused.  (The first value was used,
+  // and the rest of the body was parsed as the next request.)
+  const std::string* cl = req.header("Content-Length");
+  for (auto& h : req.headers)
+    if (cl && &h.second != cl && strcasecmp(h.first.c_str(), "Content-Length") == 0 && h.second != *cl)
+      return parse_status::bad;
+  if (cl) {
     if (cl->empty() || cl->size() > 9) return parse_status::bad;
     size_t n = 0;
     for (char c : *cl) {

@@ -67,6 +67,17 @@ TEST(E5HttpRequest, MalformedInputIsRejected) {
     EXPECT_EQ(parse_request(bad, r), parse_status::bad) << bad;
 }
 
+// Session 40's probe: with two different Content-Lengths the first was used and the rest of the
+// body read as the next request (a smuggling shape, RFC 9112 6.3).  The same value twice is one.
+TEST(E5HttpRequest, DifferingContentLengthsAreRejected) {
+  request r;
+  EXPECT_EQ(parse_request("POST / HTTP/1.1\r\nContent-Length: 0\r\ncontent-length: 5\r\n\r\nGET /", r),
+            parse_status::bad);
+  ASSERT_EQ(parse_request("POST / HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nab", r),
+            parse_status::complete);
+  EXPECT_EQ(r.content_length, 2u);
+}
+
 TEST(E5HttpRequest, OversizedHeadersAndBodiesAreRefused) {
   request r;
   std::string big = "GET / HTTP/1.1\r\nX: " + std::string(strata::e5::k_max_header_bytes, 'a');

@@ -111,7 +111,11 @@ def parse_cpus(text: str) -> list[int]:
                 lo, hi = (int(x) for x in part.split("-", 1))
                 if lo > hi or lo < 0:
                     raise ValueError
-                out.update(range(lo, hi + 1))
+                # Only the CPUs that exist are kept: a range is not expanded past them ('0-10**20'
+                # built a set until the machine ran out of memory), and the first CPU past them
+                # stands for the rest in the message.
+                top = allowed[-1] + 1 if allowed else 0
+                out.update(range(lo, min(hi, max(lo, top)) + 1))
             else:
                 v = int(part)
                 if v < 0:

@@ -111,6 +111,15 @@ def test_bad_cpu_lists(text):
         machine.parse_cpus(text)
 
 
+def test_a_huge_cpu_range_is_refused_without_expanding_it():
+    # Session 40's probe: 0-99999999999999999999 built the whole set and the lab was killed for
+    # its memory.  Refused at once now, naming a CPU that does not exist.
+    with pytest.raises(LabError, match="not available"):
+        machine.parse_cpus("0-" + "9" * 20)
+    with pytest.raises(LabError, match="not available"):
+        machine.parse_cpus("100000000-100000001")
+
+
 def test_plan_interleaves_variants_within_rounds():
     cells = [Cell("a", 1, ["x"], "m"), Cell("b", 1, ["x"], "m")]
     vs = [runner.Variant("p"), runner.Variant("q"), runner.Variant("r")]
