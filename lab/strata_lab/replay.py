@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import allocators, trace
+from . import allocators, results, trace
 from .errors import LabError
 
 
@@ -34,10 +34,7 @@ def cmd_record(a: argparse.Namespace) -> int:
     # Checked before the command runs: afterwards its trace would be left at TRACE.<pid>.
     if out.is_dir():
         raise LabError(f"record: -o {out} is a directory; give the trace's file name, e.g. -o {out / 'strata.trace'}")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise LabError(f"record: cannot create the directory {out.parent}: {e.strerror}") from None
+    results.make_dir(out.parent, "record: cannot create the directory")
     template = out.with_name(out.name + ".%p")
     env = dict(os.environ)
     env["LD_PRELOAD"] = " ".join(x for x in (strata.library, env.get("LD_PRELOAD")) if x)
@@ -98,11 +95,7 @@ def cmd_replay(a: argparse.Namespace) -> int:
 def cmd_trace_stats(a: argparse.Namespace) -> int:
     out = Path(a.out) if a.out else None
     if out is not None:  # a bad --out before the work, not after the numbers are printed
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            why = "a file of that name exists" if isinstance(e, FileExistsError) else e.strerror
-            raise LabError(f"trace-stats: cannot create the directory {out}: {why} (--out is a directory)") from None
+        results.make_dir(out, "trace-stats: cannot create the directory", " (--out is a directory)")
     t = trace.read(a.trace)
     s = trace.stats(t)
     if a.json:

@@ -25,14 +25,20 @@ READABLE_VERSIONS = (1, 2)
 FILENAME = "results.json"
 
 
+def make_dir(path: Path, what: str, hint: str = "") -> None:
+    """mkdir -p, or a LabError "<what> <path>: <why><hint>" (a file of that name, a directory it
+    may not write to) instead of a traceback."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        why = "a file of that name exists" if isinstance(e, FileExistsError) else e.strerror
+        raise LabError(f"{what} {path}: {why}{hint}") from None
+
+
 def new_run_dir(parent: Path, suite: str) -> Path:
     """A fresh directory results/<date>-<time>-<suite>[-N]: never an existing one."""
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:  # --out names a file, or a directory it may not write to
-        why = "a file of that name exists" if isinstance(e, FileExistsError) else e.strerror
-        raise LabError(f"cannot create the results directory {parent}: {why} "
-                       "(--out is the directory that holds the run directories)") from None
+    make_dir(parent, "cannot create the results directory",
+             " (--out is the directory that holds the run directories)")
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for n in range(1000):
         d = parent / (f"{stamp}-{suite}" + (f"-{n}" if n else ""))

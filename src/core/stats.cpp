@@ -21,7 +21,6 @@ void stats_sum(strata_stats_t* out, uint64_t* class_allocs, uint64_t* class_free
   *out = strata_stats_t{};
   uint64_t allocs[size_class_count], frees[size_class_count];
   uint64_t remote = g_retired.remote_frees.load(std::memory_order_relaxed);
-
   for (size_t c = 0; c < size_class_count; ++c) {
     allocs[c] = g_retired.alloc_count[c].load(std::memory_order_relaxed);
     frees[c] = g_retired.free_count[c].load(std::memory_order_relaxed);
@@ -52,7 +51,7 @@ void stats_sum(strata_stats_t* out, uint64_t* class_allocs, uint64_t* class_free
     if (class_frees) class_frees[c] = frees[c];
   }
   segment_totals seg = segment_stats();
-  // Huge blocks, counted apart from the classes' (segment.cpp, count_huge).
+  // Huge blocks, counted apart from the classes' (segment.cpp, huge_count).
   out->malloc_count += seg.huge_allocs;
   out->free_count += seg.huge_frees;
   out->in_use_bytes = static_cast<uint64_t>(in_use > 0 ? in_use : 0) + seg.huge_bytes;
