@@ -181,6 +181,7 @@ constexpr uint32_t purge_scale_max = 16;
 constexpr int64_t purge_calm_delays = 8;
 std::atomic<uint32_t> purge_scale{1};
 std::atomic<int64_t> last_refault_ms{0};
+std::atomic<int64_t> last_doubling_ms{0};
 
 // Slices [idx, idx+n) are being used again: were they purged only just now?
 void note_reuse(segment* seg, size_t idx, size_t n) noexcept {
@@ -189,9 +190,14 @@ void note_reuse(segment* seg, size_t idx, size_t n) noexcept {
   int64_t now = os::now_ms(), delay = purge_delay();
   if (delay <= 0 || now - seg->purged_ms > 2 * delay) return;
   // One doubling per delay: the spans of one burst of reuse are one refault.
-  int64_t last = last_refault_ms.exchange(now, std::memory_order_relaxed);
+  // (Timed from the last doubling, not from the last refault: a program that refaults every few
+  // ms for hundreds of ms, rebuilding what it freed, had each refault push the next doubling
+  // back, and its delay stayed at twice the option.)
+  last_refault_ms.store(now, std::memory_order_relaxed);
+  int64_t last = last_doubling_ms.load(std::memory_order_relaxed);
   uint32_t scale = purge_scale.load(std::memory_order_relaxed);
-  if (now - last >= delay && scale < purge_scale_max)
+  if (now - last >= delay && scale < purge_scale_max &&
+      last_doubling_ms.compare_exchange_strong(last, now, std::memory_order_relaxed))
     purge_scale.compare_exchange_strong(scale, scale * 2, std::memory_order_relaxed);
 }
 
@@ -205,6 +211,7 @@ int64_t purge_delay() noexcept {
 void purge_delay_reset() noexcept {
   purge_scale.store(1, std::memory_order_relaxed);
   last_refault_ms.store(0, std::memory_order_relaxed);
+  last_doubling_ms.store(0, std::memory_order_relaxed);
 }
 
 namespace {
