@@ -77,10 +77,15 @@ struct summary {
   int n = 0;
 };
 
+// With no samples every figure is NaN, which the JSON writes as null: never a 0 that reads as a
+// measurement.
 summary summarise(std::vector<double> v) {
   summary s;
   s.n = int(v.size());
-  if (v.empty()) return s;
+  if (v.empty()) {
+    s.median = s.mad = s.lo = s.hi = std::nan("");
+    return s;
+  }
   std::sort(v.begin(), v.end());
   auto med = [](const std::vector<double>& x) {
     std::size_t n = x.size();
@@ -110,10 +115,13 @@ summary summarise(std::vector<double> v) {
 std::string json;
 std::string flat;
 std::string current_group;  // "group.row": median, for tools that want one number per key (the lab)
+std::vector<std::string> failures;  // measurements that could not be taken: exit status 1
 void raw(const std::string& s) { json += s; }
+// Non-finite is null: a measurement that failed must not read as a number.
 std::string num(double v) {
+  if (!std::isfinite(v)) return "null";
   char b[64];
-  std::snprintf(b, sizeof b, "%.6g", std::isfinite(v) ? v : 0.0);
+  std::snprintf(b, sizeof b, "%.6g", v);
   return b;
 }
 std::string str(const std::string& s) { return "\"" + s + "\""; }
@@ -403,9 +411,20 @@ std::vector<std::size_t> placement(void* p, std::size_t bytes, const std::vector
   return count;
 }
 
+// Whether the mode get_mempolicy(MPOL_F_ADDR) reports for a buffer is the one `spec` asks for
+// (older kernels report local as preferred).
+bool kernel_agrees(const std::string& spec, int kernel_mode) {
+  if (spec == "default") return kernel_mode == 0;
+  if (spec == "local") return kernel_mode == MPOL_LOCAL || kernel_mode == 1;
+  if (spec == "interleave") return kernel_mode == MPOL_INTERLEAVE;
+  return spec.rfind("bind:", 0) == 0 && kernel_mode == MPOL_BIND;
+}
+
 std::string group_numa() {
   using set_policy_fn = int (*)(const char*);
+  using collect_fn = void (*)(bool);
   auto set_policy = reinterpret_cast<set_policy_fn>(dlsym(RTLD_DEFAULT, "strata_numa_set_policy"));
+  auto collect = reinterpret_cast<collect_fn>(dlsym(RTLD_DEFAULT, "strata_collect"));
   std::vector<int> nodes = online_nodes();
   // Through strata the buffer must be a huge allocation (> 16 MiB), which gets a mapping of its
   // own, placed under the policy just set; smaller ones may land in a segment mapped earlier.
@@ -433,6 +452,10 @@ std::string group_numa() {
       void* p = nullptr;
       bool mapped = false;
       if (set_policy) {
+        // The previous round's buffer waits in strata's huge-mapping cache, its pages resident
+        // and its old policy kept (docs/pools-numa.md): malloc would hand it back, so nothing
+        // would be placed or first-touched.  Emptied, the cache leaves malloc a fresh mapping.
+        if (collect) collect(true);
         applied = set_policy(spec.c_str()) == 0;
         p = std::malloc(bytes);  // large: a fresh mapping, placed by strata
       } else {
@@ -456,6 +479,8 @@ std::string group_numa() {
       }
       if (p == nullptr) {
         applied = false;
+        failures.push_back("numa: policy " + spec + ": cannot allocate the " +
+                           std::to_string(bytes >> 20) + " MiB buffer");
         break;
       }
       std::uint64_t t0 = now_ns();
@@ -472,9 +497,12 @@ std::string group_numa() {
       else std::free(p);
     }
     if (set_policy) set_policy("default");
+    // What the kernel recorded for the buffer decides: a buffer that kept another mapping's policy
+    // was not placed by this one, whatever setting the policy returned.
+    if (!kernel_agrees(spec, kernel_mode)) applied = false;
     // Does placement match the policy?  bind: all on the node; local: all on this CPU's node
     // (the thread may migrate: reported, not asserted); interleave: every node got pages.
-    bool matches = !where.empty() && where.back() == 0;
+    bool matches = applied && !where.empty() && where.back() == 0;
     if (matches && spec.rfind("bind:", 0) == 0) {
       int n = std::atoi(spec.c_str() + 5);
       for (std::size_t i = 0; i < nodes.size(); ++i)
@@ -611,9 +639,13 @@ int main(int argc, char** argv) {
     if (args.is("--smoke")) {
       cfg.smoke = true;
     } else if (args.is("--samples")) {
-      cfg.samples = std::max(1, args.value<int>());
+      cfg.samples = args.value<int>();
+      if (cfg.samples < 1 || cfg.samples > 10000)
+        args.fail("--samples must be a number from 1 to 10000");
     } else if (args.is("--sample-ms")) {
-      cfg.sample_ms = std::max(0.01, args.value<double>());
+      cfg.sample_ms = args.value<double>();
+      if (!(cfg.sample_ms >= 0.01 && cfg.sample_ms <= 60000))
+        args.fail("--sample-ms must be a number of milliseconds from 0.01 to 60000");
     } else if (args.is("--group")) {
       std::string g = args.value();
       for (std::size_t pos = 0; pos <= g.size();) {
@@ -659,5 +691,6 @@ int main(int argc, char** argv) {
   run("stats_overhead", group_stats_overhead);
   raw("}" + flat + "}");
   std::printf("%s\n", json.c_str());
-  return 0;
+  for (const std::string& f : failures) std::fprintf(stderr, "strata-bench-e4: %s\n", f.c_str());
+  return failures.empty() ? 0 : 1;
 }

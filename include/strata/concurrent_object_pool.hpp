@@ -314,7 +314,9 @@ class basic_concurrent_pool {
       } else {
         magazine* m = c->loaded;
         while (m->count < magazine_capacity) {
-          void* p = store_take();
+          // At most one refill per magazine: the free slots and one new chunk, not 64 objects'
+          // worth of chunks (64 GiB for objects of 1 GiB).
+          void* p = m->count == 0 ? store_take() : store_.pop_raw();
           if (p == nullptr) break;
           m->slots[m->count++] = p;
         }

@@ -104,12 +104,13 @@ class slot_store {
  public:
   slot_store(std::size_t slot_size, std::size_t slot_align, Upstream up) noexcept
       : up_(std::move(up)), slot_size_(slot_size), slot_align_(slot_align) {
-    next_chunk_slots_ = std::max<std::size_t>(8, 4096 / slot_size_);
+    next_chunk_slots_ = std::max(min_auto_slots(), 4096 / slot_size_);
   }
   slot_store(slot_store&& o) noexcept
       : up_(std::move(o.up_)), slot_size_(o.slot_size_), slot_align_(o.slot_align_),
         free_(std::exchange(o.free_, nullptr)), bump_(std::exchange(o.bump_, nullptr)),
         bump_end_(std::exchange(o.bump_end_, nullptr)), chunks_(std::move(o.chunks_)),
+        sorted_(std::exchange(o.sorted_, true)),  // an unsorted table must be sorted before lookups
         capacity_(std::exchange(o.capacity_, 0)), free_count_(std::exchange(o.free_count_, 0)),
         bytes_(std::exchange(o.bytes_, 0)), bytes_released_(std::exchange(o.bytes_released_, 0)),
         next_chunk_slots_(o.next_chunk_slots_) {
@@ -155,11 +156,13 @@ class slot_store {
     ++free_count_;
   }
 
-  // Obtains a chunk of at least min_slots slots (geometrically growing sizes otherwise).
-  // Returns false when the upstream returned nullptr, or when that many slots would not fit in
-  // the address space (no upstream could give them); propagates the upstream's exception.
-  bool grow(std::size_t min_slots) {
-    std::size_t slots = std::max(min_slots, next_chunk_slots_);
+  // Obtains a chunk of `exact_slots` slots (a reserve gets what it asked for, not a rounded-up
+  // chunk: a pool of 1 GiB objects with room for one must not take 8 GiB), or with 0 a chunk of
+  // the automatic, geometrically growing size.  Returns false when the upstream returned nullptr,
+  // or when that many slots would not fit in the address space (no upstream could give them);
+  // propagates the upstream's exception.
+  bool grow(std::size_t exact_slots) {
+    std::size_t slots = exact_slots != 0 ? exact_slots : next_chunk_slots_;
     // A wrapped byte count would be a small chunk that the bump pointer runs past.
     if (slots > SIZE_MAX / slot_size_) return false;
     std::size_t bytes = slots * slot_size_;
@@ -185,8 +188,8 @@ class slot_store {
     bytes_ += bytes;
     // Double each time up to 64 KiB worth of slots: few refills for big pools, little waste for
     // small ones, and chunks small enough that shrink() finds whole free ones.
-    next_chunk_slots_ = std::max(next_chunk_slots_, std::min(slots * 2, std::max<std::size_t>(
-                                                                            8, 65536 / slot_size_)));
+    std::size_t cap = std::max(min_auto_slots(), 65536 / slot_size_);
+    next_chunk_slots_ = std::max(next_chunk_slots_, std::min(slots * 2, cap));
     return true;
   }
 
@@ -309,6 +312,13 @@ class slot_store {
     std::size_t free_slots;    // scratch for shrink()
   };
   static bool by_base(const chunk& a, const chunk& b) noexcept { return a.base < b.base; }
+
+  // The fewest slots of an automatic chunk: 8 while that fits in 64 KiB, so that small objects
+  // refill rarely; fewer for larger objects, down to one, so that growth never takes 8 objects
+  // of a size where one is already a large allocation.
+  std::size_t min_auto_slots() const noexcept {
+    return std::clamp<std::size_t>(65536 / slot_size_, 1, 8);
+  }
 
   // Unchecked stores append chunks and sort on the first lookup (shrink, owns) after growth, so
   // that growing stays O(1).

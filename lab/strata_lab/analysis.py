@@ -202,6 +202,16 @@ def paired(rounds_v: dict, rounds_b: dict, get) -> tuple[list, list]:
     return pv, pb
 
 
+def non_positive_rounds(rounds_v: dict, rounds_b: dict, get) -> int:
+    """Rounds both sides have that `paired` leaves out because a value is not positive (results
+    files written before the runner made such samples failures count them as successes)."""
+    n = 0
+    for r in set(rounds_v) & set(rounds_b):
+        a, b = get(rounds_v[r]), get(rounds_b[r])
+        n += a is not None and b is not None and (a <= 0 or b <= 0)
+    return n
+
+
 def analyse(doc: RunDoc, baseline: str | None = None) -> Analysis:
     variants = list(doc.variants)
     baseline = baseline or doc.baseline or variants[0]
@@ -255,6 +265,10 @@ def analyse(doc: RunDoc, baseline: str | None = None) -> Analysis:
                     entry.rss_ratio, entry.rss_ratio_ci = 1.0, (1.0, 1.0)
                 continue
             pv, pb = paired(rounds_of[v], rounds_of[baseline], lambda s: s.metric(metric))
+            left_out = non_positive_rounds(rounds_of[v], rounds_of[baseline], lambda s: s.metric(metric))
+            if left_out:
+                warnings.append(f"{c['id']} / {v}: {left_out} round{'s' if left_out > 1 else ''} left out "
+                                f"of the ratio ({metric} <= 0)")
             if pv:
                 p = stats.paired_speedup(pv, pb, hib)
                 entry.paired, entry.speedup = p, p.ratio

@@ -128,7 +128,6 @@ def cmd_run(a: argparse.Namespace) -> int:
         converge = [n for n in converge if n in names and n != baseline] or None
     max_reruns = 0 if a.smoke else a.max_reruns
 
-    out_dir = results.new_run_dir(Path(a.out) if a.out else paths.results_root(), suite.name)
     settings = {"smoke": a.smoke, "seconds": a.seconds, "threads": ctx.threads,
                 "timeout_s": a.timeout, "cells_filter": a.cells,
                 "params": params, "params_source": sources}
@@ -153,10 +152,14 @@ def cmd_run(a: argparse.Namespace) -> int:
         err.print("strata-lab: parameters: " + ", ".join(
             f"{k}={_show_value(v)}" + ("" if sources[k] == "default" else f" ({sources[k]})")
             for k, v in params.items()), markup=False)
-    err.print(f"strata-lab: writing {out_dir / results.FILENAME}")
 
-    progress_cb, start_cb, finish = _progress(err, a.no_progress)
+    # The run directory is made inside the interruptible part: Ctrl-C before the run's first write
+    # (it describes the machine first) leaves no empty directory behind.
+    out_dir, finish = None, lambda: None
     try:
+        out_dir = results.new_run_dir(Path(a.out) if a.out else paths.results_root(), suite.name)
+        err.print(f"strata-lab: writing {out_dir / results.FILENAME}")
+        progress_cb, start_cb, finish = _progress(err, a.no_progress)
         doc = runner.execute(suite, cells, variants, rounds=rounds, warmup=warmup, cpus=cpus,
                              out_dir=out_dir, baseline=baseline, settings=settings,
                              command=sys.argv, on_sample=progress_cb, on_start=start_cb, seed=a.seed,
@@ -166,8 +169,18 @@ def cmd_run(a: argparse.Namespace) -> int:
     except (KeyboardInterrupt, runner.Interrupted) as e:
         finish()
         why = e.signame if isinstance(e, runner.Interrupted) else "SIGINT"
-        err.print(f"[bold yellow]strata-lab: interrupted ({why}); the samples that finished are in "
-                  f"{out_dir / results.FILENAME} (marked incomplete)[/]")
+        if out_dir is not None and not (out_dir / results.FILENAME).exists():
+            try:
+                out_dir.rmdir()  # only ever empty here: samples come after the first write
+                out_dir = None
+            except OSError:
+                pass
+        if out_dir is None:
+            err.print(f"[bold yellow]strata-lab: interrupted ({why}) before the first sample; "
+                      "nothing was written[/]")
+        else:
+            err.print(f"[bold yellow]strata-lab: interrupted ({why}); the samples that finished are in "
+                      f"{out_dir / results.FILENAME} (marked incomplete)[/]")
         return 130 if why == "SIGINT" else 143
     finish()
     _show(results.load(out_dir), console, a.baseline, write_report=a.report)
@@ -446,14 +459,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)  # imports the trace tools (numpy): Ctrl-C lands here too
         return args.func(args)
     except LabError as e:
         print(f"strata-lab: error: {e}", file=sys.stderr)
         return e.exit_code
     except BrokenPipeError:
         return 1
+    except KeyboardInterrupt:  # Ctrl-C outside a run's samples: one line, not a traceback
+        print("strata-lab: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

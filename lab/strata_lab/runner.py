@@ -151,6 +151,9 @@ def _command(cell: Cell, variant: Variant, extra_env: dict, stats_file: Path | N
         env[variant.stats_env] = str(stats_file)
     if cell.preload == "driver":
         env["STRATA_LAB_PRELOAD"] = variant.library or ""
+        # A driver killed on a timeout or an interrupt (SIGKILL) cannot clean up after itself: its
+        # temporary files (E5's nginx directory) go in the sample's, which the lab removes.
+        env["TMPDIR"] = str(prefix.parent)
     elif variant.library:
         env["STRATA_LAB_SPAWN_PRELOAD" if launcher else "LD_PRELOAD"] = variant.library
     return argv, ([launcher, str(prefix)] + argv) if launcher else argv, env
@@ -292,6 +295,11 @@ def _outcome(rec: dict, cell: Cell, ran: Ran, parse: Callable[[Cell, str], dict]
     value = metrics.get(cell.metric)
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
         return fail("parse", f"the workload's JSON has no finite number {cell.metric!r}")
+    if value <= 0:
+        # Every primary metric is a rate or a time, compared as a ratio: 0 is a measurement that
+        # did not happen (E4's NUMA group without its buffer), and must not count as one.
+        return fail("parse", f"the workload's {cell.metric!r} is {value:g}, not a positive number "
+                             "(ratios need one)")
     timeline = metrics.pop("rss_timeline", None)
     if isinstance(timeline, dict) and timeline.get("t_ms"):
         ts, vs = _downsample(list(timeline["t_ms"]), list(timeline["rss_kb"]))

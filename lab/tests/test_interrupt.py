@@ -63,3 +63,30 @@ def test_interrupted_run_keeps_valid_partial_results(built, tmp_path, sig, code)
     r = subprocess.run([sys.executable, "-m", "strata_lab", "report", str(run_dir), "--no-html"],
                        capture_output=True, text=True, env=dict(os.environ, STRATA_ROOT=str(ROOT)))
     assert r.returncode == 0 and "INCOMPLETE" in r.stdout
+
+
+# A Ctrl-C at a chosen moment: the lab in a child process with one function replaced by one that
+# raises KeyboardInterrupt, as a Ctrl-C arriving while it runs would.
+INTERRUPTED_AT = """
+import sys
+from strata_lab import cli, machine, runner
+def ctrl_c(*args, **kw):
+    raise KeyboardInterrupt
+setattr({module}, {name!r}, ctrl_c)
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("module, name", [("machine", "cpu_ranges"),  # the lines before the run
+                                          ("runner", "execute")])     # describing the machine
+def test_ctrl_c_before_the_first_sample_leaves_nothing(built, tmp_path, module, name):
+    """Session 41's probe: Ctrl-C in the first ~0.3 s of a run left an empty run directory (no
+    results.json) and printed a KeyboardInterrupt traceback."""
+    env = dict(os.environ, STRATA_ROOT=str(ROOT))
+    r = subprocess.run([sys.executable, "-c", INTERRUPTED_AT.format(module=module, name=name),
+                        "run", "--suite", "patterns", "--alloc", "glibc", "--cells", "larson/t1",
+                        "--rounds", "1", "--warmup", "0", "--no-progress", "--out", str(tmp_path)],
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 130 and "Traceback" not in r.stderr, r.stderr
+    assert "strata-lab: interrupted" in r.stderr and "samples that finished" not in r.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -103,6 +103,18 @@ def test_superseded_samples_and_failed_rounds_are_left_out_of_the_pairs():
     assert an.cells[0].by_variant["base"].failures == 1
 
 
+def test_rounds_left_out_of_a_ratio_for_a_metric_of_zero_are_reported():
+    """Session 41's probe: in a results file whose samples reported 0 (written before the runner
+    made such samples failures), the ratio left those rounds out silently: B = 120, 0, 130, 110,
+    0 against 100 showed 1.20x [1.10-1.30] as if all five rounds agreed."""
+    d = doc_with({("a/t1", "base"): [100] * 5, ("a/t1", "x"): [120, 0, 130, 110, 0],
+                  ("b/t4", "base"): [8] * 5, ("b/t4", "x"): [4] * 5})
+    an = analysis.analyse(RunDoc.from_json(d))
+    assert an.cells[0].by_variant["x"].paired.n == 3
+    assert "a/t1 / x: 2 rounds left out of the ratio (ops <= 0)" in an.warnings
+    assert not any(w.startswith("b/t4 / x: ") and "left out" in w for w in an.warnings)
+
+
 def test_pareto_frontier_and_the_peers_both_faster_and_leaner():
     def entry(m, rss):
         return analysis.VariantResult(n=1, failures=0, failure_messages=[], values=[m],

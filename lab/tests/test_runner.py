@@ -57,6 +57,30 @@ def test_output_without_the_metric_is_a_failure(script, why):
     assert not rec["ok"] and rec["failure"]["kind"] == "parse" and why in rec["failure"]["message"]
 
 
+@pytest.mark.parametrize("value", [0, -3.5])
+def test_a_primary_metric_that_is_not_positive_is_a_failure(value):
+    """Session 41's probe: a sample reporting 0 (E4's NUMA group when it could not allocate its
+    buffer) counted as a success, and the ratios then left its round out without a word."""
+    rec = sample(f"echo '{{\"v\": {value}}}'")
+    assert not rec["ok"] and rec["failure"]["kind"] == "parse"
+    assert "not a positive number" in rec["failure"]["message"]
+
+
+def test_a_drivers_temporary_files_go_with_its_sample(tmp_path):
+    """Session 41's probe: an E5 driver killed on a timeout (SIGKILL: no cleanup) left its
+    /tmp/strata-e5-* directory behind.  A driver's temporary files are made in the sample's
+    directory, which the lab removes whatever the sample did."""
+    where = tmp_path / "where"
+    rec = sample(f'd=$(mktemp -d) && echo "$d" > {where} && sleep 30', timeout=1.0, preload="driver")
+    assert rec["failure"]["kind"] == "timeout"
+    made = where.read_text().strip()
+    try:
+        assert made and not os.path.exists(made)
+    finally:
+        if made and os.path.isdir(made):
+            os.rmdir(made)
+
+
 def test_allocator_goes_into_ld_preload_of_the_command_only():
     lib = allocators.locate("jemalloc") or allocators.locate("mimalloc")
     if lib is None:

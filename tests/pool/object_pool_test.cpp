@@ -73,6 +73,32 @@ struct throwing_upstream {
   }
 };
 
+// Chunks carved from the top of an arena downwards: each lies below the one before, as large
+// chunks do when they come from mmap.
+struct falling_upstream {
+  alignas(64) static inline char arena[1 << 20];
+  static inline std::size_t top = sizeof(arena);
+  static inline std::int64_t outstanding_bytes = 0;
+  static void* allocate(std::size_t bytes, std::size_t align) {
+    if (bytes > top) throw std::bad_alloc();
+    top = (top - bytes) / align * align;
+    outstanding_bytes += std::int64_t(bytes);
+    return arena + top;
+  }
+  static void deallocate(void*, std::size_t bytes, std::size_t) noexcept {
+    outstanding_bytes -= std::int64_t(bytes);
+  }
+};
+
+// 1 KiB: chunks of 8, 16, 32 and 64 objects, so a hundred objects take four chunks.
+struct kib_object {
+  static inline int alive = 0;
+  explicit kib_object(int v) : value(v) { ++alive; }
+  ~kib_object() { --alive; }
+  int value;
+  char pad[1020];
+};
+
 struct three_words {
   std::uint64_t a, b, c;
 };
@@ -319,6 +345,39 @@ TEST(ObjectPool, MoveKeepsObjects) {
   EXPECT_EQ(*p, 5);
   EXPECT_EQ(b.stats().live, 1u);
   b.destroy(p);
+}
+
+// Session 41's probe: moving an unchecked pool forgot that its chunk table was not sorted yet
+// (chunks at falling addresses), and the moved-to pool binary-searched it: owns() denied its own
+// objects, shrink() followed a null chunk and the destructor crashed.
+TEST(ObjectPool, MovedPoolFindsChunksThatCameAtFallingAddresses) {
+  using pool_type = strata::object_pool<kib_object, falling_upstream, false>;
+  {
+    pool_type a;
+    std::vector<kib_object*> objects;
+    for (int i = 0; i < 100; ++i) objects.push_back(a.create(i));
+    ASSERT_EQ(a.stats().refills, 4u);
+    ASSERT_LT(objects.back(), objects.front());  // the newest chunk is the lowest
+    pool_type b(std::move(a));  // no lookup before the move: the table is still unsorted
+    for (kib_object* p : objects) EXPECT_TRUE(b.owns(p));
+    for (int i = 0; i < 24; ++i) b.destroy(objects[std::size_t(i)]);  // the first two chunks
+    EXPECT_EQ(b.shrink(), 24 * sizeof(kib_object));
+    EXPECT_EQ(kib_object::alive, 76);
+  }  // b destroys the 76 objects still alive
+  EXPECT_EQ(kib_object::alive, 0);
+  EXPECT_EQ(falling_upstream::outstanding_bytes, 0);
+}
+
+// Session 41's probe: a reserve took at least 8 objects' worth (512 here); it takes what was asked.
+TEST(ObjectPool, WithCapacityReservesExactlyThatMany) {
+  auto pool = strata::object_pool<std::uint64_t>::with_capacity(3);
+  EXPECT_EQ(pool.stats().capacity, 3u);
+  EXPECT_EQ(pool.stats().bytes_reserved, 3 * sizeof(std::uint64_t));
+  std::uint64_t* p[4];
+  for (std::uint64_t i = 0; i < 4; ++i) p[i] = pool.create(i);  // the 4th grows automatically
+  EXPECT_EQ(pool.stats().refills, 2u);
+  EXPECT_GE(pool.stats().capacity, 3u + 8u);
+  for (std::uint64_t* q : p) pool.destroy(q);
 }
 
 TEST(ObjectPool, RandomisedAgainstAModel) {

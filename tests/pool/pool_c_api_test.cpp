@@ -72,6 +72,30 @@ TEST_P(PoolCApiFlags, AllocFreeStatsShrink) {
   strata_pool_destroy(pool);
 }
 
+// Session 41's probe: a pool reserved at least 8 objects, so strata_pool_create(1 GiB, 0, 1, 0)
+// asked malloc for 8 GiB and failed under a 4 GB address-space limit that 1 GiB fitted.  The
+// capacity is what is reserved; objects this large then come one more at a time (and a thread's
+// cache in the concurrent pool takes what one refill gives, not 64 of them).
+TEST_P(PoolCApiFlags, CapacityReservesThatManyLargeObjects) {
+  const size_t big = size_t{64} << 20;
+  strata_pool_t* pool = strata_pool_create(big, 0, 1, GetParam());
+  ASSERT_NE(pool, nullptr);
+  strata_pool_stats_t s;
+  strata_pool_get_stats(pool, &s);
+  EXPECT_EQ(s.capacity, 1u);
+  EXPECT_EQ(s.bytes_reserved, big);
+  void* a = strata_pool_alloc(pool);
+  void* b = strata_pool_alloc(pool);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  strata_pool_get_stats(pool, &s);
+  EXPECT_EQ(s.capacity, 2u);
+  EXPECT_EQ(s.bytes_reserved, 2 * big);
+  strata_pool_free(pool, a);
+  strata_pool_free(pool, b);
+  strata_pool_destroy(pool);
+}
+
 INSTANTIATE_TEST_SUITE_P(Variants, PoolCApiFlags,
                          ::testing::Values(0u, unsigned(STRATA_POOL_CHECKED),
                                            unsigned(STRATA_POOL_CONCURRENT),

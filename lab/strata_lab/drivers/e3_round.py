@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from strata_lab import machine, stats
+from strata_lab.drivers import die_with_driver
 
 CSV_COLUMNS = ["stream_id", "kernel_id", "priority", "kernel_type", "enqueue_time_ms",
                "start_time_ms", "end_time_ms", "duration_ms", "launch_latency_ms", "e2e_latency_ms"]
@@ -114,7 +115,9 @@ def drive(argv: list[str] | None = None) -> int:
             tenants.append((role, csv_path, [str(x) for x in cmd]))
 
     busy0, cpu0, t0 = machine.cpu_jiffies(cpus)[0], _children_cpu_s(), time.monotonic()
-    procs = [(role, p, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    # Tenants die with the driver: after kill -9 of the lab they would run to their own timeout.
+    procs = [(role, p, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                        preexec_fn=die_with_driver()))
              for role, p, cmd in tenants]
     deadline = time.monotonic() + a.timeout_s
     summaries, errors = [], []

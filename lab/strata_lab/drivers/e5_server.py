@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from strata_lab import machine
+from strata_lab.drivers import die_with_driver
 
 SERVERS = ("httpd", "nginx", "redis")
 DEFAULT_SECONDS = 3.0
@@ -172,16 +173,17 @@ def start_server(kind: str, cpus: list[int], preload: str, workdir: Path, httpd:
     if preload:
         env["LD_PRELOAD"] = preload
     log = open(workdir / "server.log", "w+")
-
-    def pin():
-        os.sched_setaffinity(0, cpus)
+    # Servers die with the driver (kill -9 of the lab reaches only the launcher and the driver).
+    # nginx gets SIGTERM, on which its master stops its workers: they would outlive a killed one.
+    preexec = die_with_driver(signal.SIGTERM if kind == "nginx" else signal.SIGKILL,
+                              then=lambda: os.sched_setaffinity(0, cpus))
 
     if kind == "httpd":
         if not httpd:
             raise RuntimeError("no httpd binary")
         proc = subprocess.Popen([httpd, "--port", "0", "--threads", str(len(cpus)),
                                  "--body-bytes", str(body_bytes), "--max-seconds", "300"],
-                                stdout=subprocess.PIPE, stderr=log, env=env, preexec_fn=pin, text=True)
+                                stdout=subprocess.PIPE, stderr=log, env=env, preexec_fn=preexec, text=True)
         line = proc.stdout.readline()  # {"event":"ready","port":P,...}
         if not line:
             proc.wait(10)
@@ -197,7 +199,7 @@ def start_server(kind: str, cpus: list[int], preload: str, workdir: Path, httpd:
         conf.write_text(NGINX_CONF.format(workers=len(cpus), dir=workdir, port=port,
                                           body="x" * body_bytes))
         proc = subprocess.Popen([exe, "-p", str(workdir), "-e", str(workdir / "error.log"), "-c", str(conf)],
-                                stdout=log, stderr=log, env=env, preexec_fn=pin)
+                                stdout=log, stderr=log, env=env, preexec_fn=preexec)
         version = subprocess.run([exe, "-v"], capture_output=True, text=True).stderr.strip()
         wait_port(port, proc, probe=b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", expect=b"HTTP/1.1 200")
         return proc, port, version
@@ -205,7 +207,7 @@ def start_server(kind: str, cpus: list[int], preload: str, workdir: Path, httpd:
         exe = shutil.which("redis-server")
         proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                                  "--appendonly", "no", "--daemonize", "no", "--logfile", ""],
-                                stdout=log, stderr=log, env=env, preexec_fn=pin)
+                                stdout=log, stderr=log, env=env, preexec_fn=preexec)
         version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout.strip()
         wait_port(port, proc, probe=b"PING\r\n", expect=b"+PONG")
         return proc, port, version
@@ -227,7 +229,8 @@ def stop_server(proc: subprocess.Popen) -> None:
 def run_client(argv: list[str], cpus: list[int], timeout: float) -> tuple[str, str, dict]:
     """Runs the load generator pinned to `cpus`; returns stdout, stderr and its exact rusage."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(argv, stdout=out, stderr=err, preexec_fn=lambda: os.sched_setaffinity(0, cpus))
+        proc = subprocess.Popen(argv, stdout=out, stderr=err,
+                                preexec_fn=die_with_driver(then=lambda: os.sched_setaffinity(0, cpus)))
         t0 = time.monotonic()
         while True:
             pid, status, ru = os.wait4(proc.pid, os.WNOHANG)

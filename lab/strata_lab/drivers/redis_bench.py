@@ -22,9 +22,12 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
+
+from strata_lab.drivers import die_with_driver
 
 PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 LIBC_CANDIDATES = ("/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/x86_64-linux-gnu/libc.so.6",
@@ -110,11 +113,14 @@ def main(argv: list[str] | None = None) -> int:
     version = subprocess.run([server, "--version"], capture_output=True, text=True).stdout.strip()
 
     port = free_port()
-    logf = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"strata-lab-redis-{os.getpid()}.log", "w+")
+    # An unnamed file: nothing is left behind however the driver ends.
+    logf = tempfile.TemporaryFile("w+", prefix="strata-lab-redis-")
+    # The server stays in the driver's process group, which the lab kills on a timeout or an
+    # interrupt, and dies with the driver when only the driver is killed (kill -9 of the lab).
     proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                              "--appendonly", "no", "--daemonize", "no", "--protected-mode", "yes",
                              "--logfile", ""], stdout=logf, stderr=subprocess.STDOUT, env=env,
-                            start_new_session=True)
+                            preexec_fn=die_with_driver())
     try:
         deadline = time.monotonic() + 15
         while not ping(port):
@@ -131,8 +137,9 @@ def main(argv: list[str] | None = None) -> int:
             out = subprocess.run([bench, "-h", "127.0.0.1", "-p", str(port), "-n", str(a.requests),
                                   "-c", str(a.clients), "-d", str(a.data_size), "-r", str(a.keyspace),
                                   "-t", a.tests, "--csv"], capture_output=True, text=True,
-                                 timeout=a.timeout, env={k: v for k, v in os.environ.items()
-                                                         if k not in ("LD_PRELOAD", "STRATA_STATS_FILE")})
+                                 timeout=a.timeout, preexec_fn=die_with_driver(),
+                                 env={k: v for k, v in os.environ.items()
+                                      if k not in ("LD_PRELOAD", "STRATA_STATS_FILE")})
         except subprocess.TimeoutExpired:
             die(f"redis-benchmark took longer than {a.timeout:g} s")
         elapsed = time.perf_counter() - t0
@@ -175,10 +182,6 @@ def main(argv: list[str] | None = None) -> int:
                 proc.kill()
                 proc.wait()
         logf.close()
-        try:
-            os.unlink(logf.name)
-        except OSError:
-            pass
 
 
 if __name__ == "__main__":

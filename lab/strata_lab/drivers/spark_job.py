@@ -37,6 +37,7 @@ import urllib.request
 from collections import Counter
 from pathlib import Path
 
+from strata_lab.drivers import die_with_driver
 from strata_lab.drivers.redis_bench import free_port, status_kb
 
 LOCAL = "127.0.0.1"
@@ -97,7 +98,8 @@ class Cluster:
     def _start(self, name: str, *args: str) -> None:
         log = self.workdir / f"{name}.log"
         proc = subprocess.Popen([str(self.home / "bin" / "spark-class"), *args], env=self.env,
-                                stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+                                stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=die_with_driver())  # spark-class execs the JVM: it keeps the signal
         self.procs.append((name, proc, log))
 
     def _wait(self, what: str, ready) -> None:
