@@ -53,6 +53,11 @@
 //                        they were, so an allocator whose pages they fill has one free block, the
 //                        one just freed, at each malloc (a server's steady state; larson's at its
 //                        smallest). --ops: replacements (total, split over threads).
+//   rebuild              each thread builds a table (std::map of string keys and values, 16-120 B)
+//                        by random inserts, one erase to three inserts, then tears it down whole,
+//                        4 rounds: what a round frees, the next takes back over its whole length
+//                        (a compiler's per-file tables, a server's per-batch index), so memory
+//                        given back between rounds is faulted in again. --ops: inserts (total).
 //
 // Usage: strata-bench-patterns --pattern NAME [--threads N] [--seconds S] [--ops N] [--seed N] [--smoke]
 // Output: {"workload":"patterns","pattern":..,"threads":..,"seconds":..,"ops":..,"ops_per_sec":..,
@@ -68,6 +73,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -783,10 +789,38 @@ result fill(const options& o) {
   return {done.load(), n, work_json(done.load(), per_thread * n)};
 }
 
+result rebuild(const options& o) {
+  const int n = o.threads, rounds = 4;
+  const uint64_t planned = work_amount(o, 1200000, 4000);  // inserts, over all threads
+  const uint64_t per_round = std::max<uint64_t>(1, planned / n / rounds);
+  const uint64_t keys = std::max<uint64_t>(1, per_round * 2 / 3);
+  const auto deadline = clock_type::now() + std::chrono::duration<double>(o.seconds);
+  std::atomic<uint64_t> done{0}, live{0};
+  run_threads(n, [&](int t) {
+    rng r(o.seed + t);
+    // Keys past 15 characters and values of 16 B or more: each string is a block of its own.
+    auto key = [&] { return std::to_string(r.next() % keys) + "-a-key-long-enough"; };
+    uint64_t k = 0, in_table = 0;
+    for (int round = 0; round < rounds; ++round) {
+      std::map<std::string, std::string> table;
+      for (uint64_t i = 0; i < per_round; ++i, ++k) {
+        if ((k & 1023) == 0 && clock_type::now() >= deadline) break;
+        table[key()] = std::string(16 + r.next() % 105, char('a' + i % 26));
+        if (i % 3 == 2) table.erase(key());
+      }
+      in_table += table.size();
+      if (clock_type::now() >= deadline) break;
+    }
+    done.fetch_add(k);
+    live.fetch_add(in_table);
+  });
+  return {done.load(), n, ",\"entries\":" + std::to_string(live.load()) + work_json(done.load(), per_round * rounds * n)};
+}
+
 constexpr const char* kUsage =
     "usage: strata-bench-patterns --pattern "
     "larson|prodcon|cache-thrash|cache-scratch|mstress|pareto|realloc|"
-    "prodcon-batch|prodcon-batch-mixed|churn|generations|bigbuf|bigcalloc|randsize|fill "
+    "prodcon-batch|prodcon-batch-mixed|churn|generations|bigbuf|bigcalloc|randsize|fill|rebuild "
     "[--threads N] [--seconds S] [--ops N] [--seed N] [--smoke]";
 
 }  // namespace
@@ -829,6 +863,7 @@ int main(int argc, char** argv) {
   else if (o.pattern == "bigcalloc") r = bigcalloc(o);
   else if (o.pattern == "randsize") r = randsize(o);
   else if (o.pattern == "fill") r = fill(o);
+  else if (o.pattern == "rebuild") r = rebuild(o);
   else args.fail("unknown pattern '" + o.pattern + "'");
   const double secs = std::chrono::duration<double>(clock_type::now() - t0).count();
 

@@ -13,7 +13,7 @@ from strata_lab.suite import SuiteContext, load_suite
 
 from .conftest import program
 
-SHAPES = ("prodcon-batch", "prodcon-batch-mixed", "churn", "bigbuf", "bigcalloc", "randsize")
+SHAPES = ("prodcon-batch", "prodcon-batch-mixed", "churn", "bigbuf", "bigcalloc", "randsize", "rebuild")
 ALL_SHAPES = SHAPES + ("fill", "generations")  # the shapes suite's; make bench runs SHAPES
 
 
@@ -58,7 +58,8 @@ def test_suite_cells(built):
     got = {(c.workload, c.threads) for c in cells}
     assert got == {("prodcon-batch", 2), ("prodcon-batch-mixed", 2), ("churn", 1), ("churn", 2),
                    ("bigbuf", 1), ("bigcalloc", 1), ("bigcalloc", 2), ("randsize", 1), ("randsize", 2),
-                   ("randsize", 4), ("fill", 1), ("fill", 2), ("generations", 2), ("generations", 4)}
+                   ("randsize", 4), ("fill", 1), ("fill", 2), ("generations", 2), ("generations", 4),
+                   ("rebuild", 1), ("rebuild", 2)}
     for c in cells:
         argv = [str(a) for a in c.argv]
         assert "--ops" in argv and "--smoke" not in argv
@@ -74,7 +75,7 @@ def test_default_suite_runs_the_shapes_with_every_allocator(built):
     names = [c.name or f"{c.workload}/t{c.threads}" for c in cells]
     assert len(names) == len(set(names))
     shapes = [c for c in cells if c.workload in SHAPES]
-    assert {c.workload for c in shapes} == set(SHAPES) and len(shapes) == 10
+    assert {c.workload for c in shapes} == set(SHAPES) and len(shapes) == 12
     full = {c.workload: c for c in load_suite("shapes").cells(SuiteContext(smoke=False))}
     for c in shapes:  # less work than the shapes suite's, to keep make bench within ~10 minutes
         ops = lambda cell: int(cell.argv[cell.argv.index("--ops") + 1])  # noqa: E731

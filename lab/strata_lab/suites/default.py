@@ -44,6 +44,8 @@ BIGBUF_BOUND = 3.0
 # in the shapes suite: make bench keeps the shapes of the programs issue 10 measured.
 # generations (thread churn in generations of concurrent threads, with calloc) stays there too:
 # make bench's churn cells cover thread churn, and at 2 threads strata ran it at the peers' speed.
+# rebuild (a map torn down and rebuilt, round after round) is in: it is issue 10's memory given
+# back between a program's rounds and faulted in again, which its other cells do not show.
 DEFAULT_SHAPES = tuple(s for s in shapes.SHAPES if s not in ("fill", "generations"))
 
 
