@@ -794,7 +794,28 @@ void* heap_alloc_walk(heap* h, size_t cls) noexcept {
 }
 
 // Thread exit: everything the heap holds goes back or is abandoned to whoever reclaims it.
-void heap_abandon(heap* h) noexcept {
+// A page of a heap whose thread a fork left behind (the child has only the forking thread): that
+// thread may have stopped inside malloc's pop, after the block left the free list and before
+// `used` counted it, so that the block is neither listed nor counted (strata_heap_check in the
+// child failed).  Counted again from its lists, every block on neither is out: the stopped
+// thread's block stays out for good (a block's memory, never a live block's).  The count only
+// ever rises: a stop inside a carve whose stores the compiler ordered otherwise could list more
+// blocks than `capacity` says, and a lower count could give the span back under live blocks.  (A
+// stop inside free's push leaves `used` one high: that page keeps its span, which the check in
+// the child still reports.)
+void page_recount(page* pg) noexcept {
+  uint32_t listed = 0;
+  for (block* list : {pg->free, pg->local_free})
+    for (block* b = list; b != nullptr && listed <= pg->capacity; b = link_get(pg, b)) ++listed;
+  if (listed <= pg->capacity && pg->capacity - listed > pg->used) pg->used = pg->capacity - listed;
+}
+
+// `forked`: h's thread did not survive a fork (heap_locks_release), and its pages are recounted.
+void heap_abandon(heap* h, bool forked = false) noexcept {
+  if (forked)  // first: whatever follows may check the pages (debug builds)
+    for (size_t c = 0; c < size_class_count; ++c)
+      for (page_list* l : {&h->queue[c], &h->full[c]})
+        for (page* pg = l->first; pg; pg = pg->next) page_recount(pg);
   foreign_flush(h);
   huge_spare_release(h);
   remote_flush(h);
@@ -1184,7 +1205,7 @@ void heap_locks_release(bool in_child) noexcept {
   // Only the forking thread lives on in the child: the other threads' heaps are abandoned so
   // their segments can be reclaimed (the orphan heap stays: it belongs to no thread).
   for (heap* h = registry; h; h = h->next_in_registry) {
-    if (h->alive.load(std::memory_order_relaxed) && h != tl_heap && h != orphan_heap) heap_abandon(h);
+    if (h->alive.load(std::memory_order_relaxed) && h != tl_heap && h != orphan_heap) heap_abandon(h, true);
   }
 }
 
