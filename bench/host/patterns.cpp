@@ -791,7 +791,7 @@ result fill(const options& o) {
 
 result rebuild(const options& o) {
   const int n = o.threads, rounds = 4;
-  const uint64_t planned = work_amount(o, 1200000, 4000);  // inserts, over all threads
+  const uint64_t planned = work_amount(o, 600000, 4000);  // inserts, over all threads
   const uint64_t per_round = std::max<uint64_t>(1, planned / n / rounds);
   const uint64_t keys = std::max<uint64_t>(1, per_round * 2 / 3);
   const auto deadline = clock_type::now() + std::chrono::duration<double>(o.seconds);

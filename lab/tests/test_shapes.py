@@ -79,7 +79,10 @@ def test_default_suite_runs_the_shapes_with_every_allocator(built):
     full = {c.workload: c for c in load_suite("shapes").cells(SuiteContext(smoke=False))}
     for c in shapes:  # less work than the shapes suite's, to keep make bench within ~10 minutes
         ops = lambda cell: int(cell.argv[cell.argv.index("--ops") + 1])  # noqa: E731
-        assert ops(c) < ops(full[c.workload])
+        if c.workload == "rebuild":  # all of it: shorter rounds end before the purge they measure
+            assert ops(c) == ops(full[c.workload])
+        else:
+            assert ops(c) < ops(full[c.workload])
     from strata_lab.allocators import BUILTINS
 
     assert {"snmalloc", "rpmalloc", "strata", "mimalloc"} <= set(suite.allocators) == set(BUILTINS)
