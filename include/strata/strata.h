@@ -63,7 +63,7 @@ void strata_stats_print(void);
 /* Writes the statistics as one JSON object into buf (NUL-terminated, truncated to len).
  * Returns the length the whole document needs, excluding the NUL. */
 size_t strata_stats_json(char* buf, size_t len);
-/* The effective options, as JSON: {"STRATA_PURGE_DELAY": 10, ...}.  Same contract as above. */
+/* The effective options, as JSON: {"STRATA_PURGE_DELAY": 40, ...}.  Same contract as above. */
 size_t strata_options_json(char* buf, size_t len);
 
 const char* strata_version(void);

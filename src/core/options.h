@@ -21,7 +21,7 @@ namespace strata {
   X(show_stats, SHOW_STATS, flag, 0, 0, 1, "print statistics to stderr at exit")                  \
   X(stats_file, STATS_FILE, text, 0, 0, 0, "write statistics as JSON to this path at exit")        \
   X(verbose, VERBOSE, flag, 0, 0, 1, "print diagnostics about the allocator's decisions")          \
-  X(purge_delay, PURGE_DELAY, integer, 10, -1, 3600000,                                            \
+  X(purge_delay, PURGE_DELAY, integer, 40, -1, 3600000,                                            \
     "milliseconds before free memory goes back to the OS (0: at once, -1: never)")                 \
   X(huge_pages, HUGE_PAGES, flag, 0, 0, 1,                                                        \
     "back huge blocks (over 2 MiB) with transparent huge pages where the kernel allows")  \

@@ -143,8 +143,9 @@ int main(int argc, char** argv) {
       sync.arrive_and_wait();  // all freed: main reads what is still committed
       sync.arrive_and_wait();
       if (between == "idle") {
-        // Past the purge delay (10 ms, scaled up to 16x when purged memory is refaulted soon).
-        std::this_thread::sleep_for(std::chrono::milliseconds(400));
+        // Past the purge delay: an emptied page's memory goes back two to four delays after its
+        // last free, and the delay (40 ms) is scaled up to 16x when purged memory is refaulted.
+        std::this_thread::sleep_for(std::chrono::milliseconds(4 * 16 * 40 + 50));
         strata_collect(false);
       } else if (between == "force") {
         strata_collect(true);
