@@ -793,7 +793,6 @@ void* heap_alloc_walk(heap* h, size_t cls) noexcept {
   return page_pop(h, pg);
 }
 
-// Thread exit: everything the heap holds goes back or is abandoned to whoever reclaims it.
 // A page of a heap whose thread a fork left behind (the child has only the forking thread): that
 // thread may have stopped inside malloc's pop, after the block left the free list and before
 // `used` counted it, so that the block is neither listed nor counted (strata_heap_check in the
@@ -810,6 +809,7 @@ void page_recount(page* pg) noexcept {
   if (listed <= pg->capacity && pg->capacity - listed > pg->used) pg->used = pg->capacity - listed;
 }
 
+// Thread exit: everything the heap holds goes back or is abandoned to whoever reclaims it.
 // `forked`: h's thread did not survive a fork (heap_locks_release), and its pages are recounted.
 void heap_abandon(heap* h, bool forked = false) noexcept {
   if (forked)  // first: whatever follows may check the pages (debug builds)
