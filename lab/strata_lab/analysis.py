@@ -190,13 +190,19 @@ def by_round(samples: list[Sample]) -> dict[int, Sample]:
     return {s.round: s for s in samples if s.round is not None}
 
 
+def _both(rounds_v: dict, rounds_b: dict, get):
+    """(value, baseline value) of each round both sides have a value for, in round order."""
+    for r in sorted(set(rounds_v) & set(rounds_b)):
+        a, b = get(rounds_v[r]), get(rounds_b[r])
+        if a is not None and b is not None:
+            yield a, b
+
+
 def paired(rounds_v: dict, rounds_b: dict, get) -> tuple[list, list]:
     """Values of the rounds both sides have, in round order: round k with round k."""
-    common = sorted(set(rounds_v) & set(rounds_b))
     pv, pb = [], []
-    for r in common:
-        a, b = get(rounds_v[r]), get(rounds_b[r])
-        if a is not None and b is not None and a > 0 and b > 0:
+    for a, b in _both(rounds_v, rounds_b, get):
+        if a > 0 and b > 0:
             pv.append(a)
             pb.append(b)
     return pv, pb
@@ -205,11 +211,7 @@ def paired(rounds_v: dict, rounds_b: dict, get) -> tuple[list, list]:
 def non_positive_rounds(rounds_v: dict, rounds_b: dict, get) -> int:
     """Rounds both sides have that `paired` leaves out because a value is not positive (results
     files written before the runner made such samples failures count them as successes)."""
-    n = 0
-    for r in set(rounds_v) & set(rounds_b):
-        a, b = get(rounds_v[r]), get(rounds_b[r])
-        n += a is not None and b is not None and (a <= 0 or b <= 0)
-    return n
+    return sum(a <= 0 or b <= 0 for a, b in _both(rounds_v, rounds_b, get))
 
 
 def analyse(doc: RunDoc, baseline: str | None = None) -> Analysis:

@@ -90,7 +90,8 @@ def resolve_path(arg: str | Path) -> Path:
     return p
 
 
-def _finite_number(v) -> bool:
+def finite_number(v) -> bool:
+    """A JSON number that is a real measurement: not a boolean, NaN or infinite."""
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
@@ -126,7 +127,7 @@ def load(arg: str | Path) -> RunDoc:
         # that gave none is a failed sample, whose metrics are not read), so null (how NaN and
         # inf are written), a string, a list or a boolean here is damage, not a missing value.
         metric = metric_of[s["cell"]]
-        if s.get("ok") and metric is not None and not _finite_number(s["metrics"].get(metric)):
+        if s.get("ok") and metric is not None and not finite_number(s["metrics"].get(metric)):
             raise LabError(f"corrupt results file {p}: sample {i} is ok but its {metric!r} is "
                            f"{json.dumps(s['metrics'].get(metric))[:40]}, not a finite number")
     try:

@@ -293,7 +293,7 @@ def _outcome(rec: dict, cell: Cell, ran: Ran, parse: Callable[[Cell, str], dict]
     except (ValueError, KeyError, TypeError) as e:
         return fail("parse", f"could not read the workload's output: {e}")
     value = metrics.get(cell.metric)
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+    if not results.finite_number(value):
         return fail("parse", f"the workload's JSON has no finite number {cell.metric!r}")
     if value <= 0:
         # Every primary metric is a rate or a time, compared as a ratio: 0 is a measurement that

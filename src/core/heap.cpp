@@ -8,10 +8,10 @@
 #include "core/heap.h"
 
 #include <algorithm>
-#include <utility>
 #include <bit>
 #include <cerrno>
 #include <pthread.h>
+#include <utility>
 
 #include "core/alloc.h"
 #include "core/check.h"
