@@ -1061,6 +1061,12 @@ STRATA_NOINLINE void page_event_many(heap* h, page* pg) noexcept {
 }  // namespace
 
 void page_local_event(heap* h, page* pg) noexcept {
+  // A thread without a heap yet whose free matched the page's owner word: the page is a dead
+  // thread's whose thread pointer this one has (heap_acquire), and that heap becomes this one's.
+  if (STRATA_UNLIKELY(h == &empty_heap)) {
+    h = heap_get_or_create();
+    if (h == nullptr || segment_of(pg)->owner.load(std::memory_order_relaxed) != h) return;
+  }
   // A one-block page is here only with its block back (used 0): it is never full with one out.
   if (pg->reserved == 1 && pg->used == 0) return one_block_back(h, pg);
   page_event_many(h, pg);
@@ -1077,13 +1083,26 @@ void heap_thread_done(void* arg) noexcept {
 
 namespace {
 // A heap from the registry (a dead thread's) or a new one, marked alive for `tid`.
+// A heap still alive under `tid` belongs to a thread that is gone: thread pointers are unique among
+// live threads, and glibc gives a new thread the stack (and TCB) of one that exited.  That thread
+// made its heap after its last round of key destructors had begun (its first allocation in the
+// last round; or pthread_setspecific failed), so heap_thread_done never ran for it.  The thread
+// that now has its thread pointer takes it over as it is: its pages' owner word is that thread's
+// id, so free's fast path already treats their blocks as the new thread's own (before, the new
+// thread got a heap of its own and its frees into those pages ran their list events against it,
+// or against the shared empty_heap before its first allocation: lists and spare counts of two
+// heaps crossed, and the old heap stayed alive for good).
 heap* heap_acquire(uintptr_t tid) noexcept {
   lock_guard g(registry_lock);
   heap* h = nullptr;
   for (heap* r = registry; r; r = r->next_in_registry) {
-    if (!r->alive.load(std::memory_order_relaxed)) {
+    if (r->alive.load(std::memory_order_relaxed)) {
+      if (r->tid == tid) {
+        h = r;
+        break;
+      }
+    } else if (h == nullptr) {
       h = r;
-      break;
     }
   }
   if (h == nullptr) {
@@ -1132,7 +1151,9 @@ heap* heap_get_or_create() noexcept {
   h = heap_acquire(thread_id());
   if (h == nullptr) return nullptr;
   tl_heap = h;  // before pthread_setspecific, which may itself allocate
-  pthread_setspecific(thread_key(), h);
+  // Without a key the heap outlives its thread; the next thread given its thread pointer takes it
+  // over (heap_acquire).
+  if (pthread_key_t key; thread_key(&key)) pthread_setspecific(key, h);
   return h;
 }
 

@@ -19,6 +19,7 @@ uint64_t g_secret = 0x5bd1e9955bd1e995ull;
 namespace {
 std::atomic<int> init_state{0};  // 0: not started, 1: running, 2: done
 pthread_key_t key;
+bool key_made = false;
 
 void before_fork() noexcept {
   heap_locks_acquire();
@@ -41,7 +42,10 @@ void at_exit() noexcept { stats_report_at_exit(); }
 __attribute__((constructor(101))) void init_at_load() noexcept { global_init(); }
 }  // namespace
 
-pthread_key_t thread_key() noexcept { return key; }
+bool thread_key(pthread_key_t* out) noexcept {
+  *out = key;
+  return key_made;
+}
 
 __thread bool initialising = false;
 
@@ -56,7 +60,10 @@ void global_init() noexcept {
   initialising = true;
   options::init();
   g_secret = os::random_seed();
-  pthread_key_create(&key, heap_thread_done);
+  // Unchecked, a failure (a program that took every key before a late dlopen of strata) left
+  // `key` 0, another library's key: each thread's pthread_setspecific overwrote that library's
+  // value with its heap, and its destructor was called with the heap at the thread's exit.
+  key_made = pthread_key_create(&key, heap_thread_done) == 0;
   numa_init();
   page_map_init();
   // The fork handlers are in place before any other thread can pass global_init (and take the

@@ -5,5 +5,7 @@
 
 namespace strata::detail {
 void global_init() noexcept;
-pthread_key_t thread_key() noexcept;
+// The key whose destructor gives a thread's heap back at its exit; false when none could be made
+// (every one of PTHREAD_KEYS_MAX taken before strata initialised): then no heap is registered.
+bool thread_key(pthread_key_t* out) noexcept;
 }  // namespace strata::detail

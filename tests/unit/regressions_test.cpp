@@ -346,6 +346,53 @@ TEST(Issue17ThreadExit, AllocatingInTheLastDestructorRoundLeavesNoHeapBehind) {
   pthread_key_delete(churn_key);
 }
 
+// Session 42's probe: a thread whose first allocation came in the last round of key destructors
+// left a heap that strata's own destructor never gave back (no round followed), alive under the
+// thread's thread pointer, which glibc hands the next thread with the dead one's stack.  That
+// thread's frees into the dead heap's pages matched their owner word, took free's fast path, and
+// ran the pages' list events against its own heap (or, before its first allocation, against the
+// shared empty heap): strata_heap_check failed in every such thread ("spare count disagrees with
+// the pages flagged spare") and one heap per thread stayed alive for good.  The new thread now
+// takes the dead heap over.
+pthread_key_t last_round_key;
+void* last_round_blocks[65];
+uintptr_t last_round_thread_pointer;
+void last_round_destructor(void* round) {
+  auto r = reinterpret_cast<uintptr_t>(round);
+  if (r < PTHREAD_DESTRUCTOR_ITERATIONS) {  // nothing allocated until the last round
+    pthread_setspecific(last_round_key, reinterpret_cast<void*>(r + 1));
+    return;
+  }
+  last_round_thread_pointer = reinterpret_cast<uintptr_t>(__builtin_thread_pointer());
+  for (void*& b : last_round_blocks) b = strata_malloc(1000);  // a full page of 1 KiB blocks and one more
+}
+
+TEST(Issue17ThreadExit, AThreadWithTheThreadPointerOfOneWhoseHeapOutlivedItTakesThatHeapOver) {
+  ASSERT_EQ(pthread_key_create(&last_round_key, last_round_destructor), 0);
+  uint64_t threads_before = stats().threads;
+  int reused = 0;
+  for (int i = 0; i < 20; ++i) {
+    std::thread([] { pthread_setspecific(last_round_key, reinterpret_cast<void*>(uintptr_t{1})); }).join();
+    bool allocate_first = i % 2;  // with a heap of its own before the frees, or not
+    std::thread([&reused, allocate_first] {
+      reused += reinterpret_cast<uintptr_t>(__builtin_thread_pointer()) == last_round_thread_pointer;
+      void* mine[100] = {};
+      if (allocate_first)
+        for (void*& b : mine) b = strata_malloc(1000);
+      for (void* b : last_round_blocks) strata_free(b);
+      for (void* b : mine) strata_free(b);
+      for (void*& b : mine) b = strata_malloc(1000);
+      for (void* b : mine) strata_free(b);
+      EXPECT_TRUE(strata_heap_check());
+    }).join();
+  }
+  pthread_key_delete(last_round_key);
+  if (reused == 0) GTEST_SKIP() << "no thread was given a dead thread's thread pointer";
+  EXPECT_GT(reused, 0) << "no thread got the thread pointer of the one before it: nothing was tested";
+  EXPECT_LE(stats().threads, threads_before + 1);
+  EXPECT_TRUE(strata_heap_check());
+}
+
 // Session 40's probe: what exited threads allocate in their late key-destructor rounds comes from
 // the shared orphan heap, and once freed it stayed there: a forced collect (malloc_trim) from
 // another thread trimmed only that thread's heap (a program doing this in every thread ended at

@@ -10,6 +10,7 @@
 
 #include <condition_variable>
 #include <cstdio>
+#include <climits>
 #include <cstdlib>
 #include <mutex>
 #include <thread>
@@ -61,6 +62,40 @@ using free_fn = void (*)(void*);
   int status = 0;
   if (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0) fail(6, "fork");
   std::_Exit(0);
+}
+
+// Session 42's probe: every pthread key taken (PTHREAD_KEYS_MAX) before the library is opened.
+// Its pthread_key_create failed unchecked and left its key 0, another owner's key: a thread's
+// first allocation set that key to the thread's heap, and at the thread's exit that key's
+// destructor was called with the heap.  No key of the program's may change.
+int foreign_destructor_calls = 0;
+void count_destructor_call(void*) { ++foreign_destructor_calls; }
+
+[[noreturn]] void every_key_taken(const char* path) {
+  pthread_key_t k;
+  while (pthread_key_create(&k, count_destructor_call) == 0) {
+  }
+  void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) fail(2, dlerror());
+  auto alloc = reinterpret_cast<alloc_fn>(dlsym(lib, "strata_malloc"));
+  auto release = reinterpret_cast<free_fn>(dlsym(lib, "strata_free"));
+  if (alloc == nullptr || release == nullptr) fail(3, "dlsym");
+  std::thread t([&] {
+    void* before[PTHREAD_KEYS_MAX];
+    for (unsigned i = 0; i < PTHREAD_KEYS_MAX; ++i) before[i] = pthread_getspecific(i);
+    void* p = alloc(100);
+    if (p == nullptr) fail(4, "strata_malloc");
+    release(p);
+    for (unsigned i = 0; i < PTHREAD_KEYS_MAX; ++i)
+      if (pthread_getspecific(i) != before[i]) fail(5, "a key of the program's was set");
+  });
+  t.join();
+  if (foreign_destructor_calls != 0) fail(6, "a destructor of the program's was called with strata's value");
+  std::_Exit(0);
+}
+
+TEST(SharedLibrary, OpenedWithEveryThreadKeyTakenLeavesTheProgramsKeysAlone) {
+  EXPECT_EXIT(every_key_taken(STRATA_SHARED_LIB), testing::ExitedWithCode(0), "");
 }
 
 TEST(SharedLibrary, AThreadExitsAfterTheLibraryIsClosed) {
