@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <climits>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
@@ -105,6 +106,19 @@ constexpr const char* kUsage =
     "         [--timeout-s S]\n"
     "       strata-bench-e3-tenant --calibrate | --smoke [--out FILE.csv]";
 
+// --sched as apply_sched() reads it; N of nice:N and fifo:N a whole integer (atoi read "nice:5x"
+// as 5 and "nice:x" as 0).
+bool sched_ok(const std::string& s) {
+  if (s == "normal" || s == "idle" || s == "batch") return true;
+  if (s.rfind("nice:", 0) != 0 && s.rfind("fifo:", 0) != 0) return false;
+  const char* v = s.c_str() + 5;
+  char* end = nullptr;
+  errno = 0;
+  const long n = std::strtol(v, &end, 10);
+  return *v != 0 && !std::isspace(static_cast<unsigned char>(*v)) && *end == 0 && errno != ERANGE &&
+         n >= INT_MIN && n <= INT_MAX;
+}
+
 options parse(int argc, char** argv) {
   options o;
   strata::bench::arg_parser args(argc, argv, "strata-bench-e3-tenant", kUsage);
@@ -126,6 +140,8 @@ options parse(int argc, char** argv) {
     else args.unknown();
   }
   if (o.role != "lc" && o.role != "be") args.fail("--role must be lc or be");
+  if (!sched_ok(o.sched))
+    args.fail("--sched must be normal, idle, batch, nice:N or fifo:N, not \"" + o.sched + "\"");
   if (o.streams < 1 || o.streams > 256) args.fail("--streams out of range 1..256");
   if (o.kernels < 1 || o.kernels > 1000000) args.fail("--kernels out of range");
   if (o.burst_us <= 0 || o.gap_us < 0 || o.jitter < 0 || o.jitter > 1) args.fail("bad burst/gap/jitter");

@@ -146,9 +146,9 @@ config parse(int argc, char** argv) {
     } else if (a == "--threads") {
       c.threads.clear();
       for (auto& t : split(value())) {
-        const int n = std::atoi(t.c_str());
-        if (n < 1 || n > 1024) usage("bad thread count: " + t);
-        c.threads.push_back(n);
+        const auto n = to_u64(t, 10);  // atoi read "2x" as 2
+        if (!n || *n < 1 || *n > 1024) usage("bad thread count: " + t);
+        c.threads.push_back(static_cast<int>(*n));
       }
     } else if (a == "--smoke") c.smoke = true;
     else if (a == "--table") c.table = true;

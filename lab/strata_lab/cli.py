@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import sys
-import time
-from dataclasses import replace
-from pathlib import Path
 
-from . import __version__, allocators, machine, paths, results, runner
-from .errors import LabError
-from .suite import SuiteContext, available_suites, load_suite
+# The console script and `python -m strata_lab` import this module before main() runs, and the
+# lab's modules take ~0.1 s to load (more on a busy machine): a Ctrl-C then ends the command as
+# it does later, one line and status 130, not a traceback of the import.
+try:
+    import argparse
+    import errno
+    import json
+    import math
+    import os
+    import time
+    from dataclasses import replace
+    from pathlib import Path
+
+    from . import __version__, allocators, machine, paths, results, runner
+    from .errors import LabError
+    from .suite import SuiteContext, available_suites, load_suite
+except KeyboardInterrupt:
+    print("strata-lab: interrupted", file=sys.stderr)
+    raise SystemExit(130) from None
 
 
 def _console(stderr: bool = False):
@@ -37,7 +47,29 @@ def _int_list(text: str, what: str) -> list[int]:
         vals = []
     if not vals or any(v < 1 for v in vals):
         raise LabError(f"bad {what} {text!r}: use positive integers separated by commas, e.g. 1,2,4")
+    twice = sorted({v for v in vals if vals.count(v) > 1})
+    if twice:
+        raise LabError(f"bad {what} {text!r}: {', '.join(map(str, twice))} given twice")
     return vals
+
+
+def _given(value: str | None, option: str) -> str | None:
+    """An option's value as given; an empty one (--cells '', --alloc ,) is an error, never the
+    default: it would run what the option was meant to narrow down."""
+    if value is not None and not _split([value] if isinstance(value, str) else value):
+        raise LabError(f"{option} is empty: give a value, or leave the option out for the default")
+    return value
+
+
+def _seconds(value: float | None, option: str, zero: bool = False) -> None:
+    """A number of seconds: positive (or 0 where `zero`) and finite.  nan passed every comparison
+    that was false for it (a nan time budget left the planned rounds out, one by one), and inf made
+    every sample of a timed workload run into its timeout."""
+    if value is None:
+        return
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+        raise LabError(f"{option} must be a finite number of seconds, "
+                       + ("0 or more" if zero else "more than 0") + f", not {value:g}")
 
 
 def cmd_run(a: argparse.Namespace) -> int:
@@ -47,12 +79,13 @@ def cmd_run(a: argparse.Namespace) -> int:
         raise LabError("--rounds must be at least 1")
     if a.warmup is not None and a.warmup < 0:
         raise LabError("--warmup must be 0 or more")
-    if a.seconds is not None and not a.seconds > 0:
-        raise LabError("--seconds must be positive")
+    _seconds(a.seconds, "--seconds")
     if a.target_width is not None and not 0 < a.target_width < 1:
         raise LabError("--target-width must be between 0 and 1 (0.03 is ±3 %)")
-    if a.time_budget is not None and a.time_budget < 0:
-        raise LabError("--time-budget must be 0 (no adaptive rounds) or more seconds")
+    _seconds(a.time_budget, "--time-budget (0: no adaptive rounds)", zero=True)
+    _seconds(a.timeout, "--timeout")
+    for option in ("cells", "alloc", "baseline", "converge"):
+        _given(getattr(a, option), "--" + option)
     if a.max_rounds is not None and a.max_rounds < 1:
         raise LabError("--max-rounds must be at least 1")
     if not 0 < a.noise_threshold <= 1:
@@ -105,8 +138,6 @@ def cmd_run(a: argparse.Namespace) -> int:
         if not cells:
             raise LabError(f"--cells {a.cells!r} matches no cell of suite {suite.name!r}")
     if a.timeout is not None:
-        if not a.timeout > 0:
-            raise LabError("--timeout must be positive")
         cells = [replace(c, timeout_s=a.timeout) for c in cells]
     rounds = a.rounds if a.rounds is not None else suite.rounds
     warmup = a.warmup if a.warmup is not None else suite.warmup
@@ -153,19 +184,20 @@ def cmd_run(a: argparse.Namespace) -> int:
             f"{k}={_show_value(v)}" + ("" if sources[k] == "default" else f" ({sources[k]})")
             for k, v in params.items()), markup=False)
 
-    # The run directory is made inside the interruptible part: Ctrl-C before the run's first write
-    # (it describes the machine first) leaves no empty directory behind.
+    # The run directory is made inside the interruptible part: Ctrl-C, SIGTERM or SIGHUP before
+    # the run's first write (it describes the machine first) leaves no empty directory behind.
     out_dir, finish = None, lambda: None
     try:
-        out_dir = results.new_run_dir(Path(a.out) if a.out else paths.results_root(), suite.name)
-        err.print(f"strata-lab: writing {out_dir / results.FILENAME}")
-        progress_cb, start_cb, finish = _progress(err, a.no_progress)
-        doc = runner.execute(suite, cells, variants, rounds=rounds, warmup=warmup, cpus=cpus,
-                             out_dir=out_dir, baseline=baseline, settings=settings,
-                             command=sys.argv, on_sample=progress_cb, on_start=start_cb, seed=a.seed,
-                             noise_threshold=a.noise_threshold, max_reruns=max_reruns,
-                             target_width=target, time_budget_s=budget, max_rounds=max_rounds,
-                             converge=converge, instructions=instructions)
+        with runner.sigterm_as_interrupt():
+            out_dir = results.new_run_dir(Path(a.out) if a.out else paths.results_root(), suite.name)
+            err.print(f"strata-lab: writing {out_dir / results.FILENAME}")
+            progress_cb, start_cb, finish = _progress(err, a.no_progress)
+            doc = runner.execute(suite, cells, variants, rounds=rounds, warmup=warmup, cpus=cpus,
+                                 out_dir=out_dir, baseline=baseline, settings=settings,
+                                 command=sys.argv, on_sample=progress_cb, on_start=start_cb, seed=a.seed,
+                                 noise_threshold=a.noise_threshold, max_reruns=max_reruns,
+                                 target_width=target, time_budget_s=budget, max_rounds=max_rounds,
+                                 converge=converge, instructions=instructions)
     except (KeyboardInterrupt, runner.Interrupted) as e:
         finish()
         why = e.signame if isinstance(e, runner.Interrupted) else "SIGINT"
@@ -269,6 +301,7 @@ def _show(doc, console, baseline: str | None, write_report: bool) -> None:
 
 
 def cmd_report(a: argparse.Namespace) -> int:
+    _given(a.baseline, "--baseline")
     doc = results.load(a.results)
     _show(doc, _console(), a.baseline, write_report=not a.no_html)
     return 0
@@ -467,6 +500,17 @@ def main(argv: list[str] | None = None) -> int:
         return e.exit_code
     except BrokenPipeError:
         return 1
+    except OSError as e:
+        # Output that cannot be written (stdout on a full disk: `strata-lab env > /dev/full`): one
+        # line, like every error, not a traceback.  Other OSErrors are bugs: their traceback stays.
+        if e.filename is not None or e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO):
+            raise
+        try:  # what is still buffered for stdout would fail again when Python exits
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        print(f"strata-lab: error: cannot write: {e.strerror}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:  # Ctrl-C outside a run's samples: one line, not a traceback
         print("strata-lab: interrupted", file=sys.stderr)
         return 130

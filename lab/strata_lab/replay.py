@@ -87,6 +87,9 @@ def cmd_replay(a: argparse.Namespace) -> int:
     from . import cli
 
     t = trace.read(a.trace)  # a clear error before any run starts
+    if t.events == 0:
+        # Every sample would fail (no operations, no ops/s): nothing to compare.
+        raise LabError(f"replay: {a.trace} holds no events to replay ({t.end_note()})")
     if not t.complete:
         print(f"strata-lab: warning: {a.trace}: {t.end_note()}", file=sys.stderr)
     return cli.main(["run", "--suite", "replay", "--param", f"trace={Path(a.trace).resolve()}", *a.run_args])

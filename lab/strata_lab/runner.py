@@ -6,10 +6,12 @@ a per-sample timeout, and results.json rewritten atomically after every sample.
 from __future__ import annotations
 
 import datetime as _dt
+import fcntl
 import json
 import math
 import os
 import random
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -324,12 +326,86 @@ def _signal_name(code: int) -> str | None:
     return signal.Signals(-code).name if code < 0 and -code in signal.Signals._value2member_map_ else None
 
 
+SCRATCH_PREFIX = "strata-lab-run-"
+SCRATCH_GRACE_S = 60.0  # a scratch directory without its lock yet: being made, unless this old
+_SCRATCH: dict = {"dir": None}  # the running execute()'s scratch directory
+
+
+def sweep_scratch(parent: Path | None = None) -> list[Path]:
+    """Remove the scratch directories that runs killed with SIGKILL (or a crash of Python, a
+    reboot without a tmpfs /tmp) left in the system's temporary directory: those whose `lock`
+    no process holds.  A run holds an exclusive flock on its own for as long as it lives, and the
+    kernel drops it when the process dies however it dies, so a running lab's directory (another
+    run's beside this one included) is never touched.  Returns what was removed."""
+    parent = Path(parent) if parent is not None else Path(tempfile.gettempdir())
+    removed = []
+    try:
+        entries = [e for e in os.scandir(parent)
+                   if e.name.startswith((SCRATCH_PREFIX, "." + SCRATCH_PREFIX))
+                   and e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return removed
+    for e in entries:
+        d = Path(e.path)
+        try:
+            young = time.time() - e.stat(follow_symlinks=False).st_mtime < SCRATCH_GRACE_S
+            fd = os.open(d / "lock", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            fd = None  # no lock: a run between mkdtemp and its lock, or a crash right there
+        except OSError:
+            continue
+        try:
+            if fd is None or e.name.startswith("."):
+                if young:
+                    continue
+            if fd is not None:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    continue  # its run is alive
+            shutil.rmtree(d, ignore_errors=True)
+            if not os.path.lexists(d):
+                removed.append(d)
+        finally:
+            if fd is not None:
+                os.close(fd)
+    return removed
+
+
+@contextmanager
+def scratch_dir():
+    """The run's scratch directory, $TMPDIR/strata-lab-run-XXXXXXXX/: every sample's temporary
+    directory (the launcher's files, a driver's TMPDIR, cachegrind's output) is made in it and
+    removed after the sample.  The run removes it when it ends, interrupted (SIGINT, SIGTERM,
+    SIGHUP) or not; after SIGKILL the next run removes it (sweep_scratch)."""
+    sweep_scratch()
+    # Made under a hidden name and locked before it takes its real one, so that a sweep by
+    # another run never sees it unlocked.
+    tmp = Path(tempfile.mkdtemp(prefix="." + SCRATCH_PREFIX))
+    fd = None
+    try:
+        fd = os.open(tmp / "lock", os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(fd, f"{os.getpid()}\n".encode())  # for a person: which lab made it
+        d = tmp.with_name(tmp.name[1:])
+        os.rename(tmp, d)
+        tmp = d
+        _SCRATCH["dir"] = str(d)
+        yield d
+    finally:
+        _SCRATCH["dir"] = None
+        shutil.rmtree(tmp, ignore_errors=True)
+        if fd is not None:
+            os.close(fd)
+
+
 def run_sample(cell: Cell, variant: Variant, cpus: list[int] | None, extra_env: dict,
                stats_file: Path | None, parse: Callable[[Cell, str], dict]) -> dict:
     """Run one process and describe it.  Never raises for a workload's failure: a crash, a
     timeout or unparsable output comes back as {"ok": False, "failure": {...}}."""
     launcher = spawner()
-    with tempfile.TemporaryDirectory(prefix="strata-lab-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="sample-" if _SCRATCH["dir"] else "strata-lab-",
+                                     dir=_SCRATCH["dir"]) as tmp:
         prefix = Path(tmp) / "sample"
         argv, full, env = _command(cell, variant, extra_env, stats_file, launcher, prefix)
         rec: dict = {"started": now_iso(), "argv": argv, "cpus": cpus, "ok": False, "failure": None}
@@ -367,7 +443,7 @@ class Interrupted(Exception):
 
 
 @contextmanager
-def _sigterm_as_interrupt():
+def sigterm_as_interrupt():
     def handler(signum, frame):
         raise Interrupted(signal.Signals(signum).name)
     old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
@@ -419,7 +495,8 @@ def instructions_argv(cell: Cell, out_file: Path) -> list:
 def run_instructions(cell: Cell, variant: Variant, cpus, extra_env: dict, parse) -> dict:
     """One sample of `cell` under cachegrind: the workload's own JSON plus `instructions` (Ir of
     the program) and, when the workload reports `ops`, `instructions_per_op`."""
-    with tempfile.TemporaryDirectory(prefix="strata-lab-cg-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="cachegrind-" if _SCRATCH["dir"] else "strata-lab-cg-",
+                                     dir=_SCRATCH["dir"]) as tmp:
         out = Path(tmp) / "cachegrind.out"
         vcell = replace(cell, argv=instructions_argv(cell, out), timeout_s=cell.timeout_s * 20)
         rec = run_sample(vcell, variant, cpus, extra_env, None, parse)
@@ -634,7 +711,7 @@ def execute(suite: Suite, cells: list[Cell], variants: list[Variant], *, rounds:
                 save()
         clock.record(cell.id, v.name, clock.now() - t0)
 
-    with _sigterm_as_interrupt():
+    with sigterm_as_interrupt(), scratch_dir():
         try:
             done = {c.id: 0 for c in cells}  # counted rounds run per cell
             stopped: dict[str, str] = {}

@@ -1,8 +1,12 @@
 """Bad input gives one clear message and a non-zero exit, never a traceback."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 
-from .conftest import lab
+from .conftest import ROOT, lab
 
 
 def check(r, *needles):
@@ -84,6 +88,40 @@ def test_bad_run_options(built, args, needle):
     check(lab("run", "--suite", "patterns", "--smoke", "--alloc", "glibc", *args), needle)
 
 
+@pytest.mark.parametrize("args, needle", [
+    # nan passed `< 0`: the budget then fit nothing, and the planned rounds past the second were
+    # left out one by one, the summary blaming the spread; inf: no budget, recorded as null.
+    (["--time-budget", "nan"], "--time-budget (0: no adaptive rounds) must be a finite number"),
+    (["--time-budget", "inf"], "--time-budget (0: no adaptive rounds) must be a finite number"),
+    (["--time-budget", "-5"], "0 or more, not -5"),
+    # inf: every sample of a timed workload ran until its timeout.
+    (["--seconds", "inf"], "--seconds must be a finite number of seconds, more than 0, not inf"),
+    (["--seconds", "nan"], "--seconds must be a finite number"),
+    (["--seconds", "0"], "--seconds must be a finite number"),
+    (["--timeout", "inf"], "--timeout must be a finite number"),
+    # An empty value was taken as no value: --cells '' ran every cell, --alloc '' every allocator
+    # of the suite (8 for patterns), --baseline '' and --converge '' the suite's defaults.
+    (["--cells", ""], "--cells is empty"),
+    (["--cells", ","], "--cells is empty"),
+    (["--alloc", ""], "--alloc is empty"),
+    (["--baseline", ""], "--baseline is empty"),
+    (["--converge", " , "], "--converge is empty"),
+    # Two cells of the same id, blamed on the suite ("declares duplicate cells").
+    (["--threads", "1,2,1"], "bad thread list '1,2,1': 1 given twice"),
+])
+def test_nonsense_run_options_are_refused(built, tmp_path, args, needle):
+    """Session 42's probes: each of these was accepted (exit 0) or refused with a misleading message."""
+    alloc = [] if "--alloc" in args else ["--alloc", "glibc"]
+    r = lab("run", "--suite", "patterns", "--smoke", "--cells", "larson/*", "--rounds", "1",
+            "--warmup", "0", "--no-progress", "--out", str(tmp_path), *alloc, *args)
+    check(r, needle)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_report_with_an_empty_baseline_is_refused(tmp_path):
+    check(lab("report", str(tmp_path), "--baseline", "", "--no-html"), "--baseline is empty")
+
+
 def test_no_run_directory_is_left_by_a_refused_run(built, tmp_path):
     r = lab("run", "--suite", "patterns", "--smoke", "--alloc", "hoard", "--out", str(tmp_path))
     assert r.returncode == 2 and list(tmp_path.iterdir()) == []
@@ -109,3 +147,16 @@ def test_run_out_that_is_a_file(built, tmp_path):
     check(lab("run", "--suite", "patterns", "--smoke", "--cells", "larson/*", "--alloc", "glibc", "--no-progress",
               "--out", str(f)), f"cannot create the results directory {f}", "a file of that name exists")
     assert f.read_text() == ""
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("args", [["env", "--json"], ["env"], ["list", "suites"]])
+def test_output_that_cannot_be_written_is_one_line(args):
+    """Session 42's probe: `strata-lab env > /dev/full` (stdout on a full disk) ended in an OSError
+    traceback."""
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sys.executable, "-m", "strata_lab", *args], stdout=full,
+                           stderr=subprocess.PIPE, text=True, timeout=120,
+                           env=dict(os.environ, STRATA_ROOT=str(ROOT)))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, (r.returncode, r.stderr)
+    assert r.stderr.strip() == "strata-lab: error: cannot write: No space left on device", r.stderr

@@ -10,11 +10,11 @@ import pytest
 
 from strata_lab import results
 
-from .conftest import ROOT
+from .conftest import ROOT, lab
 
 
-def start(tmp_path):
-    env = dict(os.environ, STRATA_ROOT=str(ROOT))
+def start(tmp_path, **env_extra):
+    env = dict(os.environ, STRATA_ROOT=str(ROOT), **env_extra)
     return subprocess.Popen([sys.executable, "-m", "strata_lab", "run", "--suite", "patterns",
                              "--alloc", "glibc", "--cells", "larson/t1", "--seconds", "0.3",
                              "--rounds", "20", "--warmup", "0", "--out", str(tmp_path)],
@@ -65,6 +65,88 @@ def test_interrupted_run_keeps_valid_partial_results(built, tmp_path, sig, code)
     assert r.returncode == 0 and "INCOMPLETE" in r.stdout
 
 
+def scratch(tmp):
+    """What runs left in TMPDIR: their scratch directories and anything in them."""
+    return sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*"))
+
+
+def test_kill_9_leaves_no_scratch_behind(built, tmp_path):
+    """Session 42's probe: kill -9 of a run in the middle of a sample left the sample's temporary
+    directory (the launcher's stdout, stderr, pid and rusage files; a driver's TMPDIR) in /tmp
+    forever.  The next run removes what a dead run left, never a live run's."""
+    tmp, out = tmp_path / "tmp", tmp_path / "out"
+    tmp.mkdir()
+    out.mkdir()
+    proc = start(out, TMPDIR=str(tmp))
+    wait_for_samples(out, 1, proc)
+    deadline = time.monotonic() + 30
+    while not any(p.name == "stdout" for p in tmp.rglob("stdout")):  # a sample is running
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.01)
+    proc.kill()
+    proc.wait(timeout=30)
+    left = scratch(tmp)
+    assert any(p.endswith("stdout") for p in left), left  # what kill -9 leaves: nothing can stop it
+
+    # A live run beside: the next run must leave its scratch alone, and sweep the dead one's.
+    (out / "live").mkdir()
+    live = start(out / "live", TMPDIR=str(tmp))
+    wait_for_samples(out / "live", 1, live)
+    r = lab("run", "--suite", "patterns", "--alloc", "glibc", "--cells", "larson/t2", "--smoke",
+            "--rounds", "1", "--warmup", "0", "--no-progress", "--out", str(out / "next"),
+            env={"TMPDIR": str(tmp)}, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert live.poll() is None, live.communicate()
+    survivors = sorted(p.name for p in tmp.iterdir())
+    assert len(survivors) == 1 and survivors[0].startswith("strata-lab-run-"), (left, survivors)
+    assert (tmp / survivors[0] / "lock").read_text().strip() == str(live.pid)
+    n = len(results.load(next((out / "live").iterdir())).samples)
+    wait_for_samples(out / "live", n + 2, live)  # the live run goes on, its samples succeed
+
+    # Its own scratch goes with it when it is interrupted (SIGTERM as SIGINT: the run's finally).
+    live.send_signal(signal.SIGTERM)
+    _, err = live.communicate(timeout=60)
+    assert live.returncode == 143, err
+    doc = results.load(next((out / "live").iterdir()))
+    assert doc.samples and all(s.ok for s in doc.samples)
+    assert scratch(tmp) == []
+
+
+def test_sweep_removes_only_what_no_run_holds(tmp_path):
+    """sweep_scratch's rules, in one process (flock conflicts between two opens of the file)."""
+    import fcntl
+
+    from strata_lab import runner
+
+    def made(name, lock=True, age=0.0):
+        d = tmp_path / name
+        (d / "sample-x").mkdir(parents=True)
+        (d / "sample-x" / "stdout").write_text("x")
+        if lock:
+            (d / "lock").write_text("1\n")
+        if age:
+            t = time.time() - age
+            os.utime(d, (t, t))
+        return d
+
+    held = made("strata-lab-run-held")
+    fd = os.open(held / "lock", os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        dead = made("strata-lab-run-dead")
+        young = made("strata-lab-run-young", lock=False)
+        old = made("strata-lab-run-old", lock=False, age=2 * runner.SCRATCH_GRACE_S)
+        hidden = made(".strata-lab-run-new")
+        hidden_old = made(".strata-lab-run-crashed", age=2 * runner.SCRATCH_GRACE_S)
+        other = made("strata-lab-abcdefgh", lock=False, age=3600)  # an older lab's: not ours to judge
+        removed = runner.sweep_scratch(tmp_path)
+        assert sorted(p.name for p in removed) == sorted(p.name for p in (dead, old, hidden_old))
+        assert all(p.is_dir() for p in (held, young, hidden, other))
+    finally:
+        os.close(fd)
+    assert runner.sweep_scratch(tmp_path) == [held]
+
+
 # A Ctrl-C at a chosen moment: the lab in a child process with one function replaced by one that
 # raises KeyboardInterrupt, as a Ctrl-C arriving while it runs would.
 INTERRUPTED_AT = """
@@ -90,3 +172,65 @@ def test_ctrl_c_before_the_first_sample_leaves_nothing(built, tmp_path, module, 
     assert r.returncode == 130 and "Traceback" not in r.stderr, r.stderr
     assert "strata-lab: interrupted" in r.stderr and "samples that finished" not in r.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+# A kill (SIGTERM, SIGHUP) while the run describes the machine, after its directory is made and
+# before results.json is first written: the signal is sent by the lab to itself from there.
+SIGNALLED_AT = """
+import os, signal, sys
+from strata_lab import cli, machine
+real = machine.{name}
+def signalled(*args, **kw):
+    os.kill(os.getpid(), signal.{sig})
+    return real(*args, **kw)
+machine.{name} = signalled
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
+@pytest.mark.parametrize("name", ["describe", "git_revision"])
+def test_kill_before_the_first_sample_leaves_nothing(built, tmp_path, sig, name):
+    """Session 42's probe: SIGTERM or SIGHUP in the ~0.2 s between the run directory's creation
+    and the first write of results.json ended the lab by the signal (status -15, no message) and
+    left the run directory empty; Ctrl-C there was already handled."""
+    env = dict(os.environ, STRATA_ROOT=str(ROOT))
+    r = subprocess.run([sys.executable, "-c", SIGNALLED_AT.format(name=name, sig=sig),
+                        "run", "--suite", "patterns", "--alloc", "glibc", "--cells", "larson/t1",
+                        "--rounds", "1", "--warmup", "0", "--no-progress", "--out", str(tmp_path)],
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 143 and "Traceback" not in r.stderr, (r.returncode, r.stderr)
+    assert f"interrupted ({sig}) before the first sample; nothing was written" in r.stderr, r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+# Ctrl-C while the command line is still loading the lab: the console script's own code (pip
+# writes it from pyproject's [project.scripts]) or `python -m strata_lab`, with a Ctrl-C delivered
+# (a real SIGINT to the process) when it imports one of the lab's modules.
+CTRL_C_WHILE_IMPORTING = """
+import os, signal, sys
+class CtrlC:
+    def find_spec(self, name, path=None, target=None):
+        if name == {module!r}:
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+sys.meta_path.insert(0, CtrlC())
+{entry}
+"""
+ENTRIES = {"console script": "from strata_lab.cli import main\nsys.exit(main())",
+           "python -m": "import runpy\nrunpy.run_module('strata_lab', run_name='__main__')"}
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRIES))
+@pytest.mark.parametrize("module", ["strata_lab.machine", "strata_lab.runner", "strata_lab.suite",
+                                    "strata_lab.replay"])
+def test_ctrl_c_while_the_cli_loads_exits_130_quietly(tmp_path, entry, module):
+    """Session 42's probe: a Ctrl-C in the first ~0.1 s of any command, while cli.py imported the
+    lab's modules, printed a KeyboardInterrupt traceback (and Python's exit by SIGINT)."""
+    env = dict(os.environ, STRATA_ROOT=str(ROOT))
+    code = CTRL_C_WHILE_IMPORTING.format(module=module, entry=ENTRIES[entry])
+    r = subprocess.run([sys.executable, "-c", code, "env", "--json"], capture_output=True, text=True,
+                       env=env, timeout=60, cwd=tmp_path)
+    assert r.returncode == 130 and "Traceback" not in r.stderr, (r.returncode, r.stderr)
+    assert r.stderr.strip() == "strata-lab: interrupted" and r.stdout == "", r.stderr

@@ -122,6 +122,21 @@ def test_trace_stats_command(tmp_path, capsys):
     assert "not a strata trace" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("end", [False, True], ids=["cut-before-any-chunk", "complete-but-empty"])
+def test_replay_of_a_trace_without_events_is_refused(built, tmp_path, capsys, end):
+    """Session 42's probe: `strata-lab replay` of a trace cut short before its first whole chunk
+    warned INCOMPLETE, then ran every sample of every allocator (48 in smoke mode), each failing
+    with ops_per_sec 0, and exited 0."""
+    p = tmp_path / "e.trace"
+    p.write_bytes(header() + (chunk(0, [], 0, trace.CHUNK_END, flush=(2_000_000, 2_000_000)) if end else b""))
+    assert trace.read(p).events == 0
+    out = tmp_path / "out"
+    assert cli.main(["replay", str(p), "--alloc", "glibc", "--smoke", "--rounds", "1", "--warmup", "0",
+                     "--no-progress", "--out", str(out)]) == 2
+    assert "holds no events to replay" in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_trace_stats_out_that_is_a_file(tmp_path, capsys):
     """Probe s40b D4: --out naming an existing file was a FileExistsError traceback."""
     p = sample_trace(tmp_path)
