@@ -25,6 +25,9 @@ namespace strata {
     "milliseconds before free memory goes back to the OS (0: at once, -1: never)")                 \
   X(huge_pages, HUGE_PAGES, flag, 0, 0, 1,                                                        \
     "back huge blocks (over 2 MiB) with transparent huge pages where the kernel allows")  \
+  X(huge_segments, HUGE_SEGMENTS, flag, 0, 0, 1,                                                  \
+    "back the 32 MiB segments (blocks up to 2 MiB) with transparent huge pages too: fewer faults "  \
+    "and TLB misses for more resident memory")                                                    \
   X(segment_cache, SEGMENT_CACHE, integer, 4, 0, 1024, "empty 32 MiB segments kept mapped for reuse")     \
   X(abort_on_error, ABORT_ON_ERROR, flag, STRATA_SECURE, 0, 1,                                     \
     "abort on an invalid or double free instead of reporting it and going on")                    \

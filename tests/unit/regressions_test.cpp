@@ -14,7 +14,9 @@
 #include <cstdint>
 #include <condition_variable>
 #include <cstring>
+#include <fstream>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -1532,6 +1534,52 @@ TEST(Issue13Limits, HugeBlocksReplaceFreeMemoryRatherThanAddToIt) {
   EXPECT_LT(stats().committed_bytes, committed_free + 40 * MiB);
   strata_free(huge);
   strata_collect(true);
+}
+
+// The VmFlags of the mapping that holds p (/proc/self/smaps), e.g. "rd wr mr mw me ac hg".
+std::string vma_flags(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  auto a = reinterpret_cast<uintptr_t>(p);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    unsigned long lo = 0, hi = 0;
+    if (line.find("VmFlags:") == 0) {
+      if (inside) return line.substr(8);
+    } else if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find(' ')) {
+      inside = lo <= a && a < hi;
+    }
+  }
+  return "";
+}
+bool asked_for_huge_pages(const void* p) {
+  std::istringstream flags(vma_flags(p));
+  for (std::string f; flags >> f;)
+    if (f == "hg") return true;
+  return false;
+}
+
+// In a fresh process: 96 blocks of 1 MiB (segments: under 2 MiB) fill the segment the process
+// started with and take new ones, then a 4 MiB block (a huge mapping of its own).  Exits 0 when
+// the last 1 MiB block's segment and the huge block carry MADV_HUGEPAGE as the options say.
+[[noreturn]] void huge_page_advice(bool segments, bool huge) {
+  strata::options::set(strata::option::huge_segments, segments);
+  strata::options::set(strata::option::huge_pages, huge);
+  void* last = nullptr;
+  for (int i = 0; i < 96; ++i) last = strata_malloc(MiB);
+  void* big = strata_malloc(4 * MiB);
+  if (last == nullptr || big == nullptr) std::_Exit(2);
+  if (vma_flags(last).empty() || vma_flags(big).empty()) std::_Exit(3);  // smaps not read
+  if (asked_for_huge_pages(last) != segments) std::_Exit(4);
+  if (asked_for_huge_pages(big) != huge) std::_Exit(5);
+  std::_Exit(0);
+}
+
+TEST(Issue10HugePages, SegmentsAndHugeBlocksAskForThemOnlyWhenTheirOptionSaysSo) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  for (bool segments : {false, true})
+    for (bool huge : {false, true})
+      EXPECT_EXIT(huge_page_advice(segments, huge), testing::ExitedWithCode(0), "")
+          << "STRATA_HUGE_SEGMENTS=" << segments << " STRATA_HUGE_PAGES=" << huge;
 }
 
 }  // namespace
