@@ -121,6 +121,7 @@ std::vector<std::string> split(const std::string& s) {
 config parse(int argc, char** argv) {
   config c;
   bool iterations_set = false, factor_set = false, kernel_set = false, pool_set = false;
+  bool device_set = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -158,12 +159,14 @@ config parse(int argc, char** argv) {
     else if (a == "--max-size") c.max_size = number();
     else if (a == "--pool-mib") c.pool_bytes = mib(), pool_set = true;
     else if (a == "--seed") c.seed = number();
-    else if (a == "--device-mib") c.sim_capacity = mib(), c.capped = true;
+    else if (a == "--device-mib") c.sim_capacity = mib(), c.capped = true, device_set = true;
     else if (a == "--cap-factor") {
       const std::string v = value();
       char* end = nullptr;
       c.cap_factor = std::strtod(v.c_str(), &end);
-      if (v.empty() || *end || !(c.cap_factor >= 1.0)) usage("--cap-factor needs a number >= 1: " + v);
+      // inf passed the >= 1 test, and F x the bound past SIZE_MAX made a device of 0 bytes
+      if (v.empty() || *end || !(c.cap_factor >= 1.0) || !std::isfinite(c.cap_factor))
+        usage("--cap-factor needs a finite number >= 1: " + v);
       c.capped = true;
     }
     else if (a == "--cap-basis") {
@@ -192,6 +195,11 @@ config parse(int argc, char** argv) {
     if (std::find(n.begin(), n.end(), r) == n.end()) usage("unknown resource " + r);
   }
   if (c.min_size > c.max_size) usage("--max-size below the minimum size");
+  // Larger requests are refused by every resource (the dry run's counter too: it threw out of
+  // main), and sizes near 2^64 do not survive the log-uniform draw's doubles.
+  if (c.max_size > device_memory_resource::max_request)
+    usage("--max-size above 2^62 bytes, more than any device: " + std::to_string(c.max_size));
+  if (device_set && c.cap_factor > 0) usage("--device-mib and --cap-factor exclude each other");
   if (c.capped && c.backend != "sim") usage("--device-mib and --cap-factor cap the simulated device only");
   if (c.capped && !pool_set) c.pool_bytes = 0;  // resources grow as needed: the cap decides
   return c;
@@ -683,7 +691,9 @@ int main(int argc, char** argv) {
       std::size_t device_bytes = c.sim_capacity;
       if (c.cap_factor > 0) {  // a device of its own, cap_factor x this cell's live bound
         const std::size_t bound = c.cap_serial ? bounds[t].serial : bounds[t].concurrent;
-        device_bytes = (static_cast<std::size_t>(c.cap_factor * double(bound)) + (1 << 20) - 1) >> 20 << 20;
+        // no more than any device has (2^62), so the product stays a size
+        const double want = std::min(c.cap_factor * double(bound), double(device_memory_resource::max_request));
+        device_bytes = (static_cast<std::size_t>(want) + (1 << 20) - 1) >> 20 << 20;
         sim_options so;
         so.capacity_bytes = device_bytes;
         so.check_reuse = false;

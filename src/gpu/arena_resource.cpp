@@ -105,19 +105,26 @@ struct arena_resource::impl {
     return chunks.grow(need, wanted, options.maximum_size, sb(), global_free) != 0;
   }
 
-  // Pulls every empty superblock out of every arena; the device has been synchronised, so
-  // nothing needs a guard.
+  // Pulls every empty superblock out of every arena.  The device is synchronised first, so the
+  // global arena's guards (recorded before: its lock is held) have completed.  The arenas are
+  // locked only after it, and blocks freed in between may still be used by work queued since on
+  // the arena's stream (a free on another stream synchronises that one first): a superblock
+  // pulled back carries an event recorded on its arena's stream under the arena's lock
+  // (complete at once, and dropped, when the stream is idle).
   void defragment() {
     backend.device_synchronize();
+    global_free.coalesce_after_sync();
     std::shared_lock arenas_lock(arenas_mutex);
     for (auto& [key, a] : arenas) {
       std::lock_guard lock(a->mutex);
+      detail::guard_ptr guard;
       for (auto it = a->sb_starts.begin(); it != a->sb_starts.end();) {
         auto r = a->free.find_containing(*it);
         if (r && r->first == *it && r->second == sb()) {
+          if (!guard) guard = std::make_shared<detail::event_guard>(events, a->stream);
           a->free.take_at(*it);
           owner.erase(*it);
-          global_free.insert(*it, sb());
+          global_free.insert(*it, sb(), {guard});
           it = a->sb_starts.erase(it);
         } else {
           ++it;
@@ -125,7 +132,6 @@ struct arena_resource::impl {
       }
       a->empty_sb = 0;
     }
-    global_free.coalesce_after_sync();
   }
 
   // Takes `size` bytes (a superblock multiple) from the global arena for stream s, growing or

@@ -110,8 +110,15 @@ struct pool_resource::impl {
 pool_resource::pool_resource(device_memory_resource& upstream, pool_options options)
     : device_memory_resource(upstream.shared_backend()),
       impl_(std::make_unique<impl>(upstream, options, backend())) {
-  if (options.initial_size > 0) {
-    const std::size_t size = round_up(std::min(options.initial_size, options.maximum_size), detail::native);
+  // The first chunk, rounded to the native alignment without passing maximum_size (a cap that
+  // is not a multiple of it rounds down) and without wrapping near SIZE_MAX (what no device has
+  // is refused by the upstream).
+  std::size_t size = std::min(options.initial_size, options.maximum_size);
+  if (size <= max_request) {
+    size = round_up(size, detail::native);
+    if (size > options.maximum_size) size -= detail::native;
+  }
+  if (size > 0) {
     void* p = upstream.allocate(size);
     impl_->chunks.add(reinterpret_cast<std::uintptr_t>(p), size, impl_->state(stream_view{}).free);
   }

@@ -228,20 +228,29 @@ struct strata_resource::impl {
     release_over_threshold();
   }
 
-  // Page heap and the heaps `hs` locked by the caller, every block cached in them safe for any
-  // stream (device synchronised, or their streams idle): cached large blocks and the blocks of
-  // slabs wholly free within `hs` go back to the page heap, unguarded.
-  void flush_heaps(const std::vector<heap*>& hs) {
+  // Page heap and the heaps `hs` locked by the caller: cached large blocks and the blocks of
+  // slabs wholly free within `hs` go back to the page heap.  Unguarded when every block cached in
+  // them is safe for any stream (their streams idle); with `guards` (one per heap, or null),
+  // each heap's blocks carry its guard, and an empty slab those of every heap holding its blocks.
+  void flush_heaps(const std::vector<heap*>& hs, const std::vector<detail::guard_ptr>* guards = nullptr) {
     std::map<std::uintptr_t, std::size_t> free_in_slab;
-    for (heap* h : hs) {
+    std::map<std::uintptr_t, detail::guard_list> slab_guards;
+    for (std::size_t i = 0; i < hs.size(); ++i) {
+      heap* h = hs[i];
+      detail::guard_list g;
+      if (guards && (*guards)[i]) g.push_back((*guards)[i]);
       for (unsigned c = 0; c < class_count; ++c) {
         auto& bin = h->bins[c];
         if (!is_small(c)) {
-          for (std::uintptr_t p : bin) pages.insert(p, class_size(c));
+          for (std::uintptr_t p : bin) pages.insert(p, class_size(c), g);
           bin.clear();
           continue;
         }
-        for (std::uintptr_t p : bin) ++free_in_slab[std::prev(slabs.upper_bound(p))->first];
+        for (std::uintptr_t p : bin) {
+          const std::uintptr_t start = std::prev(slabs.upper_bound(p))->first;
+          ++free_in_slab[start];
+          if (!g.empty()) detail::merge_guards(slab_guards[start], g);
+        }
       }
       h->cached_large = 0;
     }
@@ -255,18 +264,30 @@ struct strata_resource::impl {
           return empty.count(std::prev(slabs.upper_bound(p))->first) != 0;
         });
     for (std::uintptr_t start : empty) {
-      pages.insert(start, slab_bytes(slabs.at(start)));
+      auto g = slab_guards.find(start);
+      pages.insert(start, slab_bytes(slabs.at(start)), g == slab_guards.end() ? detail::guard_list{} : g->second);
       slabs.erase(start);
     }
   }
 
+  // Page heap locked.  The device is synchronised first, so the page heap's guards (all
+  // recorded before: its lock is held) have completed.  The heaps are locked only after it, and
+  // their threads may have freed blocks in between, on streams that have queued work since: each
+  // heap's blocks go back guarded by an event recorded on its stream under its lock, which
+  // covers every free in its bins (complete at once, and dropped, when the stream is idle).
   void defragment() {
     backend.device_synchronize();
-    std::lock_guard hl(heaps_mutex);
-    for (heap* h : heap_list) h->lock.lock();
-    flush_heaps(heap_list);
-    for (heap* h : heap_list) h->lock.unlock();
     pages.coalesce_after_sync();
+    std::lock_guard hl(heaps_mutex);
+    std::vector<detail::guard_ptr> guards(heap_list.size());
+    for (std::size_t i = 0; i < heap_list.size(); ++i) {
+      heap* h = heap_list[i];
+      h->lock.lock();
+      if (std::any_of(h->bins.begin(), h->bins.end(), [](const auto& bin) { return !bin.empty(); }))
+        guards[i] = std::make_shared<detail::event_guard>(events, h->stream);
+    }
+    flush_heaps(heap_list, &guards);
+    for (heap* h : heap_list) h->lock.unlock();
   }
 
   // Page heap locked: heaps whose stream has completed all its work give back their cached

@@ -27,6 +27,16 @@ def refused(binary, args, *needles):
                         f"  stderr: {p.stderr.strip()[-400:]}\n  stdout: {p.stdout.strip()[:200]}")
 
 
+def huge_cap(binary):
+    """A finite but huge --cap-factor runs on a device of 2^62 bytes, not 0."""
+    argv = [binary, "--smoke", "--backend", "sim", "--resource", "pool", "--threads", "1",
+            "--cap-factor", "1e300"]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    if p.returncode != 0 or '"device_bytes": 4611686018427387904' not in p.stdout:
+        failures.append(f"--cap-factor 1e300: status {p.returncode}, expected 0 and a 2^62-byte "
+                        f"device\n  stderr: {p.stderr.strip()[-400:]}")
+
+
 def main(binary):
     refused(binary, ["--iterations", "-5"], "--iterations", "-5")
     refused(binary, ["--iterations", "18446744073709551616"], "--iterations")  # 2^64
@@ -35,6 +45,15 @@ def main(binary):
     refused(binary, ["--pool-mib", "17592186044416"], "--pool-mib")  # 2^44 MiB = 2^64 bytes
     refused(binary, ["--device-mib", "-1"], "--device-mib")
     refused(binary, ["--strata-cache-mib", "-1"], "--strata-cache-mib")
+    # Session 43's probe: --cap-factor inf (or F x the bound past 2^64) made every cell's device
+    # 0 bytes; --max-size past 2^62 aborted in the dry run (uncaught out_of_memory_error);
+    # --device-mib with --cap-factor silently dropped --device-mib.
+    refused(binary, ["--cap-factor", "inf"], "--cap-factor", "inf")
+    refused(binary, ["--cap-factor", "1e400"], "--cap-factor")
+    refused(binary, ["--max-size", "18446744073709551615"], "--max-size")
+    refused(binary, ["--max-size", "4611686018427387905"], "--max-size")  # 2^62 + 1
+    refused(binary, ["--device-mib", "64", "--cap-factor", "1.5"], "--device-mib", "--cap-factor")
+    huge_cap(binary)
     with tempfile.TemporaryDirectory() as d:
         good = "alloc,1,5,0x1000,100,0,256"
         traces = {

@@ -7,9 +7,12 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 using namespace strata::gpu;
@@ -165,6 +168,43 @@ TEST_F(resources, pool_grows_and_release_returns_free_chunks) {
   pool.release();
   EXPECT_EQ(pool.info().reserved_bytes, 0u);
   EXPECT_EQ(upstream.info().allocated_bytes, 0u);
+}
+
+// maximum_size caps reserved bytes even when it is not a multiple of the native alignment: pool
+// rounded its first chunk up past it (a cap of 1000 B reserved 1024 B, 1 MiB + 1 reserved
+// 1 MiB + 256 B).
+template <class Resource, class Options>
+std::size_t peak_reserved_under_a_cap(cuda_resource& upstream, stream_view s, std::size_t cap) {
+  Options o = sized<Options>(64 << 20, cap);
+  if constexpr (std::is_same_v<Options, strata_options>) o.pressure_wait = std::chrono::milliseconds(0);
+  Resource mr(upstream, o);
+  std::vector<std::pair<void*, std::size_t>> held;
+  for (std::size_t n : {100, 4096, 70000, 1 << 20})
+    for (int i = 0; i < 64; ++i) {
+      try {
+        held.emplace_back(mr.allocate(n, s), n);
+      } catch (const out_of_memory_error&) {
+        break;
+      }
+    }
+  const std::size_t peak = mr.info().peak_reserved_bytes;
+  for (auto [p, n] : held) mr.deallocate(p, n, s);
+  return peak;
+}
+
+TEST_F(resources, pooling_resources_never_reserve_past_a_maximum_size_off_the_alignment) {
+  for (std::size_t cap : {std::size_t{1000}, (std::size_t{1} << 20) + 1, (std::size_t{3} << 20) + 100}) {
+    EXPECT_LE((peak_reserved_under_a_cap<pool_resource, pool_options>(upstream, a, cap)), cap);
+    EXPECT_LE((peak_reserved_under_a_cap<arena_resource, arena_options>(upstream, a, cap)), cap);
+    EXPECT_LE((peak_reserved_under_a_cap<strata_resource, strata_options>(upstream, a, cap)), cap);
+  }
+}
+
+// A first chunk near SIZE_MAX is refused as out of memory, as 2^62 + 1 is, instead of rounding
+// up past SIZE_MAX to nothing.
+TEST_F(resources, pool_refuses_a_first_chunk_near_size_max) {
+  for (std::size_t initial : {(std::size_t{1} << 62) + 1, ~std::size_t{0} - 10, ~std::size_t{0}})
+    EXPECT_THROW(pool_resource(upstream, sized<pool_options>(initial)), out_of_memory_error) << initial;
 }
 
 TEST_F(resources, arena_cross_stream_free_and_superblock_reuse_are_guarded) {
@@ -324,14 +364,49 @@ TEST_F(resources, strata_grows_rather_than_take_a_busy_streams_cache) {
   EXPECT_EQ(reserved_after_asking_b_past_as_cache(*this), std::size_t{16} << 20);
 }
 
+// A device backend that forwards every call to another one; tests override the calls they
+// want to hold or hook.
+class forwarding_backend : public device_backend {
+ public:
+  explicit forwarding_backend(std::shared_ptr<device_backend> inner) : in_(std::move(inner)) {
+    checks_reuse_ = in_->checks_reuse();
+  }
+  bool event_query(void* ev) override { return in_->event_query(ev); }
+  std::string_view name() const noexcept override { return in_->name(); }
+  std::string description() const override { return in_->description(); }
+  void* mem_alloc(std::size_t n) override { return in_->mem_alloc(n); }
+  void mem_free(void* p, std::size_t n) noexcept override { in_->mem_free(p, n); }
+  memory_info mem_info() override { return in_->mem_info(); }
+  stream_view stream_create(int priority) override { return in_->stream_create(priority); }
+  void stream_destroy(stream_view s) noexcept override { in_->stream_destroy(s); }
+  void stream_synchronize(stream_view s) override { in_->stream_synchronize(s); }
+  void* event_create() override { return in_->event_create(); }
+  void event_destroy(void* ev) noexcept override { in_->event_destroy(ev); }
+  void event_record(void* ev, stream_view s) override { in_->event_record(ev, s); }
+  void event_synchronize(void* ev) override { in_->event_synchronize(ev); }
+  void stream_wait_event(stream_view s, void* ev) override { in_->stream_wait_event(s, ev); }
+  void device_synchronize() override { in_->device_synchronize(); }
+  void launch_spin(stream_view s, std::uint64_t ns) override { in_->launch_spin(s, ns); }
+  bool supports_async_pool() const noexcept override { return in_->supports_async_pool(); }
+  void* pool_create(std::size_t t) override { return in_->pool_create(t); }
+  void pool_destroy(void* pool) noexcept override { in_->pool_destroy(pool); }
+  void* pool_alloc_async(void* pool, std::size_t n, stream_view s) override { return in_->pool_alloc_async(pool, n, s); }
+  void pool_free_async(void* pool, void* p, stream_view s) override { in_->pool_free_async(pool, p, s); }
+  void pool_trim(void* pool, std::size_t keep) override { in_->pool_trim(pool, keep); }
+  pool_usage pool_query(void* pool) override { return in_->pool_query(pool); }
+  void note_release(const void* p, std::size_t n, stream_view s) noexcept override { in_->note_release(p, n, s); }
+  void note_reuse(const void* p, std::size_t n, stream_view s) noexcept override { in_->note_reuse(p, n, s); }
+
+ protected:
+  std::shared_ptr<device_backend> in_;
+};
+
 // The simulated device, with event queries from one chosen thread held until the test lets them
 // go (at most 10 s, so that a strata that holds a lock the test thread needs fails the test
 // rather than hanging it).
-class query_gate final : public device_backend {
+class query_gate final : public forwarding_backend {
  public:
-  explicit query_gate(std::shared_ptr<device_backend> inner) : in_(std::move(inner)) {
-    checks_reuse_ = in_->checks_reuse();
-  }
+  using forwarding_backend::forwarding_backend;
   void hold_queries_of_this_thread() {
     std::lock_guard l(m_);
     held_ = std::this_thread::get_id();
@@ -362,38 +437,77 @@ class query_gate final : public device_backend {
     }
     return in_->event_query(ev);
   }
-  std::string_view name() const noexcept override { return in_->name(); }
-  std::string description() const override { return in_->description(); }
-  void* mem_alloc(std::size_t n) override { return in_->mem_alloc(n); }
-  void mem_free(void* p, std::size_t n) noexcept override { in_->mem_free(p, n); }
-  memory_info mem_info() override { return in_->mem_info(); }
-  stream_view stream_create(int priority) override { return in_->stream_create(priority); }
-  void stream_destroy(stream_view s) noexcept override { in_->stream_destroy(s); }
-  void stream_synchronize(stream_view s) override { in_->stream_synchronize(s); }
-  void* event_create() override { return in_->event_create(); }
-  void event_destroy(void* ev) noexcept override { in_->event_destroy(ev); }
-  void event_record(void* ev, stream_view s) override { in_->event_record(ev, s); }
-  void event_synchronize(void* ev) override { in_->event_synchronize(ev); }
-  void stream_wait_event(stream_view s, void* ev) override { in_->stream_wait_event(s, ev); }
-  void device_synchronize() override { in_->device_synchronize(); }
-  void launch_spin(stream_view s, std::uint64_t ns) override { in_->launch_spin(s, ns); }
-  bool supports_async_pool() const noexcept override { return in_->supports_async_pool(); }
-  void* pool_create(std::size_t t) override { return in_->pool_create(t); }
-  void pool_destroy(void* pool) noexcept override { in_->pool_destroy(pool); }
-  void* pool_alloc_async(void* pool, std::size_t n, stream_view s) override { return in_->pool_alloc_async(pool, n, s); }
-  void pool_free_async(void* pool, void* p, stream_view s) override { in_->pool_free_async(pool, p, s); }
-  void pool_trim(void* pool, std::size_t keep) override { in_->pool_trim(pool, keep); }
-  pool_usage pool_query(void* pool) override { return in_->pool_query(pool); }
-  void note_release(const void* p, std::size_t n, stream_view s) noexcept override { in_->note_release(p, n, s); }
-  void note_reuse(const void* p, std::size_t n, stream_view s) noexcept override { in_->note_reuse(p, n, s); }
 
  private:
-  std::shared_ptr<device_backend> in_;
   std::mutex m_;
   std::condition_variable cv_;
   std::thread::id held_;
   bool waiting_ = false;
 };
+
+// The simulated device, running a callback once, right after the next device synchronisation
+// returns: what another thread does between a defragment's synchronisation and its locks.
+class sync_hook final : public forwarding_backend {
+ public:
+  explicit sync_hook(std::shared_ptr<sim_backend> sim) : forwarding_backend(sim), sim_(std::move(sim)) {}
+  void after_next_sync(std::function<void()> f) { hook_ = std::move(f); }
+  void device_synchronize() override {
+    in_->device_synchronize();
+    if (auto f = std::exchange(hook_, nullptr)) f();
+  }
+  sim_backend& sim() const noexcept { return *sim_; }
+
+ private:
+  std::shared_ptr<sim_backend> sim_;
+  std::function<void()> hook_;
+};
+
+// A block freed on stream a just after a defragment (here trim / release) synchronised the
+// device, while a kernel enqueued on a after that synchronisation still uses it, must not come
+// out of the defragment unguarded: before, the defragment flushed the heaps (strata) or pulled
+// the empty superblocks (arena) it found once it took their locks as if all of their blocks'
+// work had completed, and stream b was handed the block at once.
+template <class Resource, class Options>
+void defragment_keeps_a_block_freed_after_its_synchronisation_guarded(Options o, std::size_t n) {
+  auto hook = std::make_shared<sync_hook>(make_sim_backend());
+  cuda_resource upstream{hook};
+  const stream_view a = hook->stream_create(0), b = hook->stream_create(0);
+  void* gate = nullptr;
+  {
+    Resource mr(upstream, o);
+    void* keep = mr.allocate(1 << 20, b);  // the chunk stays: its return would wait for a
+    void* p = mr.allocate(n, a);
+    hook->after_next_sync([&] {
+      gate = hook->sim().gate_enqueue(a);  // a kernel on a, still using p
+      mr.deallocate(p, n, a);              // freed in stream order on a
+    });
+    mr.release();
+    ASSERT_NE(gate, nullptr) << "release() did not synchronise the device";
+    void* q = mr.allocate(n, b);
+    EXPECT_EQ(hook->sim().violation_count(), 0u) << "b got a block a's pending kernel still uses";
+    hook->sim().gate_open(gate);
+    mr.deallocate(q, n, b);
+    mr.deallocate(keep, 1 << 20, b);
+  }
+  hook->device_synchronize();
+  hook->stream_destroy(a);
+  hook->stream_destroy(b);
+}
+
+TEST(defragment_race, strata_keeps_a_block_freed_after_the_synchronisation_guarded) {
+  defragment_keeps_a_block_freed_after_its_synchronisation_guarded<strata_resource>(
+      sized<strata_options>(8 << 20, 8 << 20), 1 << 20);
+}
+
+TEST(defragment_race, strata_keeps_a_small_block_freed_after_the_synchronisation_guarded) {
+  defragment_keeps_a_block_freed_after_its_synchronisation_guarded<strata_resource>(
+      sized<strata_options>(8 << 20, 8 << 20), 4096);
+}
+
+TEST(defragment_race, arena_keeps_a_block_freed_after_the_synchronisation_guarded) {
+  defragment_keeps_a_block_freed_after_its_synchronisation_guarded<arena_resource>(
+      four_superblocks(), 256 << 10);
+}
 
 // The idle test before growth records and queries an event on each heap's stream: a driver call
 // on a GPU.  It runs outside the heap's lock, so the heap's thread allocates meanwhile (E2 on an

@@ -12,7 +12,9 @@
 //   * memory is stream-ordered: a block deallocated on stream S may be handed out again at once
 //     for work on S, and for work on another stream only once the work enqueued on S before the
 //     deallocation has completed or the other stream waits for it.
-//   * deallocate must get the same bytes and alignment that allocate got.
+//   * deallocate must get the same bytes and alignment that allocate got, and a pointer this
+//     resource's allocate returned and that has not been deallocated since: only pool checks it
+//     (arena and strata may hand such a block out again; tracking_adaptor finds such frees).
 #pragma once
 
 #include <strata/gpu/device_backend.hpp>

@@ -6,6 +6,7 @@
 
 #include <strata/gpu/device_memory_resource.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 
@@ -23,13 +24,15 @@ class statistics_adaptor final : public device_memory_resource {
 
   device_memory_resource& upstream() const noexcept { return upstream_; }
 
+  // A snapshot while other threads allocate: a thread adds its bytes before it raises the
+  // peak, so the current value read here may be a peak not yet recorded; it counts as one.
   allocation_counts counts() const noexcept {
     allocation_counts c;
     c.current_bytes = current_bytes_.load(std::memory_order_relaxed);
-    c.peak_bytes = peak_bytes_.load(std::memory_order_relaxed);
+    c.peak_bytes = std::max(peak_bytes_.load(std::memory_order_relaxed), c.current_bytes);
     c.total_bytes = total_bytes_.load(std::memory_order_relaxed);
     c.current_count = current_count_.load(std::memory_order_relaxed);
-    c.peak_count = peak_count_.load(std::memory_order_relaxed);
+    c.peak_count = std::max(peak_count_.load(std::memory_order_relaxed), c.current_count);
     c.total_count = total_count_.load(std::memory_order_relaxed);
     return c;
   }
