@@ -95,9 +95,21 @@ struct trace_file {
   uint64_t last_cycles = 0, last_ns = 0;        // the latest chunk's clock pair (with the header's)
   // Whether the two clock pairs give a counter rate a machine can have (format.h): the times are
   // not checksummed, and a header's start time of 0 paced a replay for the machine's uptime.
+  // And whether every chunk's times agree with them: its base cycles, time samples and flush
+  // cycles in order and after the start, its flush pair on the rate's line (chunk headers are not
+  // checksummed: one flipped bit in a base_cycles paced a 50 ms replay for 7 minutes).
+  bool times_consistent = true;
+  struct chunk_clock {
+    uint64_t flush_cycles, flush_ns;
+  };
+  std::vector<chunk_clock> clocks;
   bool clock_plausible() const {
-    return last_cycles > header.start_cycles && last_ns > header.start_ns &&
-           clock_rate_plausible(last_cycles - header.start_cycles, last_ns - header.start_ns);
+    return times_consistent && last_cycles > header.start_cycles && last_ns > header.start_ns &&
+           clock_rate_plausible(last_cycles - header.start_cycles, last_ns - header.start_ns) &&
+           std::all_of(clocks.begin(), clocks.end(), [this](const chunk_clock& c) {
+             return chunk_clock_agrees(header.start_cycles, header.start_ns, last_cycles, last_ns, c.flush_cycles,
+                                       c.flush_ns);
+           });
   }
   std::string truncated;                        // why the trace stops early, if it does
   uint64_t words = 0, chunks = 0;  // words: the chunks' entries
@@ -148,6 +160,10 @@ void read_trace(const char* path, trace_file& t) {
       t.last_ns = h->flush_ns;
     }
     if (checksum(w, h->words) != h->checksum) fail(where(off) + "corrupt trace: chunk checksum mismatch");
+    // (The end chunk's base_cycles is a size: format.h.)
+    if (!(h->flags & chunk_end) && (h->base_cycles < t.header.start_cycles || h->flush_cycles < h->base_cycles))
+      t.times_consistent = false;
+    t.clocks.push_back({h->flush_cycles, h->flush_ns});
     // The chunk's entries: version 1's words as they are, version 2's units decoded.
     uint64_t* entries = t.entries.p + t.words;
     uint32_t count = 0;
@@ -156,6 +172,8 @@ void read_trace(const char* path, trace_file& t) {
       bool extends = count > 0 && word_op(entries[count - 1]) < op_time;
       if (o == 0 || (o > op_time && o != op_extension) || (o == op_extension && !extends))
         fail(where(off + sizeof(chunk_header) + 8 * size_t{count}) + "corrupt trace: unknown word " + std::to_string(o));
+      if (o == op_time && (time_cycles(e) < h->base_cycles || time_cycles(e) > h->flush_cycles))
+        t.times_consistent = false;
       entries[count++] = e;
     };
     if (t.header.version == 1) {
@@ -804,7 +822,8 @@ int main(int argc, char** argv) {
   read_trace(path, t);
   if (pace && t.chunks > 0 && !t.clock_plausible())
     fail(std::string(path) + ": the trace's times cannot pace a replay: its clock pairs (file header, last chunk) " +
-         "give no plausible counter rate (corrupt or cut-short times); replay it back to back, without --pace");
+         "give no plausible counter rate, or a chunk's times disagree with it (corrupt or cut-short times); " +
+         "replay it back to back, without --pace");
   if (!t.truncated.empty()) fprintf(stderr, "strata-bench-replay: %s: %s; replaying its %zu valid bytes\n", path,
                                     t.truncated.c_str(), t.valid_bytes);
   plan pl;

@@ -71,3 +71,33 @@ def test_an_implausible_clock_gives_no_times_and_cannot_pace(built, tmp_path):
     r = subprocess.run([str(replayer(built)), str(p)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["ops"] == 4
+
+
+@pytest.mark.parametrize("field", ["base", "flush", "sample"])
+def test_a_chunk_whose_times_disagree_with_the_clock_gives_no_times_and_cannot_pace(built, tmp_path, field):
+    # Chunk headers are not checksummed: one flipped bit (2^40) in a chunk's base_cycles of a
+    # 50 ms CPython trace made trace-stats call it 423 s long and a paced replay wait 7 minutes,
+    # while the file header's and the last chunk's clock pairs were plausible.
+    base, flush, smp = 1000, (1200, 200), 1100
+    if field == "base":
+        base |= 1 << 40
+    elif field == "flush":
+        flush = (flush[0] | 1 << 40, flush[1])
+    else:
+        smp |= 1 << 40  # a checksummed sample, out of its chunk's bounds
+    data = trace.FILE_HEADER.pack(trace.MAGIC, 1, 64, 48, 8, 1234, 0, 1000, 0, 0)
+    data += chunk(0, [event(OP["malloc"], 0x10000, 64), sample(smp), event(OP["free"], 0x10000)], base, flush=flush)
+    data += chunk(1, [event(OP["malloc"], 0x20000, 64), sample(1101), event(OP["free"], 0x20000)], 1001,
+                  flush=(1201, 201))
+    data += chunk(0, [], 0, trace.CHUNK_END, flush=(2_000_000, 2_000_000))
+    p = tmp_path / "t.trace"
+    p.write_bytes(data)
+    t = trace.read(p)
+    assert t.seconds_per_cycle() is None
+    assert trace.stats(t)["duration_s"] is None
+    r = subprocess.run([str(replayer(built)), "--pace", str(p)], capture_output=True, text=True, timeout=20)
+    assert r.returncode != 0
+    assert "cannot pace" in r.stderr
+    r = subprocess.run([str(replayer(built)), str(p)], capture_output=True, text=True, timeout=20)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["ops"] == 4

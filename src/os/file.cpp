@@ -6,7 +6,9 @@
 #include <ctime>
 #include <fcntl.h>
 #include <initializer_list>
+#include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -14,8 +16,21 @@
 namespace strata::os {
 
 int file_create(const char* path) noexcept {
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return -1;
+  // Emptied only once this process holds it: another one may be writing it (a program that a
+  // process recording into the same path started).
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+    close(fd);
+    errno = EWOULDBLOCK;
+    return -1;
+  }
+  if (ftruncate(fd, 0) != 0) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+  }
   int high = fcntl(fd, F_DUPFD_CLOEXEC, 900);
   if (high >= 0) {
     close(fd);
@@ -45,6 +60,14 @@ bool file_write2(int fd, const void* a, size_t na, const void* b, size_t nb) noe
 }
 
 void file_close(int fd) noexcept { close(fd); }
+
+bool file_identity(int fd, uint64_t& device, uint64_t& inode) noexcept {
+  struct stat st;
+  if (fstat(fd, &st) != 0) return false;
+  device = st.st_dev;
+  inode = st.st_ino;
+  return true;
+}
 
 void print_error(const char* text) noexcept {
   ssize_t r = write(2, text, strlen(text));

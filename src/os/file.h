@@ -8,14 +8,16 @@
 namespace strata::os {
 
 // Creates (or truncates) `path` for appending, close-on-exec, on a descriptor number >= 900 so
-// that programs which close or dup2 over the low descriptors leave it alone.  -1 on failure
-// (errno set).
+// that programs which close or dup2 over the low descriptors leave it alone, and holds a lock on
+// it (flock) while open.  -1 on failure (errno set; EWOULDBLOCK: another process holds it).
 int file_create(const char* path) noexcept;
 // Writes a then b (a's `na` bytes, then b's `nb`) in one write, so that with O_APPEND two
 // threads' writes never interleave; retries short writes and EINTR.  false on an error (errno
 // set).
 bool file_write2(int fd, const void* a, size_t na, const void* b, size_t nb) noexcept;
 void file_close(int fd) noexcept;
+// The device and inode of the file open at fd (false if none is).
+bool file_identity(int fd, uint64_t& device, uint64_t& inode) noexcept;
 // Writes a message to stderr (no formatting, no allocation).
 void print_error(const char* text) noexcept;
 

@@ -156,6 +156,21 @@ inline bool clock_rate_plausible(uint64_t cycles, uint64_t ns) noexcept {
   return rate >= clock_ticks_per_ns_min && rate <= clock_ticks_per_ns_max;
 }
 
+// Whether a chunk's flush pair (cycles, ns: read together when it was written) lies on the line
+// through the file header's pair and the last chunk's, within 100 ms or a tenth of the trace's
+// span (a thread preempted between its two reads): a flipped high bit in a chunk header's cycles
+// is off by minutes.  The end chunk's base_cycles is no time (format above).
+inline bool chunk_clock_agrees(uint64_t start_cycles, uint64_t start_ns, uint64_t last_cycles, uint64_t last_ns,
+                               uint64_t cycles, uint64_t ns) noexcept {
+  if (cycles < start_cycles || last_cycles <= start_cycles) return false;
+  double span = static_cast<double>(last_ns - start_ns);
+  double at = static_cast<double>(start_ns) +
+              static_cast<double>(cycles - start_cycles) * span / static_cast<double>(last_cycles - start_cycles);
+  double off = at - static_cast<double>(ns);
+  double slack = span / 10 > 1e8 ? span / 10 : 1e8;
+  return off <= slack && off >= -slack;
+}
+
 inline uint64_t cycles_now() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
   return __builtin_ia32_rdtsc();

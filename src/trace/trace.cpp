@@ -88,6 +88,8 @@ uint32_t* limit_after(uint32_t* cursor, uint32_t* end) noexcept {
 __thread buffer* tl_buffer __attribute__((tls_model("initial-exec"))) = &no_buffer;
 
 int fd = -1;
+uint64_t fd_device = 0, fd_inode = 0;  // the trace's file: the program may close fd and reuse the number
+std::atomic<bool> writes_failed{false};  // a write failed: nothing more is written
 uint32_t traced_pid = 0;  // the process the open trace belongs to
 char path_template[path_max];
 pthread_key_t key;
@@ -119,9 +121,26 @@ void stop(const char* why) noexcept {
   os::print_error(": recording stopped (the trace ends at its last written chunk)\n");
 }
 
+// Whether fd is still the trace's file: a program that closed every descriptor (close_range) and
+// opened many had its own file at the trace's number, and got the trace's chunks written into it.
+bool fd_is_trace() noexcept {
+  uint64_t device, inode;
+  return fd >= 0 && os::file_identity(fd, device, inode) && device == fd_device && inode == fd_inode;
+}
+
+// Writes a then b to the trace; after the first failure nothing more (a chunk written after one
+// cut short, once a full disk had room again, made the whole trace unreadable), with one message.
+void write_out(const void* a, size_t na, const void* b, size_t nb) noexcept {
+  if (fd < 0 || writes_failed.load(std::memory_order_acquire)) return;
+  const char* why = nullptr;
+  if (!fd_is_trace()) why = "the program closed or replaced the trace's descriptor";
+  else if (!os::file_write2(fd, a, na, b, nb)) why = strerror(errno);
+  if (why != nullptr && !writes_failed.exchange(true, std::memory_order_acq_rel)) stop(why);
+}
+
 void write_words(chunk_header h, const uint64_t* words) noexcept {
   h.checksum = checksum(words, h.words);
-  if (fd >= 0 && !os::file_write2(fd, &h, sizeof h, words, size_t{h.words} * 8)) stop(strerror(errno));
+  write_out(&h, sizeof h, words, size_t{h.words} * 8);
 }
 
 // The chunk of b's units up to `upto`, in whole words (an odd unit count is rounded down: the
@@ -239,6 +258,10 @@ bool write_file_header(uint32_t parent) noexcept {
   if (fd < 0) {
     // Nothing was written: say which file could not be made, not where a trace ends.
     active = false;
+    // Another process records into it: without %p, a program that a recording process started
+    // (fork and exec; a shell's every command) would empty the file under its parent and mix its
+    // chunks with the parent's.  It records nothing, as a forked child does, without a message.
+    if (errno == EWOULDBLOCK) return false;
     os::print_error("strata: STRATA_TRACE: cannot create ");
     os::print_error(path);
     os::print_error(": ");
@@ -246,6 +269,8 @@ bool write_file_header(uint32_t parent) noexcept {
     os::print_error(": nothing is recorded\n");
     return false;
   }
+  writes_failed.store(false, std::memory_order_relaxed);
+  if (!os::file_identity(fd, fd_device, fd_inode)) fd_device = fd_inode = 0;
   file_header h{};
   memcpy(h.magic, file_magic, sizeof h.magic);
   h.version = format_version;
@@ -259,11 +284,8 @@ bool write_file_header(uint32_t parent) noexcept {
   // A forked child's anonymous memory is its parent's heap: no baseline (0: unknown).
   h.start_anon_kib = parent == 0 ? os::resident_anon_kib() : 0;
   h.runtime_libs = runtime_libs_loaded();
-  if (!os::file_write2(fd, &h, sizeof h, nullptr, 0)) {
-    stop(strerror(errno));
-    return false;
-  }
-  return true;
+  write_out(&h, sizeof h, nullptr, 0);
+  return !writes_failed.load(std::memory_order_relaxed);
 }
 
 void reset(buffer* b) noexcept {
@@ -428,8 +450,8 @@ void at_exit() noexcept {
   // The end chunk's base_cycles carries the program's file-backed resident KiB (format.h).
   chunk_header end{chunk_magic, 0, 0, chunk_end, os::resident_file_kib(), cycles_now(), os::now_ns(),
                    os::thread_os_id(), 0};
-  os::file_write2(fd, &end, sizeof end, nullptr, 0);
-  os::file_close(fd);
+  write_out(&end, sizeof end, nullptr, 0);
+  if (fd_is_trace()) os::file_close(fd);  // not the program's file at that number
   fd = -1;
 }
 
@@ -454,7 +476,7 @@ void after_fork_child() noexcept {
   pthread_mutex_unlock(&queue_lock);
   unlock();
   if (!active) return;
-  os::file_close(fd);
+  if (fd_is_trace()) os::file_close(fd);  // the parent's (its lock stays with the parent's descriptor)
   fd = -1;
   if (strstr(path_template, "%p") == nullptr) {
     active = false;

@@ -103,6 +103,40 @@ with tempfile.TemporaryDirectory() as tmp:
     for f in glob.glob(os.path.join(tmp, "*")):
         os.unlink(f)
 
+    # Without %p, a program the recorded one starts (fork and exec) records nothing: it emptied the
+    # parent's file and mixed its chunks with the parent's (a shell's: the trace named the shell's
+    # pid and lost the parent's first events; /bin/true's end chunk made the parent's unreadable).
+    p = record(tmp, "forkexec", "20000", trace="fixed")
+    expect(p.returncode == 0, f"forkexec workload failed: {p.stderr}")
+    rc, got, err = check(os.path.join(tmp, "fixed"))
+    expect(rc == 0 and got["complete"] and got["counts"]["malloc"] >= 20000 and got["unmatched_frees"] < 100
+           and got["pid"] != 0, f"fixed path, fork and exec: the parent's trace: {got} {err}")
+    for f in glob.glob(os.path.join(tmp, "*")):
+        os.unlink(f)
+
+    # A program that closes every descriptor and opens its own file at the trace's number (900):
+    # the trace's chunks went into the program's file.  Recording stops with one message.
+    data_file = os.path.join(tmp, "data")
+    p = record(tmp, "closeall", "300000", trace="closed", env_extra={"DATA_FILE": data_file})
+    expect(p.returncode == 0 and json.loads(p.stdout or "{}").get("data_fd") == 900,
+           f"closeall workload: {p.returncode} {p.stdout} {p.stderr}")
+    expect(open(data_file, "rb").read() == b"data", f"the program's file holds {os.path.getsize(data_file)} bytes")
+    expect(p.stderr.count("strata:") == 1 and "descriptor" in p.stderr, f"closeall: {p.stderr!r}")
+    rc, got, err = check(os.path.join(tmp, "closed"))
+    expect(rc == 0 and not got["complete"], f"closeall trace: {got} {err}")
+    for f in glob.glob(os.path.join(tmp, "*")):
+        os.unlink(f)
+
+    # A write that fails (a full disk: here a file size limit) stops recording for good: threads
+    # that exited once there was room again appended their chunks after the one cut short, and the
+    # whole trace was unreadable ("checksum mismatch").
+    p = record(tmp, "fsize", "300000", trace="full")
+    expect(p.returncode == 0 and p.stderr.count("strata:") == 1, f"fsize workload: {p.returncode} {p.stderr!r}")
+    rc, got, err = check(os.path.join(tmp, "full"))
+    expect(rc == 0 and not got["complete"] and got["counts"]["malloc"] > 0, f"a trace whose write failed: {got} {err}")
+    for f in glob.glob(os.path.join(tmp, "*")):
+        os.unlink(f)
+
     # Paced (--pace), the replay waits for the recorded times: the workload slept 300 ms between
     # its allocations and its frees, so the replay lasts at least about that long.
     p = record(tmp, "pause", "1000", trace="paused")

@@ -5,7 +5,15 @@
 //   trace_workload fork N      the child allocates and frees N blocks, then exits
 //   trace_workload kill N      allocates N blocks and kills itself (SIGKILL) before freeing them
 //   trace_workload pause N     allocates N blocks, sleeps 300 ms, frees them
+//   trace_workload forkexec N  allocates N blocks, runs /bin/true (fork and exec), frees them
+//   trace_workload closeall N  closes every descriptor, opens files up to number 899 and its data
+//                              file (DATA_FILE), allocates N blocks, writes "data" there
+//   trace_workload fsize N     N blocks under a file size limit of 300 kB (a full disk), then,
+//                              the limit lifted, 4 threads allocate and exit
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -71,6 +79,57 @@ int main(int argc, char** argv) {
       void* volatile p = malloc(32);
       free(p);
     }
+    printf("{\"mallocs\": %d}\n", n);
+    return 0;
+  }
+  if (strcmp(argv[1], "forkexec") == 0) {
+    for (int i = 0; i < n; i++) blocks[i] = malloc(32);
+    pid_t child = fork();
+    if (child == 0) {
+      execl("/bin/true", "true", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    waitpid(child, nullptr, 0);
+    for (int i = 0; i < n; i++) free(blocks[i]);
+    printf("{\"mallocs\": %d}\n", n);
+    return 0;
+  }
+  if (strcmp(argv[1], "closeall") == 0) {
+    syscall(SYS_close_range, 3u, ~0u, 0u);
+    for (;;) {
+      int fd = open("/dev/null", O_RDONLY);
+      if (fd < 0 || fd >= 899) break;
+    }
+    int data = open(getenv("DATA_FILE"), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644);
+    for (int i = 0; i < n; i++) {
+      void* volatile p = malloc(32);
+      free(p);
+    }
+    if (write(data, "data", 4) != 4) return 1;
+    printf("{\"data_fd\": %d}\n", data);
+    return 0;
+  }
+  if (strcmp(argv[1], "fsize") == 0) {
+    signal(SIGXFSZ, SIG_IGN);
+    rlimit old{}, small{};
+    getrlimit(RLIMIT_FSIZE, &old);
+    small = old;
+    small.rlim_cur = 300000;
+    setrlimit(RLIMIT_FSIZE, &small);
+    for (int i = 0; i < n; i++) {
+      void* volatile p = malloc(32);
+      free(p);
+    }
+    setrlimit(RLIMIT_FSIZE, &old);  // room again
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; t++)
+      threads.emplace_back([] {
+        for (int i = 0; i < 1000; i++) {
+          void* volatile p = malloc(64);
+          free(p);
+        }
+      });
+    for (auto& t : threads) t.join();
     printf("{\"mallocs\": %d}\n", n);
     return 0;
   }
