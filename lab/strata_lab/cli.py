@@ -147,6 +147,10 @@ def cmd_run(a: argparse.Namespace) -> int:
     else:
         budget = 0.0 if a.smoke else (suite.time_budget if suite.time_budget is not None
                                       else runner.TIME_BUDGET_S)
+    if a.max_rounds is not None and a.max_rounds < rounds:
+        # Raised silently to the rounds before: a cap below the planned rounds asks for two things.
+        raise LabError(f"--max-rounds {a.max_rounds} is below the {rounds} planned rounds"
+                       + ("" if a.rounds is not None else f" (suite {suite.name}'s; give --rounds too)"))
     max_rounds = max(rounds, a.max_rounds if a.max_rounds is not None else runner.MAX_ROUNDS)
     target = a.target_width if a.target_width is not None else (suite.target_width or runner.TARGET_WIDTH)
     converge = _split([a.converge]) if a.converge else suite.converge

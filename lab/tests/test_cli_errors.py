@@ -83,6 +83,7 @@ def test_unknown_suite():
     (["--threads", "0,x"], "bad thread list"),
     (["--baseline", "jemalloc"], "baseline 'jemalloc' is not among"),
     (["--cells", "nothing*"], "matches no cell"),
+    (["--max-rounds", "2"], "--max-rounds 2 is below the 5 planned rounds (suite patterns's; give --rounds too)"),
 ])
 def test_bad_run_options(built, args, needle):
     check(lab("run", "--suite", "patterns", "--smoke", "--alloc", "glibc", *args), needle)
@@ -108,6 +109,8 @@ def test_bad_run_options(built, args, needle):
     (["--converge", " , "], "--converge is empty"),
     # Two cells of the same id, blamed on the suite ("declares duplicate cells").
     (["--threads", "1,2,1"], "bad thread list '1,2,1': 1 given twice"),
+    # A cap below the planned rounds was raised to them without a word.
+    (["--rounds", "5", "--max-rounds", "3"], "--max-rounds 3 is below the 5 planned rounds"),
 ])
 def test_nonsense_run_options_are_refused(built, tmp_path, args, needle):
     """Session 42's probes: each of these was accepted (exit 0) or refused with a misleading message."""
