@@ -13,6 +13,7 @@ try:
     import json
     import math
     import os
+    import signal
     import time
     from dataclasses import replace
     from pathlib import Path
@@ -217,7 +218,7 @@ def cmd_run(a: argparse.Namespace) -> int:
         else:
             err.print(f"[bold yellow]strata-lab: interrupted ({why}); the samples that finished are in "
                       f"{out_dir / results.FILENAME} (marked incomplete)[/]")
-        return 130 if why == "SIGINT" else 143
+        return 128 + int(getattr(signal, why))  # the shell's status for that signal: 130, 143, 129
     finish()
     _show(results.load(out_dir), console, a.baseline, write_report=a.report)
     failures = sum(1 for s in doc.samples if not s.ok)
