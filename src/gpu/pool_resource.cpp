@@ -16,8 +16,11 @@
 #include "gpu/detail/timed_mutex.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <mutex>
 #include <set>
+#include <stdexcept>
+#include <string>
 #include <unordered_map>
 
 namespace strata::gpu {
@@ -93,8 +96,12 @@ struct pool_resource::impl {
   }
 
   bool grow(std::size_t need, stream_state& st) {
+    // Converted only below 2^62 (a larger double does not fit size_t: undefined behaviour), past
+    // which no device has the memory and the upstream refuses.
     const double by_factor = options.growth_factor * static_cast<double>(chunks.reserved());
-    const std::size_t wanted = std::max({need, options.min_growth, static_cast<std::size_t>(by_factor)});
+    const std::size_t most = std::size_t{1} << 62;
+    const std::size_t factor_bytes = by_factor < static_cast<double>(most) ? static_cast<std::size_t>(by_factor) : most;
+    const std::size_t wanted = std::max({need, options.min_growth, factor_bytes});
     return chunks.grow(need, round_up(wanted, detail::native), options.maximum_size, detail::native,
                        st.free) != 0;
   }
@@ -107,9 +114,19 @@ struct pool_resource::impl {
 
 };
 
+namespace {
+// A growth factor is a finite number, 0 or more (0: chunks of min_growth and the request only).
+const pool_options& checked(const pool_options& o) {
+  if (!(o.growth_factor >= 0) || !std::isfinite(o.growth_factor))
+    throw std::invalid_argument("pool_resource: growth_factor must be a finite number >= 0, not " +
+                                std::to_string(o.growth_factor));
+  return o;
+}
+}  // namespace
+
 pool_resource::pool_resource(device_memory_resource& upstream, pool_options options)
     : device_memory_resource(upstream.shared_backend()),
-      impl_(std::make_unique<impl>(upstream, options, backend())) {
+      impl_(std::make_unique<impl>(upstream, checked(options), backend())) {
   // The first chunk, rounded to the native alignment without passing maximum_size (a cap that
   // is not a multiple of it rounds down) and without wrapping near SIZE_MAX (what no device has
   // is refused by the upstream).

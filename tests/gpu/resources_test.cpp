@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <functional>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -205,6 +207,25 @@ TEST_F(resources, pooling_resources_never_reserve_past_a_maximum_size_off_the_al
 TEST_F(resources, pool_refuses_a_first_chunk_near_size_max) {
   for (std::size_t initial : {(std::size_t{1} << 62) + 1, ~std::size_t{0} - 10, ~std::size_t{0}})
     EXPECT_THROW(pool_resource(upstream, sized<pool_options>(initial)), out_of_memory_error) << initial;
+}
+
+// A growth factor was converted from double to size_t unchecked: undefined past 2^64 (1e30), and
+// negative or nan factors were taken.  Nonsense is refused; a huge finite factor grows no more
+// than the cap allows.
+TEST_F(resources, pool_growth_factor_is_checked_and_never_overflows) {
+  for (double f : {-1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    auto o = sized<pool_options>(1 << 20, 8 << 20, 1 << 20);
+    o.growth_factor = f;
+    EXPECT_THROW(pool_resource(upstream, o), std::invalid_argument) << f;
+  }
+  auto o = sized<pool_options>(1 << 20, 8 << 20, 1 << 20);
+  o.growth_factor = 1e30;
+  pool_resource pool(upstream, o);
+  void* x = pool.allocate(1 << 20);
+  void* y = pool.allocate(1 << 20);  // a second chunk: as large as the cap lets it be
+  EXPECT_LE(pool.info().reserved_bytes, std::size_t{8} << 20);
+  pool.deallocate(x, 1 << 20);
+  pool.deallocate(y, 1 << 20);
 }
 
 TEST_F(resources, arena_cross_stream_free_and_superblock_reuse_are_guarded) {

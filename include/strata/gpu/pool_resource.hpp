@@ -21,7 +21,8 @@ namespace strata::gpu {
 
 struct pool_options : growth_options {
   // Growth: a new chunk is max(request, min_growth, growth_factor * reserved so far), capped by
-  // maximum_size - reserved.
+  // maximum_size - reserved.  A finite number >= 0, else the constructor throws
+  // std::invalid_argument.
   double growth_factor = 1.0;
 };
 
