@@ -43,7 +43,7 @@ struct buffer {
   // CPython, bytes leaving the thread's core were most of recording's cost (docs/lab.md).
   uint64_t last_free;
   buffer* next;          // the registry of every thread's buffer
-  buffer* next_queued;   // the writer's queue
+  buffer* next_queued;   // the writer's queue; of a buffer its thread is done with, the spare list
   uint64_t* area[2];
   int current;             // the area the thread fills
   std::atomic<bool> queued;  // the other area waits for the writer
@@ -95,6 +95,10 @@ char path_template[path_max];
 pthread_key_t key;
 std::atomic_flag registry_lock = ATOMIC_FLAG_INIT;
 buffer* registry = nullptr;
+// Buffers whose threads are done with them (on_thread_exit), for the next new thread: a program
+// that starts threads all its life maps no more buffers than it has threads at once (each kept a
+// 4 KiB header resident and 2 MiB of address space for good).  Under registry_lock.
+buffer* spare_buffers = nullptr;
 std::atomic<uint32_t> next_thread{0};
 
 // The writer thread and its queue of areas to write (pthread mutex and condition variable: no
@@ -295,20 +299,33 @@ void reset(buffer* b) noexcept {
 }
 
 __attribute__((noinline)) buffer* new_buffer() noexcept {
-  auto* b = static_cast<buffer*>(os::map_plain(buffer_bytes));
-  if (b == nullptr) {
-    stop("no memory for a thread's buffer");
-    return nullptr;
-  }
-  b->area[0] = reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(b) + header_bytes);
-  b->area[1] = b->area[0] + area_words;
-  b->thread = next_thread.fetch_add(1, std::memory_order_relaxed);
-  b->os_tid = os::thread_os_id();
-  reset(b);
   lock();
-  b->next = registry;
-  registry = b;
+  buffer* b = spare_buffers;
+  if (b != nullptr) {
+    // A new thread number (numbers are never reused), reset under the lock: at_exit reads
+    // every registered buffer.
+    spare_buffers = b->next_queued;
+    b->thread = next_thread.fetch_add(1, std::memory_order_relaxed);
+    b->os_tid = os::thread_os_id();
+    reset(b);
+  }
   unlock();
+  if (b == nullptr) {
+    b = static_cast<buffer*>(os::map_plain(buffer_bytes));
+    if (b == nullptr) {
+      stop("no memory for a thread's buffer");
+      return nullptr;
+    }
+    b->area[0] = reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(b) + header_bytes);
+    b->area[1] = b->area[0] + area_words;
+    b->thread = next_thread.fetch_add(1, std::memory_order_relaxed);
+    b->os_tid = os::thread_os_id();
+    reset(b);
+    lock();
+    b->next = registry;
+    registry = b;
+    unlock();
+  }
   tl_buffer = b;  // before pthread_setspecific, which may allocate
   pthread_setspecific(key, b);
   return b;
@@ -423,7 +440,18 @@ unsigned log2_of(size_t alignment) noexcept {
 // one may still allocate: the key is set again, so the next round writes what they recorded.
 void on_thread_exit(void* arg) noexcept {
   auto* b = static_cast<buffer*>(arg);
-  if (b == &no_buffer || b->cursor == b->units()) return;
+  if (b == &no_buffer) return;
+  if (b->cursor == b->units()) {
+    // Nothing since the last round: the thread is done with b, and a later thread may take it.
+    // Were this thread to record again (a destructor after this one), it gets a buffer of its
+    // own, not this one: tl_buffer no longer points here.
+    tl_buffer = &no_buffer;
+    lock();
+    b->next_queued = spare_buffers;
+    spare_buffers = b;
+    unlock();
+    return;
+  }
   flush(b, chunk_thread_exit, true);
   os::discard_plain(reinterpret_cast<char*>(b) + header_bytes, buffer_bytes - header_bytes);
   pthread_setspecific(key, b);
@@ -469,6 +497,7 @@ void after_fork_child() noexcept {
   buffer* mine = tl_buffer;
   buffer* others = registry;
   registry = nullptr;
+  spare_buffers = nullptr;  // unmapped below with the other threads' buffers
   // No writer here: the child's threads write their own chunks.
   queue_head = queue_tail = nullptr;
   writer_wanted.store(false, std::memory_order_relaxed);

@@ -103,6 +103,21 @@ with tempfile.TemporaryDirectory() as tmp:
     for f in glob.glob(os.path.join(tmp, "*")):
         os.unlink(f)
 
+    # Thread churn: a thread's buffer goes to the next thread once its thread is done with it.
+    # Each thread kept a mapped buffer (2 MiB of address space, its 4 KiB header resident) for
+    # good: 2000 threads, 4 GB of address space.  Every thread's events are still there, under
+    # numbers of their own.
+    p = record(tmp, "threadchurn", "2000", trace="churn")
+    expect(p.returncode == 0, f"threadchurn workload failed: {p.stderr}")
+    if p.returncode == 0:
+        grew = json.loads(p.stdout)["vm_growth_kib"]
+        expect(0 <= grew < 64 * 1024, f"threadchurn: the address space grew {grew} KiB over 2000 threads")
+        rc, got, err = check(os.path.join(tmp, "churn"))
+        expect(rc == 0 and got["complete"], f"threadchurn trace: {got} {err}")
+        if got:
+            expect(got["threads"] >= 2002, f"threadchurn: {got['threads']} threads in the trace")
+            expect(got["counts"]["malloc"] >= 200000, f"threadchurn: {got['counts']}")
+
     # Without %p, a program the recorded one starts (fork and exec) records nothing: it emptied the
     # parent's file and mixed its chunks with the parent's (a shell's: the trace named the shell's
     # pid and lost the parent's first events; /bin/true's end chunk made the parent's unreadable).

@@ -10,6 +10,8 @@
 //                              file (DATA_FILE), allocates N blocks, writes "data" there
 //   trace_workload fsize N     N blocks under a file size limit of 300 kB (a full disk), then,
 //                              the limit lifted, 4 threads allocate and exit
+//   trace_workload threadchurn N  N threads one after another, each allocating and freeing 100
+//                              blocks; prints how much the address space grew (KiB)
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -80,6 +82,28 @@ int main(int argc, char** argv) {
       free(p);
     }
     printf("{\"mallocs\": %d}\n", n);
+    return 0;
+  }
+  if (strcmp(argv[1], "threadchurn") == 0) {
+    auto vm_kib = [] {
+      long kib = -1;
+      if (FILE* f = fopen("/proc/self/status", "r")) {
+        char line[256];
+        while (fgets(line, sizeof line, f))
+          if (strncmp(line, "VmSize:", 7) == 0) kib = atol(line + 7);
+        fclose(f);
+      }
+      return kib;
+    };
+    std::thread([] { free(malloc(16)); }).join();  // the first thread's buffer and the writer
+    long before = vm_kib();
+    for (int t = 0; t < n; t++)
+      std::thread([] {
+        void* b[100];
+        for (int i = 0; i < 100; i++) b[i] = malloc(16 + i);
+        for (int i = 0; i < 100; i++) free(b[i]);
+      }).join();
+    printf("{\"threads\": %d, \"vm_growth_kib\": %ld}\n", n, vm_kib() - before);
     return 0;
   }
   if (strcmp(argv[1], "forkexec") == 0) {
