@@ -26,6 +26,7 @@
 #include <atomic>
 #include <cerrno>
 #include <climits>
+#include <cmath>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
@@ -144,8 +145,20 @@ options parse(int argc, char** argv) {
     args.fail("--sched must be normal, idle, batch, nice:N or fifo:N, not \"" + o.sched + "\"");
   if (o.streams < 1 || o.streams > 256) args.fail("--streams out of range 1..256");
   if (o.kernels < 1 || o.kernels > 1000000) args.fail("--kernels out of range");
-  if (o.burst_us <= 0 || o.gap_us < 0 || o.jitter < 0 || o.jitter > 1) args.fail("bad burst/gap/jitter");
-  if (o.timeout_s <= 0) args.fail("--timeout-s must be positive");
+  // Finite and bounded, so that the conversions to iterations and nanoseconds below fit their
+  // integers.  Session 43's probe: args.hpp lets "nan" and "inf" through, and none of these
+  // comparisons refused them: --burst-us nan or --work-per-us nan ran a kernel of 2^63 iterations
+  // (past --timeout-s, which is checked between kernels), --burst-us inf one of none (exit 0),
+  // --gap-us nan no gaps, and --timeout-s nan, inf or 1e10 timed out before the first kernel.
+  auto in = [](double v, double lo, double hi) { return std::isfinite(v) && v >= lo && v <= hi; };
+  if (!in(o.burst_us, 0, 1e9) || o.burst_us <= 0 || !in(o.gap_us, 0, 1e9) || !in(o.jitter, 0, 1))
+    args.fail("bad burst/gap/jitter: --burst-us in (0, 1e9], --gap-us in [0, 1e9], --jitter in [0, 1]");
+  if (!in(o.timeout_s, 0, 1e6) || o.timeout_s <= 0) args.fail("--timeout-s must be in (0, 1e6]");
+  if (!in(o.work_per_us, -1e9, 1e6)) args.fail("--work-per-us must be at most 1e6 (0: calibrate)");
+  // A start instant further ahead than the run may last (a CLOCK_REALTIME figure, say) slept that
+  // long, and INT64_MAX overflowed the deadline.
+  if (o.start_at_ns > now_ns() + int64_t(o.timeout_s * 1e9))
+    args.fail("--start-at-ns is more than --timeout-s ahead of CLOCK_MONOTONIC's now");
   return o;
 }
 

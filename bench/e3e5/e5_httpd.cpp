@@ -26,6 +26,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -78,7 +79,13 @@ options parse_options(int argc, char** argv) {
   if (o.port < 0 || o.port > 65535) args.fail("--port out of range");
   if (o.body_bytes > (16u << 20)) args.fail("--body-bytes over 16 MiB");
   if (o.scratch_allocs < 0 || o.scratch_allocs > 1000) args.fail("--scratch-allocs out of range");
-  if (o.max_seconds <= 0) args.fail("--max-seconds must be positive");
+  // "nan" passed `<= 0` and stopped the server at once after its ready line; "inf" or 1e300
+  // overflowed the deadline and the server ran unbounded (session 43's probe).
+  if (!std::isfinite(o.max_seconds) || o.max_seconds <= 0 || o.max_seconds > 1e7)
+    args.fail("--max-seconds must be in (0, 1e7]");
+  in_addr probe{};
+  if (inet_pton(AF_INET, o.bind.c_str(), &probe) != 1)  // was "cannot listen on ::1:0: Success"
+    args.fail("--bind wants an IPv4 address, not \"" + o.bind + "\"");
   return o;
 }
 
@@ -90,6 +97,7 @@ struct connection {
   char* out = nullptr;  // the pending response bytes, malloc'd per response batch
   size_t out_len = 0, out_off = 0;
   bool close_after_write = false;
+  bool writing = false;  // armed for EPOLLOUT (and not EPOLLIN): answers wait to be written
   explicit connection(int f) : fd(f) {}
   ~connection() {
     std::free(in);
@@ -170,11 +178,19 @@ uint64_t scratch_work(int count, uint64_t seed) {
   return sum;
 }
 
+// The answers handle_input queues before it stops parsing: the requests after them stay in the
+// input buffer until these are written.  Without a bound, one read of pipelined requests was all
+// answered at once: 128 KiB of "GET / HTTP/1.1\r\n\r\n" with --body-bytes 65536 queued 470 MB, and
+// 512 KiB under a 1 GiB address-space limit made a realloc fail, which aborted the whole server
+// (this session's probe).
+constexpr size_t k_max_pending_output = 64 * 1024;
+
 // Returns false when the connection must be closed now.
 bool handle_input(connection& c, const options& o, const std::string& body_bytes,
                   worker_stats& st) {
   size_t off = 0;
-  while (off < c.in_len && !c.close_after_write) {
+  while (off < c.in_len && !c.close_after_write &&
+         c.out_len - c.out_off < k_max_pending_output) {
     request req;
     parse_status ps = parse_request(std::string_view(c.in + off, c.in_len - off), req);
     if (ps == parse_status::incomplete) break;
@@ -230,6 +246,18 @@ void worker_main(int listen_fd, const options& o, worker_stats& st) {
   const std::string body_bytes(o.body_bytes, 'x');
   std::vector<connection*> live;
   epoll_event events[256];
+  // Out of descriptors, accept() fails while the listening socket stays readable: epoll_wait
+  // returned it at once, again and again (a core at 100 % for as long as the limit was reached,
+  // this session's probe).  The socket is left unwatched for 100 ms instead.
+  bool accept_paused = false;
+  auto accept_resume_at = std::chrono::steady_clock::now();
+  auto watch_listener = [&](bool on) {
+    epoll_event lev{};
+    lev.events = on ? uint32_t(EPOLLIN) : 0u;
+    lev.data.ptr = nullptr;
+    epoll_ctl(ep, EPOLL_CTL_MOD, listen_fd, &lev);
+    accept_paused = !on;
+  };
   auto close_conn = [&](connection* c) {
     epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, nullptr);
     close(c->fd);
@@ -242,12 +270,19 @@ void worker_main(int listen_fd, const options& o, worker_stats& st) {
     delete c;
   };
   while (!g_stop.load(std::memory_order_relaxed)) {
-    int n = epoll_wait(ep, events, 256, 100);  // 100 ms: notices the stop flag promptly
+    if (accept_paused && std::chrono::steady_clock::now() >= accept_resume_at) watch_listener(true);
+    int n = epoll_wait(ep, events, 256, accept_paused ? 20 : 100);  // notices the stop flag promptly
     for (int i = 0; i < n; ++i) {
       if (events[i].data.ptr == nullptr) {
         for (;;) {
           int fd = accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-          if (fd < 0) break;
+          if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+              watch_listener(false);
+              accept_resume_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+            }
+            break;
+          }
           int one = 1;
           setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
           auto* c = new connection(fd);
@@ -261,7 +296,7 @@ void worker_main(int listen_fd, const options& o, worker_stats& st) {
         continue;
       }
       auto* c = static_cast<connection*>(events[i].data.ptr);
-      bool alive = true;
+      bool alive = true, eof = false;
       if (events[i].events & EPOLLOUT) alive = flush_output(*c);
       if (alive && (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))) {
         for (;;) {
@@ -278,32 +313,30 @@ void worker_main(int listen_fd, const options& o, worker_stats& st) {
             if (c->in_len > strata::e5::k_max_header_bytes + strata::e5::k_max_body_bytes) break;
             continue;
           }
-          if (r == 0) alive = false;  // peer closed
-          else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) alive = false;
+          if (r == 0) eof = true;  // peer closed
+          else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) eof = true;
           break;
         }
+      }
+      // Answer what is buffered while nothing waits to be written, a bounded batch at a time
+      // (k_max_pending_output): the requests a batch left are taken up once its answers are out,
+      // here, since no EPOLLIN comes for bytes already read.
+      while (alive && c->out_len == 0) {
         handle_input(*c, o, body_bytes, st);
-        if (c->out_len) {
-          bool more = flush_output(*c);
-          if (c->out_len) {  // partial write: wait for EPOLLOUT
-            // And read nothing more until it is out (the branch below arms EPOLLIN again): a
-            // client that pipelined requests and never read its answers grew the server by
-            // 10 MB a MiB of requests, without bound (session 40's probe).
-            epoll_event mev{};
-            mev.events = EPOLLOUT | EPOLLRDHUP;
-            mev.data.ptr = c;
-            epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &mev);
-          } else if (!more) {
-            alive = false;
-          }
-        }
-      } else if (alive && c->out_len == 0) {
+        if (c->out_len == 0) break;
+        alive = flush_output(*c);  // false: failed, or written and the connection ends
+      }
+      if (alive && !eof && c->writing != (c->out_len != 0)) {
+        // While answers wait, read nothing more (EPOLLIN off until they are out): a client that
+        // pipelined requests and never read its answers grew the server by 10 MB a MiB of
+        // requests, without bound (session 40's probe).
+        c->writing = c->out_len != 0;
         epoll_event mev{};
-        mev.events = EPOLLIN | EPOLLRDHUP;
+        mev.events = (c->writing ? EPOLLOUT : EPOLLIN) | EPOLLRDHUP;
         mev.data.ptr = c;
         epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &mev);
-        if (c->close_after_write) alive = false;
       }
+      if (eof) alive = false;
       if (!alive) close_conn(c);
     }
   }

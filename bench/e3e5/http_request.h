@@ -59,11 +59,26 @@ inline bool has_token(std::string_view list, std::string_view token) {
   }
   return false;
 }
+
+// A byte no request line or field value may hold: a control character other than HTAB (RFC 9110
+// 5.5: CR, LF and NUL in a field value are "invalid and dangerous"; RFC 9112 2.2: a bare CR is
+// invalid; 3.2: no whitespace or control in a request-target).
+inline bool is_forbidden_ctl(char c) {
+  return (static_cast<unsigned char>(c) < 0x20 && c != '\t') || c == '\x7f';
+}
 }  // namespace detail
 
 // Parses one request from the front of `in`.
 inline parse_status parse_request(std::string_view in, request& req) {
   size_t end = in.find("\r\n\r\n");
+  // A bare LF ends a line for some parsers (RFC 9112 2.2 lets a recipient take it so) and not for
+  // this one, which split lines at CRLF only and kept "a\nContent-Length: 22" as one field's value:
+  // two parsers then read a different body length from the same bytes (request smuggling).  Refused
+  // as soon as it is seen, so a bare-LF request is also answered at once instead of waiting for the
+  // client to give up.
+  std::string_view scanned = in.substr(0, end == std::string_view::npos ? in.size() : end);
+  for (size_t lf = scanned.find('\n'); lf != std::string_view::npos; lf = scanned.find('\n', lf + 1))
+    if (lf == 0 || scanned[lf - 1] != '\r') return parse_status::bad;
   if (end == std::string_view::npos)
     return in.size() > k_max_header_bytes ? parse_status::too_large : parse_status::incomplete;
   if (end > k_max_header_bytes) return parse_status::too_large;
@@ -80,6 +95,8 @@ inline parse_status parse_request(std::string_view in, request& req) {
                    version = line.substr(sp2 + 1);
   for (char c : method)
     if (!detail::is_token_char(c)) return parse_status::bad;
+  for (char c : target)
+    if (detail::is_forbidden_ctl(c) || c == '\t') return parse_status::bad;
   if (version != "HTTP/1.1" && version != "HTTP/1.0") return parse_status::bad;
   req.method.assign(method);
   req.target.assign(target);
@@ -97,6 +114,8 @@ inline parse_status parse_request(std::string_view in, request& req) {
     std::string_view name = h.substr(0, colon);
     for (char c : name)
       if (!detail::is_token_char(c)) return parse_status::bad;
+    for (char c : h.substr(colon + 1))
+      if (detail::is_forbidden_ctl(c)) return parse_status::bad;
     req.headers.emplace_back(std::string(name), std::string(detail::trim(h.substr(colon + 1))));
   }
 

@@ -85,3 +85,27 @@ TEST(E5HttpRequest, OversizedHeadersAndBodiesAreRefused) {
   EXPECT_EQ(parse_request("POST / HTTP/1.1\r\nContent-Length: 999999999\r\n\r\n", r),
             parse_status::too_large);
 }
+
+// This session's probe: lines were split at CRLF only, so "X: a\nContent-Length: 22" was one field
+// whose value held the LF, and the 22 bytes after the header block were served as the next
+// request; nginx (and any parser that takes a bare LF as a line end, RFC 9112 2.2) reads them as
+// this request's body.  A bare CR, a NUL or another control byte in a value or the target: refused
+// too (RFC 9110 5.5).
+TEST(E5HttpRequest, ControlBytesAndBareLineEndsAreRejected) {
+  request r;
+  for (const char* bad : {"GET / HTTP/1.1\r\nX: a\nContent-Length: 22\r\n\r\nGET /s HTTP/1.1\r\n\r\n",
+                          "GET / HTTP/1.1\r\nX: a\rContent-Length: 22\r\n\r\nGET /s HTTP/1.1\r\n\r\n",
+                          "GET / HTTP/1.1\r\nX: a\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+                          "GET / HTTP/1.1\r\nX: a\x01" "b\r\n\r\n", "GET / HTTP/1.1\r\nX: a\x7f\r\n\r\n",
+                          "GET /a\x01" "b HTTP/1.1\r\n\r\n", "GET /a\tb HTTP/1.1\r\n\r\n",
+                          "GET / HTTP/1.1\nHost: a\n\n"})
+    EXPECT_EQ(parse_request(bad, r), parse_status::bad) << bad;
+  using namespace std::string_literals;
+  EXPECT_EQ(parse_request("GET / HTTP/1.1\r\nX: a\0b\r\n\r\n"s, r), parse_status::bad);
+  EXPECT_EQ(parse_request("GET /a\0b HTTP/1.1\r\n\r\n"s, r), parse_status::bad);
+  // A bare LF is refused before the header block ends: the client is answered, not kept waiting.
+  EXPECT_EQ(parse_request("GET / HTTP/1.1\nHost: a\n", r), parse_status::bad);
+  // A tab inside a value and bytes over 0x7f (obs-text) stay valid.
+  ASSERT_EQ(parse_request("GET / HTTP/1.1\r\nX: a\tb \xe9\r\n\r\n", r), parse_status::complete);
+  EXPECT_EQ(*r.header("x"), "a\tb \xe9");
+}

@@ -76,3 +76,46 @@ def test_e3_tenant_sched_is_read_whole(sched, code):
     assert r.returncode == code, (r.returncode, r.stderr)
     if code:
         assert "--sched must be" in r.stderr and "usage:" in r.stderr, r.stderr
+
+
+# (program, arguments of a short run, flag, value): numbers args.hpp reads ("inf" and "nan" are
+# numbers to it) that the program's own range checks let through.  Session 43's probe: the tenant
+# with --burst-us nan or --work-per-us nan ran one kernel of 2^63 iterations past its own
+# --timeout-s, with --burst-us inf ran kernels of no work (exit 0), with --gap-us nan no gaps, and
+# with --timeout-s nan / inf / 1e10 timed out before its first kernel; a --start-at-ns of
+# INT64_MAX overflowed the deadline.  The server with --max-seconds nan stopped right after its
+# ready line; with inf it ran unbounded; --bind ::1 said "cannot listen on ::1:0: Success".
+E3_SHORT = ["--role", "lc", "--streams", "1", "--kernels", "2", "--burst-us", "10", "--work-per-us",
+            "300", "--timeout-s", "10"]
+UNRUNNABLE = [
+    ("strata-bench-e3-tenant", E3_SHORT, "--burst-us", "nan"),
+    ("strata-bench-e3-tenant", E3_SHORT, "--burst-us", "inf"),
+    ("strata-bench-e3-tenant", E3_SHORT, "--gap-us", "nan"),
+    ("strata-bench-e3-tenant", E3_SHORT, "--gap-us", "1e300"),
+    ("strata-bench-e3-tenant", E3_SHORT, "--jitter", "nan"),
+    ("strata-bench-e3-tenant", E3_SHORT, "--work-per-us", "nan"),
+    ("strata-bench-e3-tenant", E3_SHORT, "--work-per-us", "inf"),
+    ("strata-bench-e3-tenant", E3_SHORT, "--timeout-s", "nan"),
+    ("strata-bench-e3-tenant", E3_SHORT, "--timeout-s", "inf"),
+    ("strata-bench-e3-tenant", E3_SHORT, "--timeout-s", "1e10"),
+    ("strata-bench-e3-tenant", E3_SHORT, "--start-at-ns", "9223372036854775807"),
+    ("strata-bench-e5-httpd", ["--port", "0"], "--max-seconds", "nan"),
+    ("strata-bench-e5-httpd", ["--port", "0"], "--max-seconds", "inf"),
+    ("strata-bench-e5-httpd", ["--port", "0"], "--bind", "::1"),
+]
+
+
+@pytest.mark.parametrize("target, args, flag, value", UNRUNNABLE,
+                         ids=[f"{t[13:]}{f}={v}" for t, _, f, v in UNRUNNABLE])
+def test_a_value_the_program_cannot_run_is_refused(target, args, flag, value):
+    r = subprocess.run([str(program(target)), *args, flag, value], capture_output=True, text=True,
+                       timeout=20)
+    assert r.returncode == 2 and r.stdout == "", (r.returncode, r.stdout[:200], r.stderr)
+    assert flag in r.stderr and "usage:" in r.stderr, r.stderr
+
+
+def test_e3_tenant_short_run_still_runs():
+    r = subprocess.run([str(program("strata-bench-e3-tenant")), *E3_SHORT, "--gap-us", "50",
+                        "--jitter", "1", "--start-at-ns", "-5"], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 0 and '"kernels_done":2' in r.stdout, (r.returncode, r.stdout, r.stderr)
