@@ -50,14 +50,23 @@ inline thread_index_registry& thread_indices() noexcept {
   return *registry;
 }
 
-// index + 1 of the calling thread; 0 until it first uses a concurrent pool.  Plain data, so the
+// index + 1 of the calling thread; 0 until it first uses a concurrent pool (thread_index_exited
+// once its index is given back at thread exit).  Plain data, so the
 // fast path reads it without a TLS init guard.
 inline thread_local std::uint32_t t_thread_index_plus1 = 0;
+
+// t_thread_index_plus1 once the thread's holder is gone (its index given back): a thread-exit
+// destructor that runs after it (a thread_local made before the thread's first pool call) and
+// uses a pool must not take an index again, which it would never give back (the holder, a
+// thread_local already destroyed, is not made anew): 4096 such threads left every later thread
+// without a cache, on the depot lock for every call.  An index past max_cached_threads: served
+// from the depot under its lock, as a thread without a cache.
+inline constexpr std::uint32_t thread_index_exited = UINT32_MAX;
 
 struct thread_index_holder {
   std::uint32_t index;
   ~thread_index_holder() {
-    t_thread_index_plus1 = 0;
+    t_thread_index_plus1 = thread_index_exited;
     thread_index_registry& r = thread_indices();
     std::lock_guard<std::mutex> lock(r.mutex);
     r.released.push_back(index);

@@ -150,6 +150,37 @@ TEST(ConcurrentObjectPool, ExitedThreadsIndicesAreReused) {
   EXPECT_EQ(s.live, 0u);
 }
 
+// A thread_local made before the thread's first pool call is destroyed after the thread's index
+// is given back; its destructor's free took an index again that was never given back, so after
+// 4096 such threads every thread went through the depot lock on every call.
+strata::concurrent_object_pool<int, strata::new_delete_upstream, false>* exit_pool = nullptr;
+struct frees_at_thread_exit {
+  int* p = nullptr;
+  ~frees_at_thread_exit() {
+    if (p != nullptr) exit_pool->destroy(p);
+  }
+};
+thread_local frees_at_thread_exit exit_keeper;
+
+TEST(ConcurrentObjectPool, FreesInLateThreadExitDestructorsDoNotUseUpThreadIndices) {
+  strata::concurrent_object_pool<int, strata::new_delete_upstream, false> pool;
+  exit_pool = &pool;
+  for (std::uint32_t i = 0; i < strata::detail::max_cached_threads + 100; ++i) {
+    std::thread([&] {
+      frees_at_thread_exit& keeper = exit_keeper;  // made before the first pool call
+      keeper.p = pool.create(1);
+    }).join();
+  }
+  EXPECT_EQ(pool.stats().live, 0u);
+  const std::uint64_t trips = pool.stats().depot_trips;
+  std::thread([&] {
+    for (int i = 0; i < 10000; ++i) pool.destroy(pool.create(i));
+  }).join();
+  // A thread with a cache: a handful of depot trips; without one, two per create/destroy.
+  EXPECT_LT(pool.stats().depot_trips - trips, 100u);
+  exit_pool = nullptr;
+}
+
 TEST(ConcurrentObjectPool, ShrinkReturnsChunksWhoseObjectsAreAllInTheDepot) {
   strata::concurrent_object_pool<payload> pool;
   std::vector<payload*> objects;
