@@ -5,7 +5,7 @@
   its answers wait, so its memory stays bounded.  Before (session 40's probe) it kept reading and
   queued every answer: 163 MB resident after 16 MiB of requests.
 - the same with large answers: the requests already read must not all be answered at once.  Before
-  (session 43's probe), 128 KiB of pipelined GETs with --body-bytes 65536 queued 470 MB of answers.
+  (session 42's probe), 128 KiB of pipelined GETs with --body-bytes 65536 queued 470 MB of answers.
 - more connections than the server has descriptors: it must not spin on the listening socket.
   Before, accept's EMFILE left it readable and the worker used a whole core while it lasted.
 

@@ -146,7 +146,7 @@ options parse(int argc, char** argv) {
   if (o.streams < 1 || o.streams > 256) args.fail("--streams out of range 1..256");
   if (o.kernels < 1 || o.kernels > 1000000) args.fail("--kernels out of range");
   // Finite and bounded, so that the conversions to iterations and nanoseconds below fit their
-  // integers.  Session 43's probe: args.hpp lets "nan" and "inf" through, and none of these
+  // integers.  Session 42's probe: args.hpp lets "nan" and "inf" through, and none of these
   // comparisons refused them: --burst-us nan or --work-per-us nan ran a kernel of 2^63 iterations
   // (past --timeout-s, which is checked between kernels), --burst-us inf one of none (exit 0),
   // --gap-us nan no gaps, and --timeout-s nan, inf or 1e10 timed out before the first kernel.

@@ -80,7 +80,7 @@ options parse_options(int argc, char** argv) {
   if (o.body_bytes > (16u << 20)) args.fail("--body-bytes over 16 MiB");
   if (o.scratch_allocs < 0 || o.scratch_allocs > 1000) args.fail("--scratch-allocs out of range");
   // "nan" passed `<= 0` and stopped the server at once after its ready line; "inf" or 1e300
-  // overflowed the deadline and the server ran unbounded (session 43's probe).
+  // overflowed the deadline and the server ran unbounded (session 42's probe).
   if (!std::isfinite(o.max_seconds) || o.max_seconds <= 0 || o.max_seconds > 1e7)
     args.fail("--max-seconds must be in (0, 1e7]");
   in_addr probe{};

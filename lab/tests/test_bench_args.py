@@ -79,7 +79,7 @@ def test_e3_tenant_sched_is_read_whole(sched, code):
 
 
 # (program, arguments of a short run, flag, value): numbers args.hpp reads ("inf" and "nan" are
-# numbers to it) that the program's own range checks let through.  Session 43's probe: the tenant
+# numbers to it) that the program's own range checks let through.  Session 42's probe: the tenant
 # with --burst-us nan or --work-per-us nan ran one kernel of 2^63 iterations past its own
 # --timeout-s, with --burst-us inf ran kernels of no work (exit 0), with --gap-us nan no gaps, and
 # with --timeout-s nan / inf / 1e10 timed out before its first kernel; a --start-at-ns of

@@ -45,7 +45,7 @@ def main(binary):
     refused(binary, ["--pool-mib", "17592186044416"], "--pool-mib")  # 2^44 MiB = 2^64 bytes
     refused(binary, ["--device-mib", "-1"], "--device-mib")
     refused(binary, ["--strata-cache-mib", "-1"], "--strata-cache-mib")
-    # Session 43's probe: --cap-factor inf (or F x the bound past 2^64) made every cell's device
+    # Session 42's probe: --cap-factor inf (or F x the bound past 2^64) made every cell's device
     # 0 bytes; --max-size past 2^62 aborted in the dry run (uncaught out_of_memory_error);
     # --device-mib with --cap-factor silently dropped --device-mib.
     refused(binary, ["--cap-factor", "inf"], "--cap-factor", "inf")
