@@ -301,16 +301,10 @@ void reset(buffer* b) noexcept {
 __attribute__((noinline)) buffer* new_buffer() noexcept {
   lock();
   buffer* b = spare_buffers;
-  if (b != nullptr) {
-    // A new thread number (numbers are never reused), reset under the lock: at_exit reads
-    // every registered buffer.
-    spare_buffers = b->next_queued;
-    b->thread = next_thread.fetch_add(1, std::memory_order_relaxed);
-    b->os_tid = os::thread_os_id();
-    reset(b);
-  }
+  if (b != nullptr) spare_buffers = b->next_queued;
   unlock();
-  if (b == nullptr) {
+  const bool fresh = b == nullptr;
+  if (fresh) {
     b = static_cast<buffer*>(os::map_plain(buffer_bytes));
     if (b == nullptr) {
       stop("no memory for a thread's buffer");
@@ -318,14 +312,18 @@ __attribute__((noinline)) buffer* new_buffer() noexcept {
     }
     b->area[0] = reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(b) + header_bytes);
     b->area[1] = b->area[0] + area_words;
-    b->thread = next_thread.fetch_add(1, std::memory_order_relaxed);
-    b->os_tid = os::thread_os_id();
-    reset(b);
-    lock();
+  }
+  // A new thread number (numbers are never reused), and the buffer reset under the lock: at_exit
+  // reads every registered buffer (a spare one is registered already, and empty).
+  lock();
+  b->thread = next_thread.fetch_add(1, std::memory_order_relaxed);
+  b->os_tid = os::thread_os_id();
+  reset(b);
+  if (fresh) {
     b->next = registry;
     registry = b;
-    unlock();
   }
+  unlock();
   tl_buffer = b;  // before pthread_setspecific, which may allocate
   pthread_setspecific(key, b);
   return b;
