@@ -7,7 +7,7 @@
 // header, the response buffer and --scratch-allocs handler temporaries come from malloc/new, per
 // request, so an LD_PRELOADed allocator carries the server's allocation traffic.
 //
-// Run:   strata-bench-e5-httpd --port 8080 --threads 2 [--max-seconds 600]
+// Run:   strata-bench-e5-httpd --port 8080 --threads 2 [--max-seconds 600] [--idle-timeout 60]
 //        prints {"event":"ready","port":P,...} once listening, and a JSON summary on exit
 //        (SIGTERM/SIGINT, or --max-seconds: the server never runs unbounded).
 // Smoke: strata-bench-e5-httpd --smoke: serves on an ephemeral loopback port, checks its own
@@ -23,6 +23,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -55,12 +56,13 @@ struct options {
   size_t body_bytes = 64;
   int scratch_allocs = 4;
   double max_seconds = 600;
+  double idle_timeout = 60;  // seconds without a whole request in or a byte of answer out
   bool smoke = false;
 };
 
 constexpr const char* kUsage =
     "usage: strata-bench-e5-httpd [--bind ADDR] [--port P (0: any)] [--threads N]\n"
-    "         [--body-bytes B] [--scratch-allocs N] [--max-seconds S] | --smoke";
+    "         [--body-bytes B] [--scratch-allocs N] [--max-seconds S] [--idle-timeout S] | --smoke";
 
 options parse_options(int argc, char** argv) {
   options o;
@@ -72,6 +74,7 @@ options parse_options(int argc, char** argv) {
     else if (args.is("--body-bytes")) o.body_bytes = args.value<size_t>();
     else if (args.is("--scratch-allocs")) o.scratch_allocs = args.value<int>();
     else if (args.is("--max-seconds")) o.max_seconds = args.value<double>();
+    else if (args.is("--idle-timeout")) o.idle_timeout = args.value<double>();
     else if (args.is("--smoke")) o.smoke = true;
     else args.unknown();
   }
@@ -83,6 +86,8 @@ options parse_options(int argc, char** argv) {
   // overflowed the deadline and the server ran unbounded (session 42's probe).
   if (!std::isfinite(o.max_seconds) || o.max_seconds <= 0 || o.max_seconds > 1e7)
     args.fail("--max-seconds must be in (0, 1e7]");
+  if (!std::isfinite(o.idle_timeout) || o.idle_timeout <= 0 || o.idle_timeout > 1e7)
+    args.fail("--idle-timeout must be in (0, 1e7]");
   in_addr probe{};
   if (inet_pton(AF_INET, o.bind.c_str(), &probe) != 1)  // was "cannot listen on ::1:0: Success"
     args.fail("--bind wants an IPv4 address, not \"" + o.bind + "\"");
@@ -90,10 +95,17 @@ options parse_options(int argc, char** argv) {
 }
 
 // ---- server ---------------------------------------------------------------------------------
+using clock_type = std::chrono::steady_clock;
+
 struct connection {
   int fd;
   char* in = nullptr;  // malloc'd, grows by realloc
   size_t in_len = 0, in_cap = 0;
+  strata::e5::parse_progress progress;  // of the request at the front of `in`
+  // Closed when reached: a client that sent nothing, or a header byte now and then (slowloris),
+  // or stopped reading its answers, held its connection and descriptor forever.  Pushed back by
+  // each whole request taken and each answer byte the client takes, never by request bytes alone.
+  clock_type::time_point deadline;
   char* out = nullptr;  // the pending response bytes, malloc'd per response batch
   size_t out_len = 0, out_off = 0;
   bool close_after_write = false;
@@ -138,20 +150,23 @@ const char* reason(int status) {
     case 200: return "OK";
     case 400: return "Bad Request";
     case 405: return "Method Not Allowed";
+    case 413: return "Content Too Large";
     case 431: return "Request Header Fields Too Large";
     default: return "Error";
   }
 }
 
 // Appends one response to the connection's pending output (a fresh malloc'd buffer each time the
-// previous one was fully written, as a simple server would).
+// previous one was fully written, as a simple server would).  A 405 names the methods served
+// (RFC 9110 15.5.6: the server MUST send Allow with it).
 void append_response(connection& c, int status, bool keep_alive, size_t body, bool head_only,
                      const std::string& body_bytes) {
   char header[256];
   int n = std::snprintf(header, sizeof header,
                         "HTTP/1.1 %d %s\r\nServer: strata-e5\r\nContent-Type: text/plain\r\n"
-                        "Content-Length: %zu\r\nConnection: %s\r\n\r\n",
-                        status, reason(status), body, keep_alive ? "keep-alive" : "close");
+                        "Content-Length: %zu\r\nConnection: %s\r\n%s\r\n",
+                        status, reason(status), body, keep_alive ? "keep-alive" : "close",
+                        status == 405 ? "Allow: GET, HEAD\r\n" : "");
   size_t add = size_t(n) + (head_only ? 0 : body);
   char* grown = static_cast<char*>(std::realloc(c.out, c.out_len + add));
   if (!grown) std::abort();
@@ -159,6 +174,15 @@ void append_response(connection& c, int status, bool keep_alive, size_t body, bo
   std::memcpy(c.out + c.out_len, header, size_t(n));
   if (!head_only) std::memcpy(c.out + c.out_len + n, body_bytes.data(), body);
   c.out_len += add;
+}
+
+// Appends bytes that are not a whole response (an interim 100) to the pending output.
+void append_bytes(connection& c, const char* bytes, size_t n) {
+  char* grown = static_cast<char*>(std::realloc(c.out, c.out_len + n));
+  if (!grown) std::abort();
+  c.out = grown;
+  std::memcpy(c.out + c.out_len, bytes, n);
+  c.out_len += n;
 }
 
 // Handler temporaries: what an application does per request (format a log line, build a small
@@ -185,23 +209,39 @@ uint64_t scratch_work(int count, uint64_t seed) {
 // (this session's probe).
 constexpr size_t k_max_pending_output = 64 * 1024;
 
-// Returns false when the connection must be closed now.
+// Returns false when the connection must be closed now.  `renewed` is the connection's deadline
+// once it has taken a request.
 bool handle_input(connection& c, const options& o, const std::string& body_bytes,
-                  worker_stats& st) {
+                  worker_stats& st, clock_type::time_point renewed) {
   size_t off = 0;
   while (off < c.in_len && !c.close_after_write &&
          c.out_len - c.out_off < k_max_pending_output) {
     request req;
-    parse_status ps = parse_request(std::string_view(c.in + off, c.in_len - off), req);
-    if (ps == parse_status::incomplete) break;
-    if (ps == parse_status::bad || ps == parse_status::too_large) {
+    bool had_header_block = c.progress.need != 0;
+    parse_status ps = parse_request(std::string_view(c.in + off, c.in_len - off), req, &c.progress);
+    if (ps == parse_status::incomplete) {
+      // RFC 9110 10.1.1: a request that expects 100-continue gets an answer as soon as its header
+      // block is in, not after its body, which the client holds back meanwhile (curl for 1 s).
+      // Nothing was sent, so every such request waited for the client to give up.  HTTP/1.0
+      // clients' expectations are ignored, as the RFC says.
+      const std::string* expect = req.header("Expect");
+      if (!had_header_block && c.progress.need != 0 && req.version == "HTTP/1.1" && expect &&
+          strata::e5::detail::has_token(*expect, "100-continue")) {
+        static constexpr char k_continue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+        append_bytes(c, k_continue, sizeof k_continue - 1);
+      }
+      break;
+    }
+    c.progress = {};
+    if (ps != parse_status::complete) {
       ++st.bad_requests;
-      int status = ps == parse_status::bad ? 400 : 431;
+      int status = ps == parse_status::bad ? 400 : ps == parse_status::too_large ? 431 : 413;
       append_response(c, status, false, 0, false, body_bytes);
       c.close_after_write = true;
       off = c.in_len;
       break;
     }
+    c.deadline = renewed;
     off += req.consumed;
     ++st.requests;
     scratch_work(o.scratch_allocs, st.requests);
@@ -221,7 +261,8 @@ bool handle_input(connection& c, const options& o, const std::string& body_bytes
 }
 
 // Writes pending output; returns false when the connection is finished (closed or failed).
-bool flush_output(connection& c) {
+// `renewed`: the connection's deadline once the client has taken a byte.
+bool flush_output(connection& c, clock_type::time_point renewed) {
   while (c.out_off < c.out_len) {
     ssize_t w = send(c.fd, c.out + c.out_off, c.out_len - c.out_off, MSG_NOSIGNAL);
     if (w < 0) {
@@ -230,6 +271,7 @@ bool flush_output(connection& c) {
       return false;
     }
     c.out_off += size_t(w);
+    c.deadline = renewed;
   }
   std::free(c.out);
   c.out = nullptr;
@@ -269,9 +311,18 @@ void worker_main(int listen_fd, const options& o, worker_stats& st) {
       }
     delete c;
   };
+  const auto idle = std::chrono::duration_cast<clock_type::duration>(
+      std::chrono::duration<double>(o.idle_timeout));
+  // Expired connections are looked for every min(idle / 4, 1 s) (a pass over `live`), so they
+  // are closed that much plus epoll_wait's 100 ms after their deadline at most.
+  const auto sweep_every = std::min<clock_type::duration>(idle / 4, std::chrono::seconds(1));
+  auto next_sweep = clock_type::now() + sweep_every;
   while (!g_stop.load(std::memory_order_relaxed)) {
     if (accept_paused && std::chrono::steady_clock::now() >= accept_resume_at) watch_listener(true);
     int n = epoll_wait(ep, events, 256, accept_paused ? 20 : 100);  // notices the stop flag promptly
+    // One clock read a wake-up: the deadlines need no finer time than that.
+    const auto now = clock_type::now();
+    const auto renewed = now + idle;
     for (int i = 0; i < n; ++i) {
       if (events[i].data.ptr == nullptr) {
         for (;;) {
@@ -286,6 +337,7 @@ void worker_main(int listen_fd, const options& o, worker_stats& st) {
           int one = 1;
           setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
           auto* c = new connection(fd);
+          c->deadline = renewed;
           epoll_event cev{};
           cev.events = EPOLLIN | EPOLLRDHUP;
           cev.data.ptr = c;
@@ -297,7 +349,7 @@ void worker_main(int listen_fd, const options& o, worker_stats& st) {
       }
       auto* c = static_cast<connection*>(events[i].data.ptr);
       bool alive = true, eof = false;
-      if (events[i].events & EPOLLOUT) alive = flush_output(*c);
+      if (events[i].events & EPOLLOUT) alive = flush_output(*c, renewed);
       if (alive && (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))) {
         for (;;) {
           if (c->in_cap - c->in_len < 4096) {
@@ -322,9 +374,9 @@ void worker_main(int listen_fd, const options& o, worker_stats& st) {
       // (k_max_pending_output): the requests a batch left are taken up once its answers are out,
       // here, since no EPOLLIN comes for bytes already read.
       while (alive && c->out_len == 0) {
-        handle_input(*c, o, body_bytes, st);
+        handle_input(*c, o, body_bytes, st, renewed);
         if (c->out_len == 0) break;
-        alive = flush_output(*c);  // false: failed, or written and the connection ends
+        alive = flush_output(*c, renewed);  // false: failed, or written and the connection ends
       }
       if (alive && !eof && c->writing != (c->out_len != 0)) {
         // While answers wait, read nothing more (EPOLLIN off until they are out): a client that
@@ -338,6 +390,11 @@ void worker_main(int listen_fd, const options& o, worker_stats& st) {
       }
       if (eof) alive = false;
       if (!alive) close_conn(c);
+    }
+    if (now >= next_sweep) {
+      next_sweep = now + sweep_every;
+      for (size_t k = live.size(); k-- > 0;)  // close_conn moves the last entry, already seen, to k
+        if (live[k]->deadline <= now) close_conn(live[k]);
     }
   }
   while (!live.empty()) close_conn(live.back());
@@ -474,7 +531,7 @@ int smoke() {
     check(c.read_response(body, false, conn) == 405, "POST -> 405");
     check(c.send_all(get), "send after POST");
     check(c.read_response(body, false, conn) == 200, "body consumed: next request 200");
-    check(c.send_all("GET / HTTP/1.1\r\nConnection: close\r\n\r\n"), "send close");
+    check(c.send_all("GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"), "send close");
     check(c.read_response(body, false, conn) == 200 && conn == "close", "Connection: close");
     check(c.closed_by_peer(), "server closes after Connection: close");
   }

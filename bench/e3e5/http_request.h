@@ -17,6 +17,7 @@ enum class parse_status {
   incomplete,  // need more bytes
   bad,         // malformed: answer 400 and close
   too_large,   // header block over the limit: answer 431 and close
+  body_too_large,  // Content-Length over the limit: answer 413 and close
 };
 
 struct request {
@@ -37,6 +38,15 @@ struct request {
 
 inline constexpr size_t k_max_header_bytes = 64 * 1024;
 inline constexpr size_t k_max_body_bytes = 1 << 20;
+
+// How far parse_request got with a request that is not all there yet, for the next call on the
+// same request with more bytes: it resumes there.  Rescanning every byte on every read made a
+// request that trickles in cost its size squared (64 KiB of headers a byte at a time: 2 G byte
+// visits).  Relative to the request's first byte; start each request with a fresh one.
+struct parse_progress {
+  size_t scanned = 0;  // the bytes before this hold no header-block end and no bare LF
+  size_t need = 0;     // once the header block is complete: the request's length with its body
+};
 
 namespace detail {
 inline bool is_token_char(char c) {
@@ -66,21 +76,64 @@ inline bool has_token(std::string_view list, std::string_view token) {
 inline bool is_forbidden_ctl(char c) {
   return (static_cast<unsigned char>(c) < 0x20 && c != '\t') || c == '\x7f';
 }
+
+inline bool is_hex(char c) {
+  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+// RFC 9110 7.2: Host = uri-host [ ":" port ], uri-host an IP-literal in brackets (checked
+// loosely: hex digits, ':', '.', 'v') or a reg-name (unreserved, pct-encoded, sub-delims; RFC 3986
+// 3.2.2), port digits.  Empty is valid (a target with no authority).
+inline bool is_valid_host(std::string_view h) {
+  size_t i = 0;
+  if (!h.empty() && h[0] == '[') {
+    size_t close = h.find(']');
+    if (close == std::string_view::npos) return false;
+    for (char c : h.substr(1, close - 1))
+      if (!is_hex(c) && c != ':' && c != '.' && c != 'v' && c != 'V') return false;
+    i = close + 1;
+  } else {
+    for (; i < h.size() && h[i] != ':'; ++i) {
+      char c = h[i];
+      if (c == '%') {
+        if (i + 2 >= h.size() || !is_hex(h[i + 1]) || !is_hex(h[i + 2])) return false;
+        i += 2;
+      } else if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                   std::strchr("-._~!$&'()*+,;=", c) != nullptr)) {
+        return false;
+      }
+    }
+  }
+  if (i == h.size()) return true;
+  if (h[i] != ':') return false;
+  for (char c : h.substr(i + 1))
+    if (c < '0' || c > '9') return false;
+  return true;
+}
 }  // namespace detail
 
-// Parses one request from the front of `in`.
-inline parse_status parse_request(std::string_view in, request& req) {
-  size_t end = in.find("\r\n\r\n");
+// Parses one request from the front of `in`.  With `progress`, a call that returns incomplete
+// records how far it got, and the next call with more bytes of the same request resumes there
+// (the first `progress->scanned` bytes must not have changed).
+inline parse_status parse_request(std::string_view in, request& req,
+                                  parse_progress* progress = nullptr) {
+  parse_progress fresh;
+  parse_progress& pp = progress ? *progress : fresh;
+  if (pp.need > in.size()) return parse_status::incomplete;  // the body is still coming
+  // The header-block end may straddle what was scanned and what is new: back up 3 bytes.
+  size_t end = in.find("\r\n\r\n", pp.scanned < 3 ? 0 : pp.scanned - 3);
   // A bare LF ends a line for some parsers (RFC 9112 2.2 lets a recipient take it so) and not for
   // this one, which split lines at CRLF only and kept "a\nContent-Length: 22" as one field's value:
   // two parsers then read a different body length from the same bytes (request smuggling).  Refused
   // as soon as it is seen, so a bare-LF request is also answered at once instead of waiting for the
   // client to give up.
   std::string_view scanned = in.substr(0, end == std::string_view::npos ? in.size() : end);
-  for (size_t lf = scanned.find('\n'); lf != std::string_view::npos; lf = scanned.find('\n', lf + 1))
+  for (size_t lf = scanned.find('\n', pp.scanned); lf != std::string_view::npos;
+       lf = scanned.find('\n', lf + 1))
     if (lf == 0 || scanned[lf - 1] != '\r') return parse_status::bad;
-  if (end == std::string_view::npos)
+  if (end == std::string_view::npos) {
+    pp.scanned = in.size();
     return in.size() > k_max_header_bytes ? parse_status::too_large : parse_status::incomplete;
+  }
   if (end > k_max_header_bytes) return parse_status::too_large;
   std::string_view head = in.substr(0, end);
 
@@ -120,6 +173,13 @@ inline parse_status parse_request(std::string_view in, request& req) {
   }
 
   if (req.header("Transfer-Encoding")) return parse_status::bad;  // chunked bodies: not supported
+  // RFC 9112 3.2: 400 for an HTTP/1.1 request without Host, and for any request with more than
+  // one Host line or an invalid value (two servers could pick different hosts from one request).
+  const std::string* host = req.header("Host");
+  for (auto& h : req.headers)
+    if (host && &h.second != host && strcasecmp(h.first.c_str(), "Host") == 0)
+      return parse_status::bad;
+  if (host ? !detail::is_valid_host(*host) : req.version == "HTTP/1.1") return parse_status::bad;
   // Content-Length given twice with different values: a message whose end the server and a proxy
   // in front of it could read differently (RFC 9112 6.3): refused.  (The first value was used,
   // and the rest of the body was parsed as the next request.)
@@ -134,7 +194,7 @@ inline parse_status parse_request(std::string_view in, request& req) {
       if (c < '0' || c > '9') return parse_status::bad;
       n = n * 10 + size_t(c - '0');
     }
-    if (n > k_max_body_bytes) return parse_status::too_large;
+    if (n > k_max_body_bytes) return parse_status::body_too_large;
     req.content_length = n;
   }
   const std::string* conn = req.header("Connection");
@@ -144,7 +204,12 @@ inline parse_status parse_request(std::string_view in, request& req) {
     req.keep_alive = conn && detail::has_token(*conn, "keep-alive");
 
   size_t total = end + 4 + req.content_length;
-  if (in.size() < total) return parse_status::incomplete;
+  if (in.size() < total) {
+    // Parsed, body still coming: the next calls wait for `need` bytes, then find `end` again.
+    pp.scanned = end;
+    pp.need = total;
+    return parse_status::incomplete;
+  }
   req.consumed = total;
   return parse_status::complete;
 }

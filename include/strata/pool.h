@@ -42,14 +42,18 @@ typedef struct strata_pool_stats {
  * (bad size/alignment/flags) or ENOMEM. */
 strata_pool_t* strata_pool_create(size_t object_size, size_t alignment, size_t capacity,
                                   unsigned flags);
-/* Frees every chunk.  Objects still live are freed with it (no destructors in C). */
+/* Frees every chunk.  Objects still live are freed with it (no destructors in C).  A NULL pool
+ * is ignored. */
 void strata_pool_destroy(strata_pool_t* pool);
-/* An uninitialised object, or NULL with errno ENOMEM. */
+/* An uninitialised object, or NULL with errno ENOMEM (EINVAL: pool is NULL). */
 void* strata_pool_alloc(strata_pool_t* pool);
-/* p must come from strata_pool_alloc on this pool (checked pools abort otherwise). */
+/* p must come from strata_pool_alloc on this pool (checked pools abort otherwise).  A NULL p is
+ * ignored; a NULL pool with another p frees nothing and sets errno EINVAL. */
 void strata_pool_free(strata_pool_t* pool, void* p);
-/* Gives chunks with no live object back to malloc; returns the bytes released. */
+/* Gives chunks with no live object back to malloc; returns the bytes released (0 with errno
+ * EINVAL: pool is NULL). */
 size_t strata_pool_shrink(strata_pool_t* pool);
+/* Fills *out; a NULL pool or out sets errno EINVAL (and zeroes *out if out is not NULL). */
 void strata_pool_get_stats(const strata_pool_t* pool, strata_pool_stats_t* out);
 
 #ifdef __cplusplus

@@ -28,6 +28,7 @@ CASES = [
     ("strata-bench-e3-tenant", ["--role", "lc", "--smoke"], "--timeout-s", "9s"),
     ("strata-bench-e5-httpd", ["--smoke"], "--threads", "1x"),
     ("strata-bench-e5-httpd", ["--smoke"], "--body-bytes", "-1"),
+    ("strata-bench-e5-httpd", ["--smoke"], "--idle-timeout", "5s"),
 ]
 
 
@@ -102,6 +103,10 @@ UNRUNNABLE = [
     ("strata-bench-e5-httpd", ["--port", "0"], "--max-seconds", "nan"),
     ("strata-bench-e5-httpd", ["--port", "0"], "--max-seconds", "inf"),
     ("strata-bench-e5-httpd", ["--port", "0"], "--bind", "::1"),
+    ("strata-bench-e5-httpd", ["--port", "0"], "--idle-timeout", "nan"),
+    ("strata-bench-e5-httpd", ["--port", "0"], "--idle-timeout", "inf"),
+    ("strata-bench-e5-httpd", ["--port", "0"], "--idle-timeout", "0"),
+    ("strata-bench-e5-httpd", ["--port", "0"], "--idle-timeout", "-1"),
 ]
 
 

@@ -101,7 +101,13 @@ extern "C" void strata_pool_destroy(strata_pool_t* pool) {
   delete pool;
 }
 
+// A NULL pool is a bad argument like a bad size at creation (EINVAL), not a crash: the functions
+// that return something say so with errno; free, like free(NULL), ignores a NULL object.
 extern "C" void* strata_pool_alloc(strata_pool_t* pool) {
+  if (pool == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
   void* p = nullptr;
   try {
     p = pool->ops->alloc(pool->core);
@@ -112,12 +118,28 @@ extern "C" void* strata_pool_alloc(strata_pool_t* pool) {
 }
 
 extern "C" void strata_pool_free(strata_pool_t* pool, void* p) {
-  if (p != nullptr) pool->ops->free(pool->core, p);
+  if (p == nullptr) return;
+  if (pool == nullptr) {
+    errno = EINVAL;
+    return;
+  }
+  pool->ops->free(pool->core, p);
 }
 
-extern "C" size_t strata_pool_shrink(strata_pool_t* pool) { return pool->ops->shrink(pool->core); }
+extern "C" size_t strata_pool_shrink(strata_pool_t* pool) {
+  if (pool == nullptr) {
+    errno = EINVAL;
+    return 0;
+  }
+  return pool->ops->shrink(pool->core);
+}
 
 extern "C" void strata_pool_get_stats(const strata_pool_t* pool, strata_pool_stats_t* out) {
+  if (pool == nullptr || out == nullptr) {
+    if (out != nullptr) *out = strata_pool_stats_t{};
+    errno = EINVAL;
+    return;
+  }
   strata::pool_stats s = pool->ops->stats(pool->core);
   out->live = s.live;
   out->free = s.free;

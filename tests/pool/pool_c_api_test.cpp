@@ -29,6 +29,41 @@ TEST(PoolCApi, RejectsBadArguments) {
   EXPECT_EQ(errno, EINVAL);
 }
 
+// strata_pool_alloc(NULL) dereferenced the pool and crashed (found by probing): every function
+// that takes a pool reports a NULL one as a bad argument, the way strata_pool_create does.
+TEST(PoolCApi, RejectsANullPool) {
+  errno = 0;
+  EXPECT_EQ(strata_pool_alloc(nullptr), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  errno = 0;
+  EXPECT_EQ(strata_pool_shrink(nullptr), 0u);
+  EXPECT_EQ(errno, EINVAL);
+  strata_pool_stats_t s;
+  std::memset(&s, 0xff, sizeof s);
+  errno = 0;
+  strata_pool_get_stats(nullptr, &s);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(s.live, 0u);  // zeroed, not left as garbage
+  EXPECT_EQ(s.allocations, 0u);
+  int object = 0;
+  errno = 0;
+  strata_pool_free(nullptr, &object);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(object, 0);  // untouched
+  strata_pool_t* pool = strata_pool_create(16, 8, 1, 0);
+  ASSERT_NE(pool, nullptr);
+  errno = 0;
+  strata_pool_get_stats(pool, nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  // Like free(NULL), these stay quiet no-ops.
+  errno = 0;
+  strata_pool_free(pool, nullptr);
+  strata_pool_free(nullptr, nullptr);
+  strata_pool_destroy(nullptr);
+  EXPECT_EQ(errno, 0);
+  strata_pool_destroy(pool);
+}
+
 class PoolCApiFlags : public ::testing::TestWithParam<unsigned> {};
 
 // Session 40b's probe: a capacity whose byte count wraps (24 x capacity = 2^64 + 8) gave a pool
