@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -109,6 +110,32 @@ TEST_F(plugin, cache_and_release_threshold_come_from_the_environment) {
   for (const char* v : {"STRATA_GPU_INITIAL_MIB", "STRATA_GPU_RELEASE_THRESHOLD_MIB",
                         "STRATA_GPU_CACHE_MIB", "STRATA_GPU_WAIT_BEFORE_GROWTH"})
     unsetenv(v);
+}
+
+// Session 43's probe: a PyTorch-like stress near the device's capacity spent most of its time in
+// failing calls, each waiting strata_options::pressure_wait (200 ms) for other threads' frees,
+// and nothing let a program that handles out-of-memory itself shorten that wait.  The wait is a
+// lower bound on a failing call's time (it sleeps until its deadline when nothing is freed), so
+// this checks the variable took effect without timing anything upward.
+TEST_F(plugin, the_pressure_wait_comes_from_the_environment) {
+  constexpr int dev = 17;
+  setenv("STRATA_GPU_SIM_MIB", "64", 1);
+  setenv("STRATA_GPU_PRESSURE_WAIT_MS", "600", 1);
+  // 40 MiB held: 40 more fit the device's size, not what is left of it (a request larger than
+  // the device fails without waiting).
+  void* held = strata_torch_malloc(std::size_t{40} << 20, dev, nullptr);
+  ASSERT_NE(held, nullptr) << strata_gpu_last_error();
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(strata_torch_malloc(std::size_t{40} << 20, dev, nullptr), nullptr);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(600));
+  EXPECT_EQ(stats(dev).failed_allocations, 1u);
+  strata_torch_free(held, std::size_t{40} << 20, dev, nullptr);
+  setenv("STRATA_GPU_PRESSURE_WAIT_MS", "3600001", 1);  // over an hour
+  EXPECT_EQ(strata_torch_malloc(256, dev + 1, nullptr), nullptr);
+  EXPECT_NE(std::string(strata_gpu_last_error()).find("STRATA_GPU_PRESSURE_WAIT_MS"), std::string::npos)
+      << strata_gpu_last_error();
+  unsetenv("STRATA_GPU_PRESSURE_WAIT_MS");
+  unsetenv("STRATA_GPU_SIM_MIB");
 }
 
 TEST_F(plugin, a_bad_flag_is_refused_with_its_name) {

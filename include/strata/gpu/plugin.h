@@ -17,6 +17,7 @@
  *   STRATA_GPU_RELEASE_THRESHOLD_MIB  strata_options::release_threshold (default: keep all)
  *   STRATA_GPU_CACHE_MIB          strata_options::cache_bytes (default: no cap)
  *   STRATA_GPU_WAIT_BEFORE_GROWTH strata_options::wait_before_growth, 0 or 1 (default 0)
+ *   STRATA_GPU_PRESSURE_WAIT_MS   strata_options::pressure_wait in ms (default 200, at most 3600000)
  *
  * Streams are the framework's own (cudaStream_t == CUstream); 0 is the legacy default stream.
  * A block must be freed with the size and stream it was allocated with, as both frameworks do.

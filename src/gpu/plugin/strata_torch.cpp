@@ -9,6 +9,7 @@
 #include <strata/gpu/gpu.hpp>
 
 #include <array>
+#include <chrono>
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
@@ -25,18 +26,28 @@ constexpr int max_devices = 64;
 
 thread_local std::string last_error;
 
-std::size_t env_mib(const char* name, std::size_t fallback) {
+// A whole number in digits from the environment, at most `max`; `fallback` when unset.
+unsigned long long env_count(const char* name, unsigned long long fallback, unsigned long long max,
+                             const char* unit) {
   const char* v = std::getenv(name);
   if (v == nullptr || *v == '\0') return fallback;
-  // Digits only: strtoull would take "-1" as 2^64 - 1, and more than 2^44 MiB wraps in bytes.
+  // Digits only: strtoull would take "-1" as 2^64 - 1.
   char* end = nullptr;
   errno = 0;
   const unsigned long long n = std::strtoull(v, &end, 10);
   if (*v < '0' || *v > '9' || *end != '\0')
-    throw std::invalid_argument(std::string(name) + ": not a number of MiB: " + v);
-  if (errno == ERANGE || n > (SIZE_MAX >> 20))
-    throw std::invalid_argument(std::string(name) + ": more MiB than the address space: " + v);
-  return static_cast<std::size_t>(n) << 20;
+    throw std::invalid_argument(std::string(name) + ": not a number of " + unit + ": " + v);
+  if (errno == ERANGE || n > max)
+    throw std::invalid_argument(std::string(name) + ": more " + unit + " than " +
+                                std::to_string(max) + ": " + v);
+  return n;
+}
+
+// More than 2^44 MiB would wrap in bytes.
+std::size_t env_mib(const char* name, std::size_t fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;  // in bytes, not always whole MiB
+  return static_cast<std::size_t>(env_count(name, 0, SIZE_MAX >> 20, "MiB")) << 20;
 }
 
 bool env_flag(const char* name, bool fallback) {
@@ -75,6 +86,10 @@ struct device_stack {
     o.release_threshold = env_mib("STRATA_GPU_RELEASE_THRESHOLD_MIB", o.release_threshold);
     o.cache_bytes = env_mib("STRATA_GPU_CACHE_MIB", o.cache_bytes);
     o.wait_before_growth = env_flag("STRATA_GPU_WAIT_BEFORE_GROWTH", o.wait_before_growth);
+    // A program that handles out-of-memory itself (PyTorch's allocator raises at once) may not
+    // want a failing call to wait for other threads' frees first (an hour at most).
+    o.pressure_wait = std::chrono::milliseconds(
+        env_count("STRATA_GPU_PRESSURE_WAIT_MS", o.pressure_wait.count(), 3600000, "milliseconds"));
     device_memory = std::make_unique<cuda_resource>(backend);
     strata = std::make_unique<strata_resource>(*device_memory, o);
     stats = std::make_unique<statistics_adaptor>(*strata);
