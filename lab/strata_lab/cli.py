@@ -176,7 +176,8 @@ def cmd_run(a: argparse.Namespace) -> int:
     if budget > 0:
         who = "" if converge is None else f" ({', '.join(converge)} against {baseline}, only they run them)"
         err.print(f"strata-lab: adaptive rounds: more rounds (up to {max_rounds}) for cells whose ratio "
-                  f"intervals{who} are wider than ±{target * 100:g} %; the run ends within {budget:g} s "
+                  f"intervals{who} are wider than ±{target * 100:g} % or not yet 95 % intervals (fewer than 6 "
+                  f"rounds); the run ends within {budget:g} s "
                   f"(after {runner.ALWAYS_ROUNDS} rounds, rounds that would end later are left out)")
     if instructions:
         n = len(runner.instruction_cells(cells))

@@ -67,7 +67,7 @@ def plot_throughput(an: Analysis) -> str:
         ax.set_ylabel(f"{c.metric} ({c.unit}){'' if c.higher_is_better else ' ↓'}",
                       fontsize=8)
         ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 4))
-    fig.suptitle("primary metric: median with bootstrap 95 % interval")
+    fig.suptitle("primary metric: median with its order-statistic 95 % interval ((min, max) below 6 rounds)")
     return _png(fig)
 
 

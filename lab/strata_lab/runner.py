@@ -546,8 +546,9 @@ def cell_ratios(doc: RunDoc, cell: Cell, variants: list[Variant], baseline: str)
 
 
 def converged(ratios: dict, target: float) -> bool:
-    return all(p is not None and p.half_width is not None and p.half_width <= target
-               for p in ratios.values())
+    """Every ratio's interval within ±target and of full 95 % coverage (PairedRatio.within): a
+    (min, max) of fewer than 6 rounds does not end a cell's adaptive rounds however narrow."""
+    return all(p is not None and p.within(target) for p in ratios.values())
 
 
 def divide(budget: float, needs: dict) -> dict:

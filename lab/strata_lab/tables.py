@@ -289,7 +289,8 @@ def markdown(an: Analysis, doc: RunDoc, extra: str = "") -> str:
     geo = []
     for v in an.variants:
         g = an.geomean.get(v)
-        geo.append("–" if not g else f"**{stats.fmt_ratio(g.speedup)}** {ci_text(g.ci)}")
+        geo.append("–" if not g else f"**{stats.fmt_ratio(g.speedup)}** {ci_text(g.ci)}"
+                   + (f" ({g.cells}/{g.of} cells)" if g.cells != g.of else ""))
     out += ["| geometric mean | " + " | ".join(geo) + " |", "",
             "## Peak RSS (median, ratio to the baseline: < 1 is smaller)", "",
             "| cell | " + " | ".join(an.variants) + " |", "|---|" + "---:|" * len(an.variants)]

@@ -129,3 +129,84 @@ def test_pareto_frontier_and_the_peers_both_faster_and_leaner():
     per = {"strata": entry(10, 30), "c": entry(8, 20)}
     assert analysis.pareto(per, False).dominating == {"strata": ["c"]}
     assert analysis.pareto(per, True).dominating == {}
+
+
+def test_a_ratio_is_within_the_target_only_as_a_95_percent_interval():
+    """Adaptive rounds stopped as soon as a cell's interval was within ±target, though below 6
+    rounds that interval is (min, max) of 50-94 % coverage: 3 rounds that agreed within ±3 %
+    ended the cell with a 75 % interval.  Stopping that way held the true ratio in about 75 %
+    of the final intervals (log ratios N(0, 0.03), 3 planned rounds, target ±3 %)."""
+    from strata_lab import runner
+
+    p3 = stats.paired_ratio([2.0, 2.0, 2.0])
+    assert p3.half_width == 0.0 and not p3.within(0.03)
+    assert not runner.converged({"x": p3}, 0.03)
+    assert stats.rounds_needed(p3, 0.03) == 6
+    p6 = stats.paired_ratio([2.0] * 6)
+    assert p6.within(0.03) and runner.converged({"x": p6}, 0.03)
+    assert stats.rounds_needed(p6, 0.03) == 6
+
+    rng = np.random.default_rng(11)
+    hits = 0
+    for _ in range(1000):
+        logs = list(rng.normal(0.0, 0.03, 3))
+        while len(logs) < 50 and not runner.converged({"x": stats.paired_ratio(np.exp(logs))}, 0.03):
+            logs.append(rng.normal(0.0, 0.03))
+        p = stats.paired_ratio(np.exp(logs))
+        hits += p.ci_low <= 1.0 <= p.ci_high
+    assert hits / 1000 >= 0.93
+
+    # the report: 5 rounds that agree exactly are not "within ±3 %" as a 95 % interval
+    d = doc_with({("a/t1", "base"): [10] * 5, ("a/t1", "x"): [20] * 5,
+                  ("b/t4", "base"): [8] * 6, ("b/t4", "x"): [4] * 6})
+    conv = analysis.analyse(RunDoc.from_json(d)).convergence
+    assert not conv.cells["a/t1"].converged and conv.cells["b/t4"].converged
+    assert "x (5 rounds: an interval that covers 93.8 %, not 95 %) ±0.0 % after 5 rounds" in conv.not_converged["a/t1"]
+
+
+def test_the_geometric_mean_has_no_interval_when_a_cell_has_one_round():
+    """A cell with a single paired round was resampled as itself: the geometric mean's interval
+    treated its ratio as exact.  With cells of 1, 1 and 10 rounds it held the true geometric
+    mean 42 % of the time; now there is no interval, as for that cell's own ratio."""
+    point, ci = stats.geomean_paired([[math.log(2.0)], [0.1, 0.2, 0.3]])
+    assert point == pytest.approx(math.exp((math.log(2.0) + 0.2) / 2)) and ci is None
+    d = doc_with({("a/t1", "base"): [10], ("a/t1", "x"): [20],
+                  ("b/t4", "base"): [8, 9, 8], ("b/t4", "x"): [4, 5, 4]})
+    an = analysis.analyse(RunDoc.from_json(d))
+    assert an.geomean["x"].speedup > 1 and an.geomean["x"].ci is None
+    assert an.cells[1].by_variant["x"].speedup_ci is not None
+
+
+def test_markdown_says_over_how_many_cells_a_geometric_mean_is_taken():
+    """The terminal table said "(1/2 cells)" under a geometric mean that left out a cell where
+    the variant failed every sample; summary.md and report.html showed the bare number."""
+    from strata_lab import tables
+
+    d = doc_with({("a/t1", "base"): [10, 11, 12, 10, 11], ("a/t1", "x"): [20, 21, 22, 20, 21],
+                  ("b/t4", "base"): [8] * 5, ("b/t4", "x"): []}, failures=[("b/t4", "x")] * 5)
+    doc = RunDoc.from_json(d)
+    md = tables.markdown(analysis.analyse(doc), doc)
+    geo = next(line for line in md.splitlines() if line.startswith("| geometric mean |"))
+    assert "(1/2 cells)" in geo
+
+
+def test_few_planned_rounds_are_not_flagged_once_every_cell_has_enough():
+    """Adaptive rounds brought every cell to 50 rounds, yet the report warned "only 3 rounds per
+    cell were planned (< 5): intervals and tests are weak"."""
+    d = doc_with({("a/t1", "base"): [10, 11, 12, 10, 11, 10], ("a/t1", "x"): [20, 21, 22, 20, 21, 20],
+                  ("b/t4", "base"): [8] * 6, ("b/t4", "x"): [4] * 6})
+    d["settings"]["rounds"] = 3
+    assert not any("rounds per cell were planned" in w for w in analysis.analyse(RunDoc.from_json(d)).warnings)
+    d = doc_with({("a/t1", "base"): [10, 11, 12], ("a/t1", "x"): [20, 21, 22],
+                  ("b/t4", "base"): [8] * 3, ("b/t4", "x"): [4] * 3})
+    d["settings"]["rounds"] = 3
+    assert any("only 3 rounds per cell were planned" in w for w in analysis.analyse(RunDoc.from_json(d)).warnings)
+
+
+def test_the_geometric_mean_of_one_cell_is_that_cells_ratio_and_interval():
+    """With one cell the run printed glibc 0.70x [0.63-0.78] in the cell and 0.70x [0.64-0.76]
+    as the geometric mean of the same ratio: a bootstrap beside the exact interval."""
+    r = [0.6, 0.65, 0.7, 0.72, 0.75, 0.8, 0.66]
+    p = stats.paired_ratio(r)
+    point, ci = stats.geomean_paired([np.log(r)])
+    assert point == pytest.approx(p.ratio) and ci == (pytest.approx(p.ci_low), pytest.approx(p.ci_high))
