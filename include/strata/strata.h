@@ -50,13 +50,17 @@ typedef struct strata_stats {
   uint64_t remote_free_count;  /* frees by a thread other than the owner */
   uint64_t huge_count;         /* live direct mappings */
   uint64_t mmap_calls, munmap_calls, madvise_calls;
-  uint64_t segments;           /* live segments */
+  uint64_t segments;           /* live mappings: 32 MiB segments, and huge blocks' own (live or
+                                  kept for reuse) */
   uint64_t abandoned_segments; /* segments of exited threads not yet reclaimed */
   uint64_t reclaimed_segments; /* segments taken over from exited threads (cumulative) */
-  uint64_t threads;            /* thread heaps alive */
+  uint64_t threads;            /* thread heaps alive (not the shared one of threads past their
+                                  heap's end) */
   uint64_t bad_free_count;     /* invalid or double frees detected */
 } strata_stats_t;
 
+/* The cumulative counts never go back from one call to the next, and free_count never passes
+ * malloc_count, while other threads run and exit too. */
 void strata_stats_get(strata_stats_t* out);
 /* Prints the statistics (with per-size-class counts) to stderr. */
 void strata_stats_print(void);

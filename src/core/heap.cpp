@@ -845,6 +845,10 @@ void heap_abandon(heap* h, bool forked = false) noexcept {
   h->spare_bytes = 0;
   h->remote_loose.store(0, std::memory_order_relaxed);  // its loose pages leave with their segments
   segments_abandon(h);
+  // The counters move to g_retired under the registry's lock, which the statistics hold while
+  // they read (heap_registry_held): they see them in the heap or in g_retired, never both or
+  // neither.
+  lock_guard g(registry_lock);
   for (size_t i = 0; i < small_slots; ++i) {
     g_retired.alloc_count[small_classes.cls[i]].fetch_add(h->alloc_small[i].get(), std::memory_order_relaxed);
     h->alloc_small[i].v.store(0, std::memory_order_relaxed);
@@ -865,7 +869,6 @@ void heap_abandon(heap* h, bool forked = false) noexcept {
   }
   h->remote_frees_at_purge = 0;
   h->purge_due_ms = 0;
-  lock_guard g(registry_lock);
   h->alive.store(false, std::memory_order_relaxed);
 }
 
@@ -1205,10 +1208,11 @@ void orphan_trim() noexcept {
   if (orphan_heap != nullptr) heap_trim_as(orphan_heap, true, false);
 }
 
-heap* heap_registry_first() noexcept {
-  lock_guard g(registry_lock);
-  return registry;
-}
+heap_registry_held::heap_registry_held() noexcept { registry_lock.lock(); }
+heap_registry_held::~heap_registry_held() { registry_lock.unlock(); }
+heap* heap_registry_held::first() const noexcept { return registry; }
+
+bool heap_is_orphan(const heap* h) noexcept { return h->tid == orphan_tid; }
 
 void heap_locks_acquire() noexcept {
   orphan_lock.lock();

@@ -65,7 +65,21 @@ void heap_schedule_purge(heap* h) noexcept;
 void heap_thread_done(void* h) noexcept;
 
 // Registry of every heap (for statistics and fork); heaps are never unmapped.
-heap* heap_registry_first() noexcept;
+// The statistics walk it holding its lock (heap_registry_held), under which a heap joins it and
+// an exiting thread's heap folds its counters into g_retired: read outside it, a walk that began
+// before a fold missed the heap's counts (g_retired read first, the heap's zeroed) or counted
+// them twice, and a cumulative count (malloc_count) went back by them at the next reading.
+// Not to be nested (spin lock), nor held across anything that may abandon a heap.
+class heap_registry_held {
+ public:
+  heap_registry_held() noexcept;
+  ~heap_registry_held();
+  heap_registry_held(const heap_registry_held&) = delete;
+  heap_registry_held& operator=(const heap_registry_held&) = delete;
+  heap* first() const noexcept;
+};
+// The orphan heap (heap.cpp, orphan_alloc) serves no thread of its own: not counted in `threads`.
+bool heap_is_orphan(const heap* h) noexcept;
 void heap_locks_acquire() noexcept;
 void heap_locks_release(bool in_child) noexcept;
 

@@ -7,6 +7,22 @@
 
 namespace strata::report {
 namespace {
+// The length of the well-formed UTF-8 character at s (its first byte 0x80 or more), or 0 when
+// there is none: a stray continuation byte, an overlong form, a surrogate, past U+10FFFF, or a
+// truncated sequence (the NUL ends it).
+size_t utf8_length(const unsigned char* s) noexcept {
+  unsigned char b = s[0];
+  size_t n = b >= 0xc2 && b <= 0xdf ? 2 : b >= 0xe0 && b <= 0xef ? 3 : b >= 0xf0 && b <= 0xf4 ? 4 : 0;
+  if (n == 0) return 0;
+  // The second byte's range narrows after E0 (overlong), ED (surrogates), F0 (overlong), F4.
+  unsigned char lo = b == 0xe0 ? 0xa0 : b == 0xf0 ? 0x90 : 0x80;
+  unsigned char hi = b == 0xed ? 0x9f : b == 0xf4 ? 0x8f : 0xbf;
+  if (s[1] < lo || s[1] > hi) return 0;
+  for (size_t i = 2; i < n; ++i)
+    if (s[i] < 0x80 || s[i] > 0xbf) return 0;
+  return n;
+}
+
 void vto_fd(int fd, const char* fmt, va_list ap) noexcept {
   int saved = errno;
   char line[1024];
@@ -82,12 +98,20 @@ void json_writer::field_text(const char* k, const char* v) noexcept {
   } else {
     raw("\"");
     for (const char* c = v; *c; ++c) {
-      if (*c == '"' || *c == '\\')
+      if (*c == '"' || *c == '\\') {
         printf("\\%c", *c);
-      else if (static_cast<unsigned char>(*c) < 0x20)
+      } else if (static_cast<unsigned char>(*c) < 0x20) {
         printf("\\u%04x", *c);
-      else
+      } else if (static_cast<unsigned char>(*c) < 0x80) {
         printf("%c", *c);
+      } else if (size_t n = utf8_length(reinterpret_cast<const unsigned char*>(c)); n != 0) {
+        printf("%.*s", static_cast<int>(n), c);
+        c += n - 1;
+      } else {
+        // JSON is UTF-8: a byte of no character (a path's Latin-1 name, say) would make the whole
+        // document unreadable to a strict parser.
+        raw("\\ufffd");
+      }
     }
     raw("\"");
   }

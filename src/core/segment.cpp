@@ -98,16 +98,21 @@ void huge_count(uint64_t first, uint64_t second) noexcept {
   (g_retired.huge.*Second).v.fetch_add(second, std::memory_order_relaxed);
 }
 
-// Every heap's counts and the retired ones, added up (a heap being retired may be counted twice
-// for a moment: the figures are statistics and a cache bound).
+// Every heap's counts and the retired ones, added up, under the lock a heap's retirement takes
+// (heap.h, heap_registry_held): each counted once.  The frees are read before the allocations,
+// as stats_sum reads the classes' (stats.cpp): no free is read without its allocation.
 segment_totals huge_totals() noexcept {
-  uint64_t a = g_retired.huge.allocs.get(), f = g_retired.huge.frees.get();
-  uint64_t in = g_retired.huge.bytes_in.get(), out = g_retired.huge.bytes_out.get();
-  for (heap* h = heap_registry_first(); h; h = h->next_in_registry) {
-    a += h->huge.allocs.get();
+  heap_registry_held registry;
+  uint64_t f = g_retired.huge.frees.get(), out = g_retired.huge.bytes_out.get();
+  for (heap* h = registry.first(); h; h = h->next_in_registry) {
     f += h->huge.frees.get();
-    in += h->huge.bytes_in.get();
     out += h->huge.bytes_out.get();
+  }
+  std::atomic_thread_fence(std::memory_order_acquire);
+  uint64_t a = g_retired.huge.allocs.get(), in = g_retired.huge.bytes_in.get();
+  for (heap* h = registry.first(); h; h = h->next_in_registry) {
+    a += h->huge.allocs.get();
+    in += h->huge.bytes_in.get();
   }
   segment_totals t{};
   t.huge_count = a > f ? a - f : 0;

@@ -20,27 +20,37 @@ namespace strata::detail {
 void stats_sum(strata_stats_t* out, uint64_t* class_allocs, uint64_t* class_frees) noexcept {
   *out = strata_stats_t{};
   uint64_t allocs[size_class_count], frees[size_class_count];
-  uint64_t remote = g_retired.remote_frees.load(std::memory_order_relaxed);
-  for (size_t c = 0; c < size_class_count; ++c) {
-    allocs[c] = g_retired.alloc_count[c].load(std::memory_order_relaxed);
-    frees[c] = g_retired.free_count[c].load(std::memory_order_relaxed);
+  uint64_t remote;
+  {
+    // g_retired and the heaps read under the lock that a heap's retirement takes (heap.h).
+    heap_registry_held registry;
+    // Every free first, then every allocation: a block's free is counted after its allocation
+    // (by the thread that made both, or by one the block was handed to), so each free read here
+    // has its allocation read below, and no class reads more frees than allocations.  Read in
+    // one pass, heap by heap, the frees a running thread made after its allocations were read
+    // were counted without them (free_count > malloc_count, a class's live count below 0).
+    remote = g_retired.remote_frees.load(std::memory_order_relaxed);
+    for (size_t c = 0; c < size_class_count; ++c) frees[c] = g_retired.free_count[c].load(std::memory_order_relaxed);
+    for (heap* h = registry.first(); h; h = h->next_in_registry) {
+      for (size_t c = 0; c < size_class_count; ++c) frees[c] += h->free_count[c].get();
+      remote += h->remote_frees.get();
+    }
+    std::atomic_thread_fence(std::memory_order_acquire);
+    for (size_t c = 0; c < size_class_count; ++c) allocs[c] = g_retired.alloc_count[c].load(std::memory_order_relaxed);
+    for (heap* h = registry.first(); h; h = h->next_in_registry) {
+      if (h->alive.load(std::memory_order_relaxed) && !heap_is_orphan(h)) out->threads++;
+      for (size_t i = 0; i < small_slots; ++i) allocs[small_classes.cls[i]] += h->alloc_small[i].get();
+      for (size_t c = 0; c < size_class_count; ++c) allocs[c] += h->alloc_count[c].get();
+    }
   }
-  for (heap* h = heap_registry_first(); h; h = h->next_in_registry) {
-    if (h->alive.load(std::memory_order_relaxed)) out->threads++;
-    for (size_t i = 0; i < small_slots; ++i) allocs[small_classes.cls[i]] += h->alloc_small[i].get();
-    for (size_t c = 0; c < size_class_count; ++c) {
-      allocs[c] += h->alloc_count[c].get();
-      frees[c] += h->free_count[c].get();
-    }
-    // Local frees are counted in their page until a slow path adds them to the heap's
-    // counters; the calling thread's own pages are read here, so its view is exact.  Another
-    // running thread's counts may lag by the frees its pages hold.
-    if (h == tl_heap) {
-      for (size_t c = 0; c < size_class_count; ++c)
-        for (const page_list* l : {&h->queue[c], &h->full[c]})
-          for (const page* pg = l->first; pg; pg = pg->next) frees[c] += pg->frees;
-    }
-    remote += h->remote_frees.get();
+  // Local frees are counted in their page until a slow path adds them to the heap's counters;
+  // the calling thread's own pages are read here (outside the lock: only this thread moves
+  // those counts), so its view is exact.  Another running thread's counts may lag by the frees
+  // its pages hold.
+  if (heap* h = tl_heap; h != &empty_heap) {
+    for (size_t c = 0; c < size_class_count; ++c)
+      for (const page_list* l : {&h->queue[c], &h->full[c]})
+        for (const page* pg = l->first; pg; pg = pg->next) frees[c] += pg->frees;
   }
   int64_t in_use = 0;
   for (size_t c = 0; c < size_class_count; ++c) {

@@ -28,6 +28,7 @@ bool protect_none(void* p, size_t size) noexcept { return mprotect(p, size, PROT
 bool protect_rw(void* p, size_t size) noexcept { return mprotect(p, size, PROT_READ | PROT_WRITE) == 0; }
 
 void commit_add(int64_t bytes) noexcept {
+  if (bytes < 0) stats.released.fetch_add(static_cast<uint64_t>(-bytes), std::memory_order_relaxed);
   int64_t now = stats.committed.fetch_add(bytes, std::memory_order_relaxed) + bytes;
   int64_t peak = stats.committed_peak.load(std::memory_order_relaxed);
   while (now > peak &&

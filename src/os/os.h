@@ -57,6 +57,7 @@ struct counters {
   std::atomic<int64_t> reserved{0};   // bytes mapped
   std::atomic<int64_t> committed{0};  // bytes mapped and not purged (an upper bound on RSS)
   std::atomic<int64_t> committed_peak{0};
+  std::atomic<uint64_t> released{0};  // bytes given back so far (purged or unmapped): malloc_trim's answer
 };
 extern counters stats;
 // Committed-byte accounting, done by the core, which knows what is committed again on reuse.

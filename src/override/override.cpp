@@ -13,6 +13,7 @@
 #include "core/alloc.h"
 #include "override/new_handler_call.h"
 #include "core/segment.h"
+#include "os/os.h"
 #include "strata/strata.h"
 #include "trace/trace.h"
 
@@ -82,9 +83,13 @@ STRATA_EXPORT size_t malloc_usable_size(void* p) { return strata_usable_size(p);
 STRATA_EXPORT void free_sized(void* p, size_t size) { free_sized_any(p, size); }
 STRATA_EXPORT void free_aligned_sized(void* p, size_t, size_t size) { free_sized_any(p, size); }
 STRATA_EXPORT void cfree(void* p) { free_any(p); }
+// glibc's contract: 1 if memory went back to the OS, 0 if there was none to give back (a
+// program may trim until it says 0).  It always said 1.  Other threads' releases during the call
+// count too.
 STRATA_EXPORT int malloc_trim(size_t) {
+  uint64_t before = strata::os::stats.released.load(std::memory_order_relaxed);
   strata_collect(true);
-  return 1;
+  return strata::os::stats.released.load(std::memory_order_relaxed) != before;
 }
 
 // glibc's heap statistics, answered from strata's (a program that watches its heap with

@@ -641,6 +641,18 @@ TEST(Override, MallinfoDescribesStrata) {
   EXPECT_NE(out.find("in use"), std::string::npos) << out;
 }
 
+// glibc: malloc_trim returns 1 if memory went back to the OS, 0 if there was none to give.
+TEST(Override, MallocTrimSaysWhetherItGaveMemoryBack) {
+  std::vector<void*> blocks;
+  for (int i = 0; i < 64; ++i) blocks.push_back(malloc(64 * 1024));
+  blocks.push_back(malloc(size_t{8} << 20));
+  for (void* p : blocks) memset(p, 1, 64 * 1024);
+  for (void* p : blocks) free(p);
+  EXPECT_EQ(malloc_trim(0), 1);
+  // Before: 1 again, with nothing left to give back.
+  EXPECT_EQ(malloc_trim(0), 0);
+}
+
 TEST(Override, MallocIsStrata) {
   void* p = malloc(100);
   EXPECT_GE(strata_usable_size(p), 100u);

@@ -190,6 +190,16 @@ TEST(Issue17StatsFile, SuccessWritesTheJsonSilently) {
   EXPECT_EQ(doc.str().back(), '}') << doc.str();
 }
 
+// A text option's bytes that are no UTF-8 character (a Latin-1 file name) are written as U+FFFD:
+// JSON is UTF-8, and a strict parser refuses the whole document otherwise.  Characters are kept.
+TEST(Issue17StatsFile, ItsNameIsListedAsValidUtf8) {
+  ASSERT_EQ(init_with("STRATA_STATS_FILE", "/tmp/caf\xe9-\xc3\xa9-\xed\xa0\x80-\xf0\x9f\x98\x80-%p"), "");
+  std::string json = options_json();
+  options::reset(option::stats_file);
+  // Before: the raw bytes E9 and ED A0 80 (a surrogate), as they were.
+  EXPECT_NE(json.find("\"/tmp/caf\\ufffd-\xc3\xa9-\\ufffd\\ufffd\\ufffd-\xf0\x9f\x98\x80-%p\""), std::string::npos) << json;
+}
+
 // ---- 5. whitespace around flag and integer values: accepted on both sides -----------------------
 
 TEST(Issue17Options, WhitespaceAroundIntegersAndFlagsIsAcceptedOnBothSides) {
