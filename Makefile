@@ -50,7 +50,9 @@ rust-bench:
 	$(CARGO) build -q --release $(RUST) -p alloc-bench --features peers
 
 # Debian packages libstrata0 and libstrata-dev in $(BUILD)/deb (packaging/deb/build-deb.sh).
-deb: setup
+# A library-only build: the build tools suffice (build-essential brings dpkg-dev), not the lab,
+# peers and servers of `make setup`.
+deb: setup-build
 	@packaging/deb/build-deb.sh $(BUILD)/deb $(BUILD)-deb
 
 test-lab:

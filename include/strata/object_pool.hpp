@@ -65,7 +65,14 @@ struct new_delete_upstream {
     return ::operator new(bytes, std::align_val_t(align));
   }
   static void deallocate(void* p, std::size_t bytes, std::size_t align) noexcept {
+#ifdef __cpp_sized_deallocation
     ::operator delete(p, bytes, std::align_val_t(align));
+#else
+    // Without sized deallocation (clang before 17 by default, -fno-sized-deallocation) the sized
+    // operator is not declared: the unsized aligned one frees the same chunk.
+    (void)bytes;
+    ::operator delete(p, std::align_val_t(align));
+#endif
   }
 };
 

@@ -24,15 +24,13 @@ stage=$build/deb-stage
 rm -rf "$stage"
 mkdir -p "$out"
 runtime=libstrata$soversion
-# The C library version the shared library needs: the highest GLIBC_x.y it references.
-glibc=$(objdump -T "$build/lib/libstrata.so.$version" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' |
-        sort -V | tail -1)
 
 package() {  # package NAME COMPONENT SECTION DESCRIPTION [control lines...]
   local name=$1 component=$2 section=$3 description=$4
   shift 4
   local root=$stage/$name
-  DESTDIR=$root cmake --install "$build" --component "$component" >/dev/null
+  # Stripped (Debian policy): the exported names stay in the dynamic symbol table.
+  DESTDIR=$root cmake --install "$build" --component "$component" --strip >/dev/null
   mkdir -p "$root/DEBIAN"
   {
     echo "Package: $name"
@@ -54,11 +52,26 @@ package() {  # package NAME COMPONENT SECTION DESCRIPTION [control lines...]
 mkdir -p "$stage/$runtime/DEBIAN"
 echo "libstrata $soversion $runtime (>= $version)" > "$stage/$runtime/DEBIAN/shlibs"
 echo "activate-noawait ldconfig" > "$stage/$runtime/DEBIAN/triggers"
+# Python writes strata_gpu's bytecode beside it when root imports it: dpkg did not install those
+# files and, without this, would leave them and their directories behind on removal.
+printf '%s\n' '#!/bin/sh' 'set -e' \
+  "rm -rf \"\$DPKG_ROOT/usr/lib/$multiarch/strata/python/strata_gpu/__pycache__\"" \
+  > "$stage/$runtime/DEBIAN/prerm"
+chmod 755 "$stage/$runtime/DEBIAN/prerm"
+# The runtime's Depends: what each of its shared objects needs (libstrata.so the C library only,
+# libstrata_torch.so libstdc++ and libgcc too), from the system's shlibs and symbols files.
+# dpkg-shlibdeps wants a debian/control, which this build has none of: an empty one.
+DESTDIR=$stage/$runtime cmake --install "$build" --component runtime --strip >/dev/null
+mkdir -p "$stage/shlibdeps/debian"
+: > "$stage/shlibdeps/debian/control"
+depends=$(cd "$stage/shlibdeps" &&
+          find "$stage/$runtime/usr" -type f -name '*.so*' -print0 | sort -z |
+          xargs -0 dpkg-shlibdeps --warnings=0 -O | sed -n 's/^shlibs:Depends=//p')
 package "$runtime" runtime libs "strata memory allocator (shared library)
  A general-purpose malloc replacement: preload it
  (LD_PRELOAD=/usr/lib/$multiarch/libstrata.so.$soversion) or link it to replace malloc, free
  and the C++ operators new and delete." \
-  "Multi-Arch: same" "Depends: libc6 (>= $glibc)"
+  "Multi-Arch: same" "Depends: $depends"
 package libstrata-dev dev libdevel "strata memory allocator (development files)
  Headers, static libraries (with and without the malloc override, pools, GPU
  device-memory resources), CMake package (find_package(strata)) and pkg-config file." \

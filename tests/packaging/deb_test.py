@@ -3,7 +3,9 @@
 libstrata-dev; both are unpacked with `dpkg -x` into a scratch root; programs preloading the
 unpacked /usr/lib/<multiarch>/libstrata.so.0 give the same output as without it and strata's exit
 statistics show it served them; the consumer project builds against the unpacked -dev package
-with find_package(strata).  Usage:
+with find_package(strata).  The runtime package depends on the package of every library its
+shared objects need, ships them stripped, and its prerm removes the bytecode Python leaves
+beside strata_gpu; `make deb` asks only for the build tools.  Usage:
     deb_test.py <source dir> <build dir for the package> <cmake> <c++ compiler>
 """
 import os
@@ -20,6 +22,48 @@ f = Failures()
 PY_WORK = ("import json\n"
            "d = [{'id': i, 'name': 'x' * (i % 200), 'tags': list(range(i % 13))} for i in range(40000)]\n"
            "print(len(json.dumps(d)), sum(len(x['tags']) for x in json.loads(json.dumps(d))))\n")
+
+
+def check_runtime_package(tmp, root, libdir, deb, multiarch):
+    control = sh("dpkg-deb", "--field", deb, "Depends")
+    depends = {d.split()[0] for d in control.replace("|", ",").split(",") if d.strip()}
+    objects = sorted(p for p in libdir.glob("*.so*") if p.is_file() and not p.is_symlink())
+    missing, unstripped = [], []
+    for obj in objects:
+        dynamic = sh("readelf", "-d", "-S", "-W", obj)
+        if " .symtab " in dynamic:
+            unstripped.append(obj.name)
+        for line in dynamic.splitlines():
+            if "(NEEDED)" not in line:
+                continue
+            needed = line.split("[")[1].rstrip("]")
+            # The package holding it (bookworm's dpkg database says /lib/<multiarch>, later ones
+            # /usr/lib/<multiarch>).
+            owners = {o for d in ("/lib", "/usr/lib") for o in [subprocess.run(
+                ["dpkg-query", "-S", f"{d}/{multiarch}/{needed}"], capture_output=True,
+                text=True).stdout.split(":")[0]] if o}
+            if owners and not owners & depends:
+                missing.append(f"{obj.name} needs {needed} ({'/'.join(sorted(owners))})")
+    f.check("libstrata0 depends on every library its shared objects need", not missing,
+            "; ".join(missing) or control.strip())
+    f.check("libstrata0's shared objects are stripped", not unstripped, " ".join(unstripped))
+
+    # Root importing strata_gpu leaves __pycache__ beside it: the prerm (run on removal; dpkg
+    # gives it DPKG_ROOT) removes it, so that dpkg can remove the directories.
+    module = libdir / "strata/python/strata_gpu"
+    (module / "__pycache__").mkdir()
+    (module / "__pycache__/__init__.cpython-3.pyc").write_bytes(b"")
+    sh("dpkg-deb", "--control", deb, tmp / "control")
+    prerm = tmp / "control/prerm"
+    if f.check("libstrata0 has a prerm", prerm.exists()):
+        sh(prerm, "remove", env=dict(os.environ, DPKG_ROOT=str(root)))
+    f.check("the prerm removes strata_gpu's __pycache__", not (module / "__pycache__").exists())
+
+    # `make deb` builds from a library-only build: only the build tools, not `make setup`'s lab.
+    dry = sh("make", "-n", "-C", SRC, "deb")
+    setups = [line for line in dry.splitlines() if "scripts/setup.sh" in line]
+    f.check("make deb runs only scripts/setup.sh --build", setups and
+            all(line.rstrip().endswith("--build") for line in setups), " | ".join(setups))
 
 
 def main():
@@ -39,6 +83,8 @@ def main():
                 lib.exists() and soname(lib) == "libstrata.so.0")
         pc = (libdir / "pkgconfig/strata.pc").read_text() if (libdir / "pkgconfig/strata.pc").exists() else ""
         f.check("strata.pc for /usr", f"prefix=/usr\nlibdir=${{prefix}}/lib/{multiarch}\n" in pc)
+
+        check_runtime_package(tmp, root, libdir, [d for d in debs if "/libstrata0_" in d][0], multiarch)
 
         # Preload the unpacked library into real programs.
         for name, cmd, env in [("python3", ["python3", "-c", PY_WORK], {"PYTHONMALLOC": "malloc"}),

@@ -1,27 +1,85 @@
 #!/usr/bin/env python3
-"""Install test: `cmake --install` into a scratch prefix, then a consumer project built out of
-tree against it — once with find_package(strata), once with `pkg-config --cflags --libs strata` —
-runs, and strata's statistics (strata_stats_get in the program, STRATA_STATS_FILE at exit) show
-that strata served its allocations.  Usage:
-    install_test.py <strata build dir> <cmake> <c++ compiler>
+"""Install test: `cmake --install` into a scratch prefix (given relative, with a space in its
+name), then a consumer project built out of tree against it — once with find_package(strata),
+once with `pkg-config --cflags --libs strata` — runs, and strata's statistics (strata_stats_get
+in the program, STRATA_STATS_FILE at exit) show that strata served its allocations.  Every
+installed header compiles on its own (C headers as C99, C11 and C++11; C++ headers as C++20),
+with clang too where it is installed; strata.pc is right for absolute CMAKE_INSTALL_LIBDIR and
+_INCLUDEDIR.  Usage:
+    install_test.py <strata build dir> <cmake> <c++ compiler> <c compiler>
 """
 import os
+import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from strata_check import CONSUMER, Failures, build_consumer, check_consumer, sh, soname
 
-BUILD, CMAKE, CXX = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+BUILD, CMAKE, CXX, CC = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+SRC = Path(__file__).resolve().parents[2]
+WARN = ["-Wall", "-Wextra", "-pedantic", "-Werror", "-fsyntax-only"]
 f = Failures()
+
+
+def check_headers(include):
+    """Each public header compiles alone, warning-free, as its users compile it."""
+    headers = sorted(include.glob("strata/**/*.h*"))
+    jobs = []
+    for h in headers:
+        name = h.relative_to(include).as_posix()
+        if h.suffix == ".h":  # the C API: C and C++
+            jobs += [(f"{name} as C99", [CC, "-x", "c", "-std=c99"], name),
+                     (f"{name} as C11", [CC, "-x", "c", "-std=c11"], name),
+                     (f"{name} as C++11", [CXX, "-x", "c++", "-std=c++11"], name)]
+        else:
+            jobs.append((f"{name} as C++20", [CXX, "-x", "c++", "-std=c++20"], name))
+    # Another compiler's view of all of them at once (clang: no sized deallocation before 17).
+    clang = shutil.which("clang++")
+    if clang:
+        jobs.append(("every header under clang++ -std=c++20", [clang, "-x", "c++", "-std=c++20"],
+                     None))
+    else:
+        print("clang++ not installed: headers not compiled with it")
+
+    def compile(job):
+        what, cmd, name = job
+        names = [name] if name else [h.relative_to(include).as_posix() for h in headers]
+        text = "".join(f"#include <{n}>\n" for n in names) + "int main(void) { return 0; }\n"
+        r = subprocess.run([*cmd, *WARN, "-I", str(include), "-"], input=text, capture_output=True,
+                           text=True)
+        return None if r.returncode == 0 else f"{what}: {r.stderr.strip()[:400]}"
+
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:  # about 30 compilers: side by side
+        bad = [b for b in pool.map(compile, jobs) if b]
+    f.check(f"{len(jobs)} header compilations", not bad, "; ".join(bad))
+
+
+def check_pkgconfig_absolute_dirs(tmp):
+    """strata.pc when CMAKE_INSTALL_LIBDIR and _INCLUDEDIR are absolute (GNUInstallDirs allows
+    it): no ${prefix} before them, and the file in <libdir>/pkgconfig, not under the prefix."""
+    libdir, incdir = tmp / "abs lib", tmp / "abs inc"
+    sh(CMAKE, f"-DCMAKE_INSTALL_PREFIX={tmp / 'abs-prefix'}",
+       f"-Dstrata_pc_template={SRC / 'cmake/strata.pc.in'}", f"-Dstrata_pc_staging={tmp / 'abs-stage'}",
+       f"-DSTRATA_PC_LIBDIR={libdir}", f"-DSTRATA_PC_INCLUDEDIR={incdir}", "-DSTRATA_PC_VERSION=0.1.0",
+       "-P", SRC / "cmake/strataPkgConfig.cmake")
+    pc = libdir / "pkgconfig/strata.pc"
+    env = dict(os.environ, PKG_CONFIG_PATH=str(pc.parent))
+    flags = shlex.split(sh("pkg-config", "--cflags", "--libs", "strata", env=env)) if pc.exists() else []
+    f.check("strata.pc with absolute CMAKE_INSTALL_LIBDIR/_INCLUDEDIR",
+            flags == [f"-I{incdir}", f"-L{libdir}", "-lstrata"], f"{pc.exists()=} {flags}")
 
 
 def main():
     with tempfile.TemporaryDirectory(prefix="strata-install-") as tmp:
-        tmp = Path(tmp)
-        prefix = tmp / "prefix"
-        sh(CMAKE, "--install", BUILD, "--prefix", prefix)
+        tmp = Path(tmp).resolve()
+        # Given relative to the current directory, with a space: strata.pc must name it in
+        # full, escaped, and everything else must cope with the space.
+        prefix = tmp / "a prefix"
+        sh(CMAKE, "--install", BUILD.resolve(), "--prefix", prefix.name, cwd=tmp)
         lib = prefix / "lib"
         f.check("libstrata.so.0 has SONAME libstrata.so.0", soname(lib / "libstrata.so.0") == "libstrata.so.0")
         f.check("libstrata.so links to libstrata.so.0", os.readlink(lib / "libstrata.so") == "libstrata.so.0")
@@ -36,8 +94,11 @@ def main():
             env={**os.environ, "PYTHONPATH": str(lib / "strata/python")}, capture_output=True, text=True)
         f.check("the installed strata_gpu module finds the installed libstrata_torch.so",
                 found.stdout.strip() == str((lib / "libstrata_torch.so").resolve()), found.stdout + found.stderr)
-        f.check("strata.pc names the install prefix",
-                f"prefix={prefix}\n" in (lib / "pkgconfig/strata.pc").read_text())
+        escaped = str(prefix).replace(" ", "\\ ")
+        f.check("strata.pc names the install prefix (in full, its space escaped)",
+                f"prefix={escaped}\n" in (lib / "pkgconfig/strata.pc").read_text())
+        check_headers(prefix / "include")
+        check_pkgconfig_absolute_dirs(tmp)
 
         # find_package(strata): the imported targets carry the include path and the library.
         cbuild = build_consumer(CMAKE, CXX, prefix, tmp / "consumer-cmake")
@@ -49,9 +110,11 @@ def main():
         f.check("find_package: strata::api, strata::pool, strata::gpu link and work",
                 proc.returncode == 0, proc.stdout.strip() + proc.stderr[-300:])
 
-        # pkg-config, as a Makefile would use it.
+        # pkg-config, as a Makefile would use it (its recipe's shell splits the flags).
         env = dict(os.environ, PKG_CONFIG_PATH=str(lib / "pkgconfig"))
-        flags = sh("pkg-config", "--cflags", "--libs", "strata", env=env).split()
+        flags = shlex.split(sh("pkg-config", "--cflags", "--libs", "strata", env=env))
+        f.check("pkg-config --cflags --libs names the installed paths",
+                flags == [f"-I{prefix}/include", f"-L{lib}", "-lstrata"], " ".join(flags))
         exe = tmp / "consumer-pkgconfig"
         sh(CXX, "-std=c++20", "-O2", CONSUMER / "consumer.cpp", "-o", exe, *flags)
         check_consumer(f, "pkg-config", exe, {"LD_LIBRARY_PATH": str(lib)})
