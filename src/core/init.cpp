@@ -59,6 +59,7 @@ void global_init() noexcept {
   }
   initialising = true;
   options::init();
+  stats_keep_stderr();
   g_secret = os::random_seed();
   // Unchecked, a failure (a program that took every key before a late dlopen of strata) left
   // `key` 0, another library's key: each thread's pthread_setspecific overwrote that library's

@@ -13,6 +13,7 @@
 #include "core/options.h"
 #include "core/report.h"
 #include "core/segment.h"
+#include "os/file.h"
 #include "os/os.h"
 
 namespace strata::detail {
@@ -182,8 +183,33 @@ void stats_file_failed(const char* what, const char* path, int err) noexcept {
 }
 }  // namespace
 
+namespace {
+// STRATA_SHOW_STATS prints at exit, after the program's own exit handlers: by then many programs
+// have closed stderr (coreutils' close_stdout: `STRATA_SHOW_STATS=1 ls` printed nothing), and
+// one that closed it earlier and opened a file of its own got strata's statistics written into
+// that file, which took descriptor 2.  So stderr as it was at start-up is kept on a copy, and the
+// statistics go to whichever of the copy and descriptor 2 is still that file, else nowhere.
+int start_stderr = -1;
+uint64_t start_stderr_device = 0, start_stderr_inode = 0;
+
+bool is_start_stderr(int fd) noexcept {
+  uint64_t device, inode;
+  return fd >= 0 && os::file_identity(fd, device, inode) && device == start_stderr_device &&
+         inode == start_stderr_inode;
+}
+}  // namespace
+
+void stats_keep_stderr() noexcept {
+  if (!options::get(option::show_stats) || !os::file_identity(2, start_stderr_device, start_stderr_inode))
+    return;
+  start_stderr = os::file_dup_high(2);
+}
+
 void stats_report_at_exit() noexcept {
-  if (options::get(option::show_stats)) stats_print_to(2);
+  if (options::get(option::show_stats)) {
+    if (is_start_stderr(start_stderr)) stats_print_to(start_stderr);
+    else if (is_start_stderr(2)) stats_print_to(2);
+  }
   if (const char* pattern = options::get_text(option::stats_file); pattern && *pattern) {
     char path[4096];
     if (!expand_stats_path(pattern, path, sizeof path)) {

@@ -8,5 +8,7 @@
 
 namespace strata::detail {
 void stats_sum(strata_stats_t* out, uint64_t* class_allocs, uint64_t* class_frees) noexcept;
+// At start-up (global_init): keeps a copy of stderr for STRATA_SHOW_STATS's printout at exit.
+void stats_keep_stderr() noexcept;
 void stats_report_at_exit() noexcept;
 }  // namespace strata::detail

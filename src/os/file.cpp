@@ -31,13 +31,15 @@ int file_create(const char* path) noexcept {
     errno = e;
     return -1;
   }
-  int high = fcntl(fd, F_DUPFD_CLOEXEC, 900);
+  int high = file_dup_high(fd);
   if (high >= 0) {
     close(fd);
     fd = high;
   }
   return fd;
 }
+
+int file_dup_high(int fd) noexcept { return fcntl(fd, F_DUPFD_CLOEXEC, 900); }
 
 bool file_write2(int fd, const void* a, size_t na, const void* b, size_t nb) noexcept {
   iovec v[2] = {{const_cast<void*>(a), na}, {const_cast<void*>(b), nb}};

@@ -16,6 +16,8 @@ int file_create(const char* path) noexcept;
 // set).
 bool file_write2(int fd, const void* a, size_t na, const void* b, size_t nb) noexcept;
 void file_close(int fd) noexcept;
+// A close-on-exec copy of fd on a descriptor number >= 900 (file_create's reason), or -1.
+int file_dup_high(int fd) noexcept;
 // The device and inode of the file open at fd (false if none is).
 bool file_identity(int fd, uint64_t& device, uint64_t& inode) noexcept;
 // Writes a message to stderr (no formatting, no allocation).

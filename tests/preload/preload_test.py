@@ -68,6 +68,25 @@ def main():
         ok = names == [f"s.{proc.pid}.json"]
         print(f"STRATA_STATS_FILE with %p: {'ok' if ok else 'FAILED'} ({names})")
         (checker.passed if ok else checker.failed).append("stats file %p")
+
+    # STRATA_SHOW_STATS prints to the stderr the program started with, at exit, after its own exit
+    # handlers: `ls` closes stderr in one (coreutils' close_stdout), and nothing was printed; a
+    # program that put a file of its own on descriptor 2 got the statistics written into it.
+    env = dict(os.environ, LD_PRELOAD=LIB, STRATA_SHOW_STATS="1")
+    err = subprocess.run(["ls", "/"], env=env, capture_output=True, text=True, timeout=60).stderr
+    ok = "statistics (pid" in err
+    print(f"STRATA_SHOW_STATS after the program closed stderr: {'ok' if ok else 'FAILED'} ({err[:80]!r})")
+    (checker.passed if ok else checker.failed).append("show stats, stderr closed")
+    with tempfile.TemporaryDirectory() as d:
+        log = os.path.join(d, "data.txt")
+        run = subprocess.run(["bash", "-c", 'exec 2>"$0"; echo data >&2', log], env=env,
+                             capture_output=True, text=True, timeout=60)
+        with open(log) as f:
+            data = f.read()
+        ok = data == "data\n" and "statistics (pid" in run.stderr
+        print(f"STRATA_SHOW_STATS with a file of the program's on descriptor 2: "
+              f"{'ok' if ok else 'FAILED'} (file {data[:60]!r}, stderr {run.stderr[:40]!r})")
+        (checker.passed if ok else checker.failed).append("show stats, descriptor 2 reused")
     return checker.summary()
 
 
