@@ -917,7 +917,10 @@ void foreign_flush_class(heap* h, size_t cls) noexcept {
   f.used = f.frees = 0;
   while (b) {
     block* next = b->next;
-    free_block(page_lookup(b), b, true);
+    // page_of, not page_lookup: without the page map (a process started under a small
+    // RLIMIT_AS) the lookup answers nullptr for every block (CPython's tests under `ulimit -v`
+    // crashed here, in free_remote).
+    free_block(page_of(segment_of(b), b), b, true);
     b = next;
   }
 }

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <malloc.h>
 #include <sys/resource.h>
+#include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -300,6 +301,87 @@ TEST(AddressSpaceLimit, AThreadsFirstAllocationAfterTheFrees) {
     CHILD_CHECK(later != nullptr, "the thread's malloc after the frees");
     free(later);
   });
+}
+
+// Probe (CPython's regression tests preloaded under `ulimit -v 3000000`): a process
+// started with less address space than the page map's 16 GiB runs without it (every free takes
+// the slow path).  A thread's foreign cache (blocks of other live threads it freed) went back to
+// the blocks' pages through page_lookup, which then answers nullptr for every block: the flush
+// (trim, a purge pass, thread exit) crashed in free_remote on a null page.  The limit must be
+// set before the process starts, so the test runs itself again, in a child exec'd under the limit.
+constexpr char no_page_map_child[] = "STRATA_TEST_NO_PAGE_MAP_CHILD";
+
+void foreign_flush_scenario() {
+  // The owner: a fresh thread (recently active, so that frees of its blocks go to the other
+  // thread's foreign cache), alive until the other has freed them and trimmed.
+  constexpr int count = 1000;
+  std::vector<void*> blocks(count);
+  std::mutex m;
+  std::condition_variable cv;
+  int stage = 0;
+  std::thread owner([&] {
+    for (auto& b : blocks) b = opaque(malloc(48));
+    std::unique_lock<std::mutex> lock(m);
+    stage = 1;
+    cv.notify_all();
+    cv.wait(lock, [&] { return stage == 2; });
+  });
+  {
+    std::unique_lock<std::mutex> lock(m);
+    cv.wait(lock, [&] { return stage == 1; });
+  }
+  std::thread freer([&] {
+    void* mine = opaque(malloc(64));  // a thread that allocates keeps other heaps' blocks
+    for (void* b : blocks) free(b);
+    malloc_trim(0);  // the foreign cache goes back to the blocks' pages
+    free(mine);
+  });
+  freer.join();
+  {
+    std::unique_lock<std::mutex> lock(m);
+    stage = 2;
+    cv.notify_all();
+  }
+  owner.join();
+  void* again = opaque(malloc(48));
+  CHILD_CHECK(again != nullptr, "malloc after the flush");
+  free(again);
+}
+
+TEST(AddressSpaceLimit, ForeignCacheFlushWithoutThePageMap) {
+  if (getenv(no_page_map_child) != nullptr) {  // the exec'd child: runs the scenario, says how
+    foreign_flush_scenario();
+    fputs(g_failures.c_str(), stderr);
+    _exit(g_failures.empty() ? 0 : 1);
+  }
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    dup2(fds[1], 2);
+    close(fds[0]);
+    close(fds[1]);
+    rlimit lim{size_t{4} << 30, size_t{4} << 30};  // far below the page map's 16 GiB
+    setrlimit(RLIMIT_AS, &lim);
+    setenv(no_page_map_child, "1", 1);
+    setenv("STRATA_VERBOSE", "1", 1);  // says that the page map could not be mapped
+    execl("/proc/self/exe", "fault_rlimit_test",
+          "--gtest_filter=AddressSpaceLimit.ForeignCacheFlushWithoutThePageMap", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(fds[1]);
+  std::string report;
+  char buf[4096];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) report.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_FALSE(WIFSIGNALED(status)) << "the child died of signal " << WTERMSIG(status) << " ("
+                                    << strsignal(WTERMSIG(status)) << ")\n" << report;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << report;
+  EXPECT_NE(report.find("cannot map the page map"), std::string::npos) << "the child had a page map:\n" << report;
 }
 
 }  // namespace
