@@ -25,7 +25,10 @@ int file_create(const char* path) noexcept {
     errno = EWOULDBLOCK;
     return -1;
   }
-  if (ftruncate(fd, 0) != 0) {
+  // Only a regular file is emptied: a FIFO (the trace streamed to a reader) or /dev/null cannot
+  // be, and refusing them (EINVAL) recorded nothing.
+  struct stat st;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ftruncate(fd, 0) != 0) {
     int e = errno;
     close(fd);
     errno = e;

@@ -7,7 +7,8 @@
 
 namespace strata::os {
 
-// Creates (or truncates) `path` for appending, close-on-exec, on a descriptor number >= 900 so
+// Creates (or truncates, if it is a regular file: a FIFO or /dev/null is taken as it is) `path`
+// for appending, close-on-exec, on a descriptor number >= 900 so
 // that programs which close or dup2 over the low descriptors leave it alone, and holds a lock on
 // it (flock) while open.  -1 on failure (errno set; EWOULDBLOCK: another process holds it).
 int file_create(const char* path) noexcept;

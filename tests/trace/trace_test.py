@@ -204,6 +204,24 @@ with tempfile.TemporaryDirectory() as tmp:
            f"killed trace: {killed} {err}")
     os.unlink(os.path.join(tmp, "killed"))
 
+    # A FIFO (the trace streamed to a reader) and /dev/null are traces too: creating them emptied
+    # them with ftruncate, which they refuse (EINVAL), and nothing was recorded.
+    fifo = os.path.join(tmp, "fifo")
+    os.mkfifo(fifo)
+    streamed = os.path.join(tmp, "streamed")
+    with open(streamed, "wb") as out:
+        reader = subprocess.Popen(["cat", fifo], stdout=out)
+        p = record(tmp, "threads", "3000", trace="fifo")
+        reader.wait(timeout=60)
+    rc, got, err = check(streamed)
+    expect(p.returncode == 0 and p.stderr == "" and rc == 0 and got["complete"]
+           and got["counts"]["malloc"] >= 3000, f"a trace through a FIFO: {p.stderr!r} {got} {err}")
+    p = subprocess.run([WORKLOAD, "threads", "100"], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, LD_PRELOAD=LIB, STRATA_TRACE="/dev/null"))
+    expect(p.returncode == 0 and p.stderr == "", f"STRATA_TRACE=/dev/null: rc {p.returncode}, {p.stderr!r}")
+    for f in (fifo, streamed):
+        os.unlink(f)
+
     # STRATA_TRACE unset: nothing is written.
     env = dict(os.environ, LD_PRELOAD=LIB)
     env.pop("STRATA_TRACE", None)
