@@ -67,6 +67,23 @@ uint64_t compute_burst(uint64_t iterations, uint64_t seed) {
   }
   return x;
 }
+
+// The same work in slices of 2^16 iterations (~0.1 ms), given up once CLOCK_MONOTONIC passes
+// deadline_ns: false then.  --timeout-s was checked only between kernels, so one kernel of
+// --burst-us 1e9 (or one slowed by a --work-per-us far above this machine's figure) ran up to
+// 1000 s past it.  A clock read per slice costs nothing measurable.
+bool compute_burst_until(uint64_t iterations, uint64_t seed, int64_t deadline_ns, uint64_t& out) {
+  constexpr uint64_t slice = uint64_t(1) << 16;
+  uint64_t x = seed;
+  for (uint64_t left = iterations; left > 0;) {
+    const uint64_t n = std::min(left, slice);
+    x = compute_burst(n, x);
+    left -= n;
+    if (left > 0 && now_ns() > deadline_ns) return false;
+  }
+  out = x;
+  return true;
+}
 std::atomic<uint64_t> g_sink{0};
 
 // Loop iterations per microsecond on an idle core: the best of several timed trials, so a trial
@@ -220,6 +237,10 @@ struct stream {
   std::deque<job> queue;
   int completed = 0;
   bool closed = false;
+  // One per kernel run, in kernel order (the host enqueues k + 1 only after k completed),
+  // appended as they finish: sized up front, --streams 256 --kernels 1000000 (both in range)
+  // allocated and zeroed 6 GB before the first kernel, and aborted on std::bad_alloc where the
+  // memory was not there.  end_ns 0: given up at the deadline.
   std::vector<kernel_record> records;
   std::string worker_sched, host_sched;
 };
@@ -235,7 +256,7 @@ struct splitmix {
   double uniform() { return double(next() >> 11) * 0x1.0p-53; }
 };
 
-void worker_main(stream& st, uint64_t iterations_per_kernel) {
+void worker_main(stream& st, uint64_t iterations_per_kernel, int64_t deadline_ns) {
   st.worker_sched = sched_name_of_this_thread();
   for (;;) {
     job j;
@@ -247,13 +268,15 @@ void worker_main(stream& st, uint64_t iterations_per_kernel) {
       st.queue.pop_front();
     }
     int64_t start = now_ns();
-    g_sink.fetch_add(compute_burst(iterations_per_kernel, uint64_t(j.kernel_id) + 7),
-                     std::memory_order_relaxed);
-    int64_t end = now_ns();
+    uint64_t x = 0;
+    const bool finished =
+        compute_burst_until(iterations_per_kernel, uint64_t(j.kernel_id) + 7, deadline_ns, x);
+    g_sink.fetch_add(x, std::memory_order_relaxed);
+    int64_t end = finished ? now_ns() : 0;
     {
       std::lock_guard lk(st.m);
-      st.records[size_t(j.kernel_id)] = {j.enqueue_ns, start, end};
-      ++st.completed;
+      st.records.push_back({j.enqueue_ns, start, end});
+      ++st.completed;  // given up or not: the host then sees the deadline passed and stops
     }
     st.done_cv.notify_one();
   }
@@ -271,7 +294,8 @@ void host_main(stream& st, const options& o, int stream_id, int64_t start_ns, in
   // Stagger the streams so LC requests do not all arrive in the same instant.
   int64_t next = start_ns + (o.gap_us > 0 ? int64_t(rng.uniform() * o.gap_us * 1000.0) : 0);
   for (int k = 0; k < o.kernels; ++k) {
-    sleep_until_ns(next);
+    // Not past the deadline: a --gap-us of 1e9 slept up to 1000 s before noticing --timeout-s.
+    sleep_until_ns(std::min(next, deadline_ns + 1));
     if (now_ns() > deadline_ns) {
       timed_out = true;
       break;
@@ -281,9 +305,15 @@ void host_main(stream& st, const options& o, int stream_id, int64_t start_ns, in
       st.queue.push_back({k, now_ns()});
     }
     st.work_cv.notify_one();
+    bool given_up;
     {
       std::unique_lock lk(st.m);
       st.done_cv.wait(lk, [&] { return st.completed > k; });
+      given_up = st.records.back().end_ns == 0;
+    }
+    if (given_up) {  // the worker stopped it at the deadline (the last kernel too)
+      timed_out = true;
+      break;
     }
     next = now_ns() + draw_gap_ns();
   }
@@ -356,6 +386,25 @@ bool validate_csv(const std::string& path, size_t expected_rows, std::string& er
   return ok;
 }
 
+// s as the inside of a JSON string.  The --out path went into the summary line verbatim: a path
+// with a '"' or a backslash made the line invalid JSON, which the lab's driver could not read.
+std::string json_escaped(const std::string& s) {
+  std::string r;
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      r += '\\';
+      r += char(c);
+    } else if (c < 0x20) {
+      char u[8];
+      std::snprintf(u, sizeof u, "\\u%04x", c);
+      r += u;
+    } else {
+      r += char(c);
+    }
+  }
+  return r;
+}
+
 double percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -385,13 +434,13 @@ int run(options o) {
   const uint64_t iterations = uint64_t(o.burst_us * o.work_per_us);
 
   std::vector<stream> streams(size_t(o.streams));
-  for (auto& st : streams) st.records.resize(size_t(o.kernels));
+  for (auto& st : streams) st.records.reserve(size_t(std::min(o.kernels, 4096)));
   const int64_t t0 = o.start_at_ns > 0 ? o.start_at_ns : now_ns();
   const int64_t deadline = t0 + int64_t(o.timeout_s * 1e9);
   std::atomic<bool> timed_out{false};
 
   std::vector<std::thread> threads;
-  for (auto& st : streams) threads.emplace_back(worker_main, std::ref(st), iterations);
+  for (auto& st : streams) threads.emplace_back(worker_main, std::ref(st), iterations, deadline);
   for (int s = 0; s < o.streams; ++s)
     threads.emplace_back(host_main, std::ref(streams[size_t(s)]), std::cref(o), s, t0, deadline,
                          std::ref(timed_out));
@@ -434,8 +483,14 @@ int run(options o) {
       int(getpid()), o.role.c_str(), o.sched.c_str(), sched_list.c_str(), o.streams, o.kernels,
       done, o.burst_us, o.gap_us, o.work_per_us, calibrated_here ? "true" : "false", span_s,
       span_s > 0 ? double(done) / span_s / 1000.0 : 0.0, percentile(launch, 0.5),
-      percentile(launch, 0.99), timed_out ? "true" : "false", o.out.c_str(),
+      percentile(launch, 0.99), timed_out ? "true" : "false", json_escaped(o.out).c_str(),
       o.smoke ? (smoke_ok ? ",\"smoke\":\"ok\"" : ",\"smoke\":\"failed\"") : "");
+  // The summary is the result: lost (stdout a full disk, a closed pipe), the run must not pass.
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    std::fprintf(stderr, "strata-bench-e3-tenant: cannot write the summary: %s\n",
+                 std::strerror(errno));
+    return 4;
+  }
   if (!smoke_ok) std::fprintf(stderr, "strata-bench-e3-tenant: smoke check failed: %s\n", err.c_str());
   if (timed_out) {
     std::fprintf(stderr, "strata-bench-e3-tenant: timed out after %.1f s with %zu of %d kernels\n",
@@ -452,7 +507,9 @@ int main(int argc, char** argv) {
   if (o.calibrate) {
     std::printf("{\"program\":\"strata-bench-e3-tenant\",\"work_per_us\":%.3f}\n",
                 calibrate_work_per_us());
-    return 0;
+    if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return 0;
+    std::fprintf(stderr, "strata-bench-e3-tenant: cannot write the figure: %s\n", std::strerror(errno));
+    return 4;
   }
   return run(o);
 }

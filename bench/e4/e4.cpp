@@ -654,8 +654,12 @@ int main(int argc, char** argv) {
         cfg.groups.push_back(g.substr(pos, c - pos));
         pos = c + 1;
       }
-    } else if (args.is("--threads") || args.is("--seconds")) {
-      args.value();  // accepted for the lab's uniform command lines; E4's sizes are fixed
+    } else if (args.is("--threads")) {
+      // Accepted for the lab's uniform command lines (E4's sizes are fixed), but read as the
+      // number it must be: read as a string, "--threads abc" ran and exited 0.
+      args.value<int>();
+    } else if (args.is("--seconds")) {
+      args.value<double>();
     } else {
       args.unknown();
     }
@@ -691,6 +695,9 @@ int main(int argc, char** argv) {
   run("stats_overhead", group_stats_overhead);
   raw("}" + flat + "}");
   std::printf("%s\n", json.c_str());
+  // The JSON line is the result: lost (stdout a full disk, a closed pipe), the run must not pass.
+  if (std::fflush(stdout) != 0 || std::ferror(stdout))
+    failures.push_back(std::string("cannot write the results: ") + std::strerror(errno));
   for (const std::string& f : failures) std::fprintf(stderr, "strata-bench-e4: %s\n", f.c_str());
   return failures.empty() ? 0 : 1;
 }

@@ -314,6 +314,8 @@ def cmd_report(a: argparse.Namespace) -> int:
 
 
 def cmd_compare(a: argparse.Namespace) -> int:
+    from rich.markup import escape
+
     from . import analysis, tables
 
     if not 0 < a.alpha < 1:
@@ -328,9 +330,9 @@ def cmd_compare(a: argparse.Namespace) -> int:
     console.print(f"{len(sig)} of {len(cmp.rows)} differences are significant at α = {a.alpha}.")
     for r in sig:
         console.print(f"  • {r.cell} / {r.variant}: B is {r.speedup:.2f}× "
-                      f"{'better' if r.speedup > 1 else 'worse'} (p = {r.p_value:.3g})")
+                      f"{'better' if r.speedup > 1 else 'worse'} (p = {r.p_value:.3g})", markup=False)
     for n in cmp.notes:
-        console.print(f"  [yellow]note:[/] {n}")
+        console.print(f"  [yellow]note:[/] {escape(n)}")
     if da.machine.get("cpu_model") != db.machine.get("cpu_model") or \
             da.machine.get("hostname") != db.machine.get("hostname"):
         console.print("[yellow]warning: the two runs come from different machines; compare ratios "
@@ -345,6 +347,7 @@ def cmd_list(a: argparse.Namespace) -> int:
     console = _console()
     what = a.what
     if what in ("allocators", "all"):
+        from rich.markup import escape
         from rich.table import Table
 
         t = Table(title="allocators", header_style="bold")
@@ -353,7 +356,7 @@ def cmd_list(a: argparse.Namespace) -> int:
         for name, found in allocators.inventory().items():
             b = allocators.BUILTINS[name]
             if found:
-                t.add_row(name, "[green]available[/]", found.version, found.library or "(no preload)")
+                t.add_row(name, "[green]available[/]", escape(found.version), escape(found.library or "(no preload)"))
             else:
                 t.add_row(name, "[red]missing[/]", "", b.install)
         console.print(t)
@@ -403,18 +406,19 @@ def cmd_env(a: argparse.Namespace) -> int:
     if a.json:
         print(json.dumps(info, indent=2))
         return 0
+    from rich.markup import escape
     from rich.table import Table
 
     t = Table(title="this machine", show_header=False)
     t.add_column("key", style="bold")
     t.add_column("value")
     for k, v in info["machine"].items():
-        t.add_row(k, str(v))
+        t.add_row(k, escape(str(v)))
     t.add_row("git", f"{info['git']['revision']}{' (dirty)' if info['git']['dirty'] else ''}")
-    t.add_row("repo", info["repo_root"])
-    t.add_row("build", info["build_dir"])
+    t.add_row("repo", escape(info["repo_root"]))
+    t.add_row("build", escape(info["build_dir"]))
     for n, x in info["allocators"].items():
-        t.add_row(f"allocator {n}", f"{x['version']}  {x['library'] or '(no preload)'}" if x else "missing")
+        t.add_row(f"allocator {n}", escape(f"{x['version']}  {x['library'] or '(no preload)'}") if x else "missing")
     _console().print(t)
     return 0
 

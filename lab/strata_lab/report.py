@@ -18,6 +18,7 @@ from matplotlib.colors import TwoSlopeNorm  # noqa: E402
 
 from . import tables  # noqa: E402
 from .analysis import Analysis, CellResult  # noqa: E402
+from .errors import LabError  # noqa: E402
 from .model import RunDoc, Sample  # noqa: E402
 
 COLORS = plt.get_cmap("tab10").colors
@@ -254,6 +255,13 @@ text-align:right}td:first-child,th:first-child{text-align:left}img{max-width:100
 
 
 def render_html(doc: RunDoc, an: Analysis, extra_md: str) -> str:
+    # Cell ids (a replayed trace's file name), variant names and units are drawn as they are: with
+    # matplotlib's mathtext, a '$' pair in one is TeX, and a bad one ends the report with a traceback.
+    with matplotlib.rc_context({"text.parse_math": False}):
+        return _render_html(doc, an, extra_md)
+
+
+def _render_html(doc: RunDoc, an: Analysis, extra_md: str) -> str:
     md = tables.markdown(an, doc, extra_md)
     m = doc.machine
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>strata-lab {html.escape(doc.run_id)}"
@@ -302,6 +310,16 @@ def write(doc: RunDoc, an: Analysis, run_dir: Path, extra_md: str = "") -> tuple
     md_path, html_path = run_dir / "summary.md", run_dir / "report.html"
     for path, text in ((md_path, tables.markdown(an, doc, extra_md)), (html_path, render_html(doc, an, extra_md))):
         tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
+        try:
+            tmp.write_text(text)
+            os.replace(tmp, path)
+        except OSError as e:
+            # A run directory the user may not write to (or a directory of that name): one line
+            # that says the results are kept, not a traceback after the run, nor a .tmp left behind.
+            try:
+                tmp.unlink()
+            except OSError:
+                pass
+            raise LabError(f"cannot write {path}: {e.strerror}; the results are in "
+                           f"{doc.path or run_dir}") from None
     return html_path, md_path

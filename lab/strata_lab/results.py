@@ -112,7 +112,8 @@ def load(arg: str | Path) -> RunDoc:
     missing = [k for k in REQUIRED if k not in doc]
     if missing:
         raise LabError(f"corrupt results file {p}: missing {', '.join(missing)}")
-    if doc["schema_version"] not in READABLE_VERSIONS:
+    # type(): true and 1.0 equal 1, and are no version this lab ever wrote.
+    if type(doc["schema_version"]) is not int or doc["schema_version"] not in READABLE_VERSIONS:
         raise LabError(f"results file {p} has schema version {doc['schema_version']}; this lab "
                        f"reads versions {', '.join(map(str, READABLE_VERSIONS))}")
     if not isinstance(doc["samples"], list) or not isinstance(doc["cells"], list):

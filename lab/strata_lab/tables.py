@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -45,7 +46,7 @@ def throughput_table(an: Analysis, title: str | None = None) -> Table:
     t = Table(title=title, show_lines=True, header_style="bold")
     t.add_column("cell (metric)", no_wrap=True)
     for v in an.variants:
-        t.add_column(v + (" (baseline)" if v == base else ""), justify="right")
+        t.add_column(escape(v) + (" (baseline)" if v == base else ""), justify="right")
     for c in an.cells:
         hib = c.higher_is_better
         row = [Text(cell_label(c) + f"\n{c.metric} {'↑' if hib else '↓'}",
@@ -83,9 +84,9 @@ def rss_table(an: Analysis) -> Table:
               header_style="bold")
     t.add_column("cell", no_wrap=True)
     for v in an.variants:
-        t.add_column(v, justify="right")
+        t.add_column(escape(v), justify="right")
     for c in an.cells:
-        row = [cell_label(c)]
+        row = [escape(cell_label(c))]
         for v in an.variants:
             e = c.by_variant[v]
             if not e.rss:
@@ -103,9 +104,9 @@ def faults_table(an: Analysis) -> Table | None:
     t = Table(title="minor page faults per sample (median)", header_style="bold")
     t.add_column("cell", no_wrap=True)
     for v in an.variants:
-        t.add_column(v, justify="right")
+        t.add_column(escape(v), justify="right")
     for c in an.cells:
-        t.add_row(cell_label(c), *[si(c.by_variant[v].minor_faults) for v in an.variants])
+        t.add_row(escape(cell_label(c)), *[si(c.by_variant[v].minor_faults) for v in an.variants])
     return t
 
 
@@ -113,13 +114,13 @@ def instructions_table(an: Analysis) -> Table | None:
     rows = an.instructions or []
     if not rows:
         return None
-    t = Table(title=f"instructions under cachegrind (deterministic; ratio to {an.baseline}, < 1 is fewer)",
+    t = Table(title=f"instructions under cachegrind (deterministic; ratio to {escape(an.baseline)}, < 1 is fewer)",
               header_style="bold")
     t.add_column("cell", no_wrap=True)
     for v in an.variants:
-        t.add_column(v, justify="right")
+        t.add_column(escape(v), justify="right")
     for r in rows:
-        t.add_row(r.cell, *[instructions_text(r.by_variant.get(v), v == an.baseline)
+        t.add_row(escape(r.cell), *[instructions_text(r.by_variant.get(v), v == an.baseline)
                                for v in an.variants])
     return t
 
@@ -197,14 +198,14 @@ def latency_table(an: Analysis) -> Table | None:
     for col in ("cell", "variant", "metric", "rounds", "mean", "median", "std"):
         t.add_column(col, justify="right" if col in ("rounds", "mean", "median", "std") else "left")
     for cid, v, key, lat in rows:
-        t.add_row(cid, v, key, str(lat.rounds), f"{lat.mean:.4g}", f"{lat.median:.4g}",
+        t.add_row(escape(cid), escape(v), key, str(lat.rounds), f"{lat.mean:.4g}", f"{lat.median:.4g}",
                   "–" if lat.std is None else f"{lat.std:.3g}")
     return t
 
 
 def print_analysis(an: Analysis, console: Console, doc: RunDoc) -> None:
-    console.print(throughput_table(an, title=f"{doc.suite}: median ± half 95 % interval; "
-                                              f"speedup vs {an.baseline} [95 % interval], > 1 is better"))
+    console.print(throughput_table(an, title=f"{escape(doc.suite)}: median ± half 95 % interval; "
+                                              f"speedup vs {escape(an.baseline)} [95 % interval], > 1 is better"))
     console.print(rss_table(an))
     ft = faults_table(an)
     if ft is not None:
@@ -228,18 +229,18 @@ def print_analysis(an: Analysis, console: Console, doc: RunDoc) -> None:
     if an.warnings:
         console.print("[bold yellow]warnings:[/]")
         for w in an.warnings:
-            console.print(f"  [yellow]•[/] {w}", markup=True, highlight=False)
+            console.print(f"  [yellow]•[/] {escape(w)}", markup=True, highlight=False)
 
 
 def compare_table(cmp: Comparison, a_name: str, b_name: str) -> Table:
-    t = Table(title=f"B = {b_name} against A = {a_name} (two-sided Mann–Whitney U, α = {cmp.alpha})",
+    t = Table(title=f"B = {escape(b_name)} against A = {escape(a_name)} (two-sided Mann–Whitney U, α = {cmp.alpha})",
               header_style="bold")
     for col in ("cell", "variant", "A median", "B median", "B vs A", "p", "verdict"):
         t.add_column(col, justify="left" if col in ("cell", "variant", "verdict") else "right")
     for r in cmp.rows:
         style = ("green" if r.speedup > 1 else "red") if r.significant else ""
         verdict = r.verdict + (" (too few rounds to ever be significant)" if r.underpowered else "")
-        t.add_row(r.cell, r.variant, si(r.a.median, r.unit), si(r.b.median, r.unit),
+        t.add_row(escape(r.cell), escape(r.variant), si(r.a.median, r.unit), si(r.b.median, r.unit),
                   f"{stats.fmt_ratio(r.speedup)} {ci_text(r.speedup_ci)}",
                   "–" if r.p_value is None else f"{r.p_value:.3g}", Text(verdict, style=style))
     return t

@@ -428,7 +428,7 @@ def plot(s: dict, out: Path) -> Path:
     ax[2].set_title(f"live bytes (peak {_human(s['peak_live_bytes'])})")
     ax[2].set_xlabel(lb.get("unit", "s"))
     ax[2].set_ylabel("MiB")
-    fig.suptitle(Path(s["trace"]).name)
+    fig.suptitle(Path(s["trace"]).name, parse_math=False)  # a file name, not TeX: '$' pairs are common
     fig.tight_layout()
     fig.savefig(out, dpi=100)
     plt.close(fig)

@@ -23,6 +23,8 @@ CASES = [
     ("strata-bench-e2-frag", ["--smoke"], "--threads", " 1"),
     ("strata-bench-e4", ["--group", "numa", "--sample-ms", "0.01"], "--samples", "5abc"),
     ("strata-bench-e4", ["--group", "numa", "--samples", "1"], "--sample-ms", "0.01ms"),
+    ("strata-bench-e4", ["--group", "numa", "--smoke"], "--threads", "abc"),
+    ("strata-bench-e4", ["--group", "numa", "--smoke"], "--seconds", "1s"),
     ("strata-bench-e3-tenant", ["--role", "lc", "--smoke"], "--streams", "1x"),
     ("strata-bench-e3-tenant", ["--role", "lc", "--smoke"], "--start-at-ns", "1.5"),
     ("strata-bench-e3-tenant", ["--role", "lc", "--smoke"], "--timeout-s", "9s"),
@@ -124,3 +126,52 @@ def test_e3_tenant_short_run_still_runs():
                         "--jitter", "1", "--start-at-ns", "-5"], capture_output=True, text=True,
                        timeout=30)
     assert r.returncode == 0 and '"kernels_done":2' in r.stdout, (r.returncode, r.stdout, r.stderr)
+
+
+@pytest.mark.parametrize("flag, value", [("--gap-us", "1e9"), ("--burst-us", "1e9")])
+def test_e3_tenant_stops_at_its_timeout(flag, value):
+    """--timeout-s was checked only between kernels: a gap of 1e9 us slept, and a kernel of 1e9 us
+    ran, up to 1000 s past a --timeout-s of 1."""
+    r = subprocess.run([str(program("strata-bench-e3-tenant")), *E3_SHORT[:-2], "--timeout-s", "1",
+                        flag, value], capture_output=True, text=True, timeout=20)
+    assert r.returncode == 5 and '"timed_out":true' in r.stdout, (r.returncode, r.stdout, r.stderr)
+    assert "timed out after 1.0 s" in r.stderr, r.stderr
+
+
+def test_e3_tenant_memory_follows_the_kernels_run():
+    """The per-kernel records were sized streams x kernels up front: --streams 32 --kernels 1000000
+    (in range) zeroed 768 MB before the first kernel, 6 GB at --streams 256, whatever ran."""
+    import sys
+    probe = ("import resource, subprocess, sys\n"
+             "subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n")
+    r = subprocess.run([sys.executable, "-c", probe, str(program("strata-bench-e3-tenant")),
+                        "--role", "be", "--streams", "32", "--kernels", "1000000", "--burst-us", "10",
+                        "--work-per-us", "300", "--timeout-s", "0.3"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout) < 200 * 1024, f"peak RSS {r.stdout.strip()} KiB"
+
+
+def test_e3_tenant_summary_is_json_whatever_the_csv_path(tmp_path):
+    """The --out path went into the summary verbatim: a quote or a backslash made it invalid JSON."""
+    import json
+    out = tmp_path / 'a"b\\c.csv'
+    r = subprocess.run([str(program("strata-bench-e3-tenant")), "--role", "lc", "--smoke", "--out",
+                        str(out)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["csv"] == str(out)
+
+
+@pytest.mark.parametrize("target, args", [
+    ("strata-bench-e3-tenant", ["--role", "lc", "--smoke"]),
+    ("strata-bench-e3-tenant", ["--calibrate"]),
+    ("strata-bench-e4", ["--group", "numa", "--smoke"]),
+])
+def test_a_result_that_cannot_be_written_fails_the_run(target, args):
+    """Their one line on stdout is the result: written to a full disk, it was lost and the
+    program still exited 0."""
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([str(program(target)), *args], stdout=full, stderr=subprocess.PIPE,
+                           text=True, timeout=60)
+    assert r.returncode != 0 and "cannot write" in r.stderr, (r.returncode, r.stderr)

@@ -1,0 +1,102 @@
+"""Strings the lab does not choose (a replayed trace's file name in a cell id, a failed sample's
+message, variant names and paths in a results file) are printed and drawn as they are: never read
+as rich markup or matplotlib mathtext (a bad one ended `report`, `compare` or `env` with a
+traceback), never as HTML.  A report that cannot be written says so in one line and keeps the
+results; a schema version that is no integer is refused."""
+
+import io
+import json
+
+from rich.console import Console
+
+from strata_lab import analysis, cli, report, tables
+from strata_lab.model import RunDoc
+
+from .conftest import lab
+from .test_analysis import doc_with
+
+CELL = "replay-<b>a[/b]$\\frac$.trace/t1"   # `strata-lab replay` names the cell after the trace file
+VARIANT = "x[/v]$\\y$"
+MESSAGE = "could not read the workload's output: [/x] [bold]<script>alert(1)</script>"
+
+
+def hostile_doc():
+    d = doc_with({(CELL, "base"): [10, 11, 12, 10, 11], (CELL, "x"): [20, 21, 22, 20, 21]},
+                 cells=[{"id": CELL, "workload": "replay-a", "threads": 1, "metric": "ops", "unit": "ops/s",
+                         "higher_is_better": True, "oversubscribed": False, "latency_metrics": []}])
+    d["samples"].append({"index": len(d["samples"]), "cell": CELL, "variant": "x", "round": 5,
+                         "warmup": False, "ok": False,
+                         "failure": {"kind": "parse", "message": MESSAGE, "exit_status": 0,
+                                     "stderr_tail": "</pre><script>alert(2)</script>"}})
+    d["variants"] = {"base": {}, VARIANT: {"library": "/tmp/a'\"<img src=x onerror=alert(1)>/lib.so"}}
+    for s in d["samples"]:
+        if s["variant"] == "x":
+            s["variant"] = VARIANT
+    return d
+
+
+def test_terminal_tables_show_the_strings_as_given():
+    doc = RunDoc.from_json(hostile_doc())
+    an = analysis.analyse(doc, "base")
+    out = io.StringIO()
+    tables.print_analysis(an, Console(file=out, width=400), doc)
+    text = out.getvalue()
+    assert CELL in text and VARIANT in text
+    assert f"failure — parse: {MESSAGE}" in text
+
+
+def test_report_html_draws_and_escapes_the_strings():
+    doc = RunDoc.from_json(hostile_doc())
+    an = analysis.analyse(doc, "base")
+    page = report.render_html(doc, an, "")
+    assert "<script" not in page and "<img src=x" not in page and "<b>a" not in page
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page
+
+
+def test_compare_prints_cells_only_one_run_has(tmp_path, capsys):
+    a = doc_with({("a/t1", "base"): [10, 11, 12, 10, 11], ("a/t1", "x"): [20, 21, 22, 20, 21]})
+    b = hostile_doc()
+    b["cells"].insert(0, a["cells"][0])
+    b["variants"]["x"] = {}
+    b["samples"] += [dict(s, index=len(b["samples"]) + i) for i, s in enumerate(a["samples"])
+                     if s["cell"] == "a/t1"]
+    for name, d in (("a", a), ("b", b)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(d))
+    assert cli.main(["compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    assert f"{CELL}: only in B" in capsys.readouterr().out
+
+
+def test_env_shows_a_build_path_with_brackets(tmp_path):
+    build = tmp_path / "[/x] build"
+    r = lab("env", env={"STRATA_BUILD": str(build)})
+    assert r.returncode == 0, r.stderr
+    assert "[/x]" in r.stdout
+
+
+def test_trace_stats_of_a_trace_with_dollars_in_its_name(tmp_path, capsys):
+    from .test_trace import sample_trace
+
+    p = sample_trace(tmp_path)
+    named = p.rename(tmp_path / "run$\\frac$.trace")  # the plot's title is the file's name
+    assert cli.main(["trace-stats", str(named), "--out", str(tmp_path / "out")]) == 0
+    assert (tmp_path / "out" / "trace-stats.png").stat().st_size > 1000
+
+
+def test_a_report_that_cannot_be_written_keeps_the_results(tmp_path, capsys):
+    d = doc_with({("a/t1", "base"): [10, 11, 12, 10, 11], ("a/t1", "x"): [20, 21, 22, 20, 21]})
+    (tmp_path / "results.json").write_text(json.dumps(d))
+    (tmp_path / "report.html").mkdir()  # as a directory the user may not write to would
+    assert cli.main(["report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "cannot write" in err and f"the results are in {tmp_path / 'results.json'}" in err
+    assert "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html", "results.json", "summary.md"]
+
+
+def test_a_schema_version_that_is_not_an_integer_is_refused(tmp_path, capsys):
+    d = doc_with({("a/t1", "base"): [10] * 5, ("a/t1", "x"): [20] * 5})
+    d["schema_version"] = True
+    (tmp_path / "results.json").write_text(json.dumps(d))
+    assert cli.main(["report", str(tmp_path), "--no-html"]) == 2
+    assert "schema version True" in capsys.readouterr().err
