@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "core/report.h"
+#include "os/os.h"
 
 namespace strata::detail {
 
@@ -13,7 +14,10 @@ __thread uint64_t tl_shuffle __attribute__((tls_model("initial-exec"))) = 0;
 
 uint64_t shuffle_next() noexcept {
   uint64_t x = tl_shuffle;
-  if (x == 0) x = (g_secret ^ thread_id()) | 1;
+  // Seeded from getrandom, not from the process secret: xorshift is linear, and the order of one
+  // carve (the addresses of 256 allocations) gives its state and so its seed, which was the
+  // secret XOR the thread pointer (docs/security.md).
+  if (x == 0) x = os::random_seed();  // never 0 (bit 0 set)
   x ^= x << 13;
   x ^= x >> 7;
   x ^= x << 17;

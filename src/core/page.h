@@ -59,8 +59,8 @@ inline void page_push_local(page* pg, block* b) noexcept {
   pg->local_free = b;
 }
 
-// Hardened build: the next number of the thread's xorshift generator (seeded from the process
-// secret and the thread), for the carving order.
+// Hardened build: the next number of the thread's xorshift generator (seeded from getrandom at
+// the thread's first carve, independent of the process secret), for the carving order.
 uint64_t shuffle_next() noexcept;
 
 // Links the n blocks from `first` (block size bs) in front of pg's free list, in address order
