@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <unistd.h>
 
+#include "os/os.h"
+
 namespace strata::report {
 namespace {
 // The length of the well-formed UTF-8 character at s (its first byte 0x80 or more), or 0 when
@@ -25,6 +27,7 @@ size_t utf8_length(const unsigned char* s) noexcept {
 
 void vto_fd(int fd, const char* fmt, va_list ap) noexcept {
   int saved = errno;
+  os::no_cancel hold;  // write is a cancellation point: free's reports, malloc_stats
   char line[1024];
   int n = vsnprintf(line, sizeof line, fmt, ap);
   if (n > static_cast<int>(sizeof line) - 1) n = sizeof line - 1;

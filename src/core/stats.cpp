@@ -206,6 +206,8 @@ void stats_keep_stderr() noexcept {
 }
 
 void stats_report_at_exit() noexcept {
+  // open, write and close are cancellation points; a thread calling exit() may be cancelled.
+  os::no_cancel hold;
   if (options::get(option::show_stats)) {
     if (is_start_stderr(start_stderr)) stats_print_to(start_stderr);
     else if (is_start_stderr(2)) stats_print_to(2);

@@ -13,9 +13,15 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "os/os.h"
+
 namespace strata::os {
 
+// Each call below that makes a cancellation point's system call (open, close, write, writev,
+// read) holds cancellation off (os::no_cancel): the recorder calls them from inside malloc.
+
 int file_create(const char* path) noexcept {
+  no_cancel hold;
   int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return -1;
   // Emptied only once this process holds it: another one may be writing it (a program that a
@@ -45,6 +51,7 @@ int file_create(const char* path) noexcept {
 int file_dup_high(int fd) noexcept { return fcntl(fd, F_DUPFD_CLOEXEC, 900); }
 
 bool file_write2(int fd, const void* a, size_t na, const void* b, size_t nb) noexcept {
+  no_cancel hold;
   iovec v[2] = {{const_cast<void*>(a), na}, {const_cast<void*>(b), nb}};
   int first = 0;
   while (first < 2) {
@@ -64,7 +71,10 @@ bool file_write2(int fd, const void* a, size_t na, const void* b, size_t nb) noe
   return true;
 }
 
-void file_close(int fd) noexcept { close(fd); }
+void file_close(int fd) noexcept {
+  no_cancel hold;
+  close(fd);
+}
 
 bool file_identity(int fd, uint64_t& device, uint64_t& inode) noexcept {
   struct stat st;
@@ -75,6 +85,7 @@ bool file_identity(int fd, uint64_t& device, uint64_t& inode) noexcept {
 }
 
 void print_error(const char* text) noexcept {
+  no_cancel hold;
   ssize_t r = write(2, text, strlen(text));
   (void)r;
 }
@@ -89,6 +100,7 @@ void discard_plain(void* p, size_t size) noexcept { madvise(p, size, MADV_DONTNE
 namespace {
 uint64_t status_kib(std::initializer_list<const char*> keys) noexcept {
   char buf[8192];
+  no_cancel hold;
   int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;
   ssize_t n = read(fd, buf, sizeof buf - 1);

@@ -223,6 +223,7 @@ int64_t now_ms() noexcept {
 uint64_t random_seed() noexcept {
   uint64_t v = 0;
   int saved = errno;
+  no_cancel hold;  // getrandom is a cancellation point; a hardened thread's first carve calls it
   if (getrandom(&v, sizeof v, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof v)) {
     timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

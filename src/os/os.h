@@ -4,8 +4,27 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <pthread.h>
 
 namespace strata::os {
+
+// Holds off thread cancellation for its scope, as glibc's malloc does with its *_nocancel calls.
+// POSIX lets no cancellation point into malloc, free or malloc_stats, and a program relies on
+// that: it holds a mutex across malloc without a cleanup handler.  A deferred cancel pending on
+// a thread acted at the first getrandom, write, writev or open strata made for it (a hardened
+// thread's first carve, a bad free's report, malloc_stats, the recorder's writes): the thread
+// unwound out of malloc, leaving the program's mutex locked, or strata's own state half-updated
+// (a page whose capacity counted blocks on no list: strata_heap_check failed).
+class no_cancel {
+ public:
+  no_cancel() noexcept { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old_); }
+  ~no_cancel() { pthread_setcancelstate(old_, &old_); }
+  no_cancel(const no_cancel&) = delete;
+  no_cancel& operator=(const no_cancel&) = delete;
+
+ private:
+  int old_ = PTHREAD_CANCEL_ENABLE;
+};
 
 // Maps `size` bytes (a multiple of the page size) of read-write anonymous memory whose address is
 // a multiple of `alignment` (a power of two >= the page size).  Returns nullptr on failure with
@@ -49,7 +68,8 @@ bool protect_rw(void* p, size_t size) noexcept;
 size_t page_size() noexcept;
 // Milliseconds of a coarse monotonic clock (cheap: vDSO).
 int64_t now_ms() noexcept;
-// A random 64-bit value for canaries (getrandom, falling back to addresses and time).
+// A random 64-bit value for canaries (getrandom, falling back to addresses and time).  Not a
+// cancellation point (no_cancel).
 uint64_t random_seed() noexcept;
 
 struct counters {

@@ -1582,4 +1582,35 @@ TEST(Issue10HugePages, SegmentsAndHugeBlocksAskForThemOnlyWhenTheirOptionSaysSo)
           << "STRATA_HUGE_SEGMENTS=" << segments << " STRATA_HUGE_PAGES=" << huge;
 }
 
+// POSIX lets no cancellation point into free or malloc_stats (glibc's malloc_stats holds
+// cancellation off; its bad frees abort).  A bad free's report and strata_stats_print wrote to
+// stderr with write(), a cancellation point: a thread with a deferred cancel pending unwound out
+// of free there, leaving a mutex the program held across free locked.
+std::atomic<int> cancel_steps{0};
+char not_strata_allocated[64];
+void* report_with_a_cancel_pending(void*) {
+  pthread_cancel(pthread_self());  // deferred: acts at the next cancellation point
+  strata_free(opaque(not_strata_allocated + 16));
+  cancel_steps.store(1);
+  strata_stats_print();
+  cancel_steps.store(2);
+  pthread_testcancel();
+  return nullptr;
+}
+
+TEST(CancellationPoints, ABadFreesReportAndTheStatisticsPrintoutAreNone) {
+  uint64_t before = stats().bad_free_count;
+  testing::internal::CaptureStderr();
+  pthread_t t;
+  ASSERT_EQ(pthread_create(&t, nullptr, report_with_a_cancel_pending, nullptr), 0);
+  void* result = nullptr;
+  ASSERT_EQ(pthread_join(t, &result), 0);
+  std::string out = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(result, PTHREAD_CANCELED);  // at pthread_testcancel
+  EXPECT_EQ(cancel_steps.load(), 2) << "the cancel acted inside " << (cancel_steps.load() == 0 ? "free" : "strata_stats_print");
+  EXPECT_EQ(stats().bad_free_count, before + 1);
+  EXPECT_NE(out.find("did not allocate"), std::string::npos) << out;
+  EXPECT_NE(out.find("statistics"), std::string::npos) << out;
+}
+
 }  // namespace

@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <csignal>
 #include <cstdint>
 #include <cstring>
+#include <pthread.h>
 #include <unistd.h>
 #include <thread>
 #include <vector>
@@ -245,6 +247,36 @@ TEST(Secure, TheCarvingOrderDoesNotRevealTheSecret) {
     for (int i = 1; i < n; ++i) strata_free(got[i]);
   }).join();
   EXPECT_NE(seen, secret) << "the order of 256 allocations gave the process secret away";
+}
+
+// POSIX lets no cancellation point into malloc.  A thread's first carve seeded its carving order
+// from getrandom, a cancellation point: a thread with a deferred cancel pending unwound out of
+// strata_malloc there, the page's capacity already counting blocks it had linked on no list
+// (strata_heap_check: "page block counts do not add up"), and a program holding a mutex across
+// malloc (no cleanup handler: malloc is no cancellation point) would have kept it locked.
+constexpr int cancel_blocks = 20000;  // 48-byte blocks: pages of their own, carved by this thread
+void* cancel_got[cancel_blocks];
+std::atomic<int> cancel_count{0};
+void* allocate_with_a_cancel_pending(void*) {
+  pthread_cancel(pthread_self());  // deferred: acts at the next cancellation point
+  for (int i = 0; i < cancel_blocks; ++i) {
+    cancel_got[i] = strata_malloc(48);
+    cancel_count.store(i + 1, std::memory_order_relaxed);
+  }
+  pthread_testcancel();
+  return nullptr;
+}
+
+TEST(Secure, AThreadsFirstCarveIsNoCancellationPoint) {
+  pthread_t t;
+  ASSERT_EQ(pthread_create(&t, nullptr, allocate_with_a_cancel_pending, nullptr), 0);
+  void* result = nullptr;
+  ASSERT_EQ(pthread_join(t, &result), 0);
+  EXPECT_EQ(result, PTHREAD_CANCELED);  // at pthread_testcancel
+  int got = cancel_count.load();
+  EXPECT_EQ(got, cancel_blocks) << "the cancel acted inside strata_malloc after " << got << " blocks";
+  for (int i = 0; i < got; ++i) strata_free(cancel_got[i]);
+  EXPECT_TRUE(strata_heap_check());
 }
 
 }  // namespace
