@@ -192,11 +192,7 @@ namespace {
 int start_stderr = -1;
 uint64_t start_stderr_device = 0, start_stderr_inode = 0;
 
-bool is_start_stderr(int fd) noexcept {
-  uint64_t device, inode;
-  return fd >= 0 && os::file_identity(fd, device, inode) && device == start_stderr_device &&
-         inode == start_stderr_inode;
-}
+bool is_start_stderr(int fd) noexcept { return os::file_is(fd, start_stderr_device, start_stderr_inode); }
 }  // namespace
 
 void stats_keep_stderr() noexcept {

@@ -84,6 +84,11 @@ bool file_identity(int fd, uint64_t& device, uint64_t& inode) noexcept {
   return true;
 }
 
+bool file_is(int fd, uint64_t device, uint64_t inode) noexcept {
+  uint64_t d, i;
+  return fd >= 0 && file_identity(fd, d, i) && d == device && i == inode;
+}
+
 void print_error(const char* text) noexcept {
   no_cancel hold;
   ssize_t r = write(2, text, strlen(text));

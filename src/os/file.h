@@ -21,6 +21,9 @@ void file_close(int fd) noexcept;
 int file_dup_high(int fd) noexcept;
 // The device and inode of the file open at fd (false if none is).
 bool file_identity(int fd, uint64_t& device, uint64_t& inode) noexcept;
+// Whether fd is still open on the file file_identity named (device, inode): a program may close a
+// descriptor and reuse its number for a file of its own.
+bool file_is(int fd, uint64_t device, uint64_t inode) noexcept;
 // Writes a message to stderr (no formatting, no allocation).
 void print_error(const char* text) noexcept;
 

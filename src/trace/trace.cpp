@@ -127,10 +127,7 @@ void stop(const char* why) noexcept {
 
 // Whether fd is still the trace's file: a program that closed every descriptor (close_range) and
 // opened many had its own file at the trace's number, and got the trace's chunks written into it.
-bool fd_is_trace() noexcept {
-  uint64_t device, inode;
-  return fd >= 0 && os::file_identity(fd, device, inode) && device == fd_device && inode == fd_inode;
-}
+bool fd_is_trace() noexcept { return os::file_is(fd, fd_device, fd_inode); }
 
 // Writes a then b to the trace; after the first failure nothing more (a chunk written after one
 // cut short, once a full disk had room again, made the whole trace unreadable), with one message.

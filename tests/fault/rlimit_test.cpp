@@ -53,6 +53,19 @@ void child_fail(const std::string& what) { g_failures += what + "\n"; }
     if (!(cond)) child_fail(std::string(#cond ": ") + (what));        \
   } while (0)
 
+// The parent's side of a forked child writing to the pipe's read end `fd`: everything it wrote,
+// then it must have exited 0, not died of a signal.
+void collect_child(pid_t pid, int fd, std::string& report) {
+  char buf[4096];
+  for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) report.append(buf, static_cast<size_t>(n));
+  close(fd);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_FALSE(WIFSIGNALED(status)) << "the child died of signal " << WTERMSIG(status) << " ("
+                                    << strsignal(WTERMSIG(status)) << ")\n" << report;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << report;
+}
+
 // Runs body in a child limited to its current address space + margin; fails the test with what
 // the child reported, or with the signal that killed it.
 template <typename Body>
@@ -73,14 +86,7 @@ void in_limited_child(Body body) {
   }
   close(fds[1]);
   std::string report;
-  char buf[4096];
-  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) report.append(buf, static_cast<size_t>(n));
-  close(fds[0]);
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_FALSE(WIFSIGNALED(status)) << "the child died of signal " << WTERMSIG(status) << " (" << strsignal(WTERMSIG(status))
-                                    << ")\n" << report;
-  EXPECT_EQ(WEXITSTATUS(status), 0) << report;
+  ASSERT_NO_FATAL_FAILURE(collect_child(pid, fds[0], report));
   EXPECT_EQ(report, "");
 }
 
@@ -373,14 +379,7 @@ TEST(AddressSpaceLimit, ForeignCacheFlushWithoutThePageMap) {
   }
   close(fds[1]);
   std::string report;
-  char buf[4096];
-  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) report.append(buf, static_cast<size_t>(n));
-  close(fds[0]);
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_FALSE(WIFSIGNALED(status)) << "the child died of signal " << WTERMSIG(status) << " ("
-                                    << strsignal(WTERMSIG(status)) << ")\n" << report;
-  EXPECT_EQ(WEXITSTATUS(status), 0) << report;
+  ASSERT_NO_FATAL_FAILURE(collect_child(pid, fds[0], report));
   EXPECT_NE(report.find("cannot map the page map"), std::string::npos) << "the child had a page map:\n" << report;
 }
 

@@ -9,14 +9,15 @@
 #include <strata/gpu/gpu.hpp>
 
 #include <array>
-#include <chrono>
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 namespace strata::gpu {
@@ -26,11 +27,10 @@ constexpr int max_devices = 64;
 
 thread_local std::string last_error;
 
-// A whole number in digits from the environment, at most `max`; `fallback` when unset.
-unsigned long long env_count(const char* name, unsigned long long fallback, unsigned long long max,
-                             const char* unit) {
+// A whole number in digits from the environment, at most `max`; nothing when unset or empty.
+std::optional<unsigned long long> env_count(const char* name, unsigned long long max, const char* unit) {
   const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
+  if (v == nullptr || *v == '\0') return std::nullopt;
   // Digits only: strtoull would take "-1" as 2^64 - 1.
   char* end = nullptr;
   errno = 0;
@@ -43,11 +43,10 @@ unsigned long long env_count(const char* name, unsigned long long fallback, unsi
   return n;
 }
 
-// More than 2^44 MiB would wrap in bytes.
+// More than 2^44 MiB would wrap in bytes.  `fallback` is in bytes (not always whole MiB).
 std::size_t env_mib(const char* name, std::size_t fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;  // in bytes, not always whole MiB
-  return static_cast<std::size_t>(env_count(name, 0, SIZE_MAX >> 20, "MiB")) << 20;
+  auto n = env_count(name, SIZE_MAX >> 20, "MiB");
+  return n ? static_cast<std::size_t>(*n) << 20 : fallback;
 }
 
 bool env_flag(const char* name, bool fallback) {
@@ -88,8 +87,8 @@ struct device_stack {
     o.wait_before_growth = env_flag("STRATA_GPU_WAIT_BEFORE_GROWTH", o.wait_before_growth);
     // A program that handles out-of-memory itself (PyTorch's allocator raises at once) may not
     // want a failing call to wait for other threads' frees first (an hour at most).
-    o.pressure_wait = std::chrono::milliseconds(
-        env_count("STRATA_GPU_PRESSURE_WAIT_MS", o.pressure_wait.count(), 3600000, "milliseconds"));
+    if (auto ms = env_count("STRATA_GPU_PRESSURE_WAIT_MS", 3600000, "milliseconds"))
+      o.pressure_wait = std::chrono::milliseconds(*ms);
     device_memory = std::make_unique<cuda_resource>(backend);
     strata = std::make_unique<strata_resource>(*device_memory, o);
     stats = std::make_unique<statistics_adaptor>(*strata);
