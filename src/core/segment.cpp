@@ -614,12 +614,11 @@ int64_t segments_purge(heap* h, bool force) noexcept {
   note_purge_pass(now);
   for (segment* seg = h->segments; seg;) {
     segment* next = seg->next;
-    if (seg->purge_due_ms != 0) {
-      if (force)
-        purge_free_dirty(seg);
-      else if (seg->purge_due_ms <= now)
-        purge_aged(seg, now, purge_delay());
-    }
+    // Forced, every free slice goes, due or not: with a delay of -1 none is ever due.
+    if (force)
+      purge_free_dirty(seg);
+    else if (seg->purge_due_ms != 0 && seg->purge_due_ms <= now)
+      purge_aged(seg, now, purge_delay());
     // Empty, and every slice aged out (nothing left to purge): the segment leaves the heap,
     // except the heap's last one.
     if (seg->used_slices == 0 && seg->purge_due_ms == 0 && !is_heaps_last(h, seg)) {

@@ -1518,6 +1518,26 @@ TEST(Issue13Limits, CollectForceLeavesCommittedBytesTrue) {
   EXPECT_LT(stats().committed_bytes, base + 4 * MiB);
 }
 
+// A hostile user's probe: with STRATA_PURGE_DELAY=-1 no purge is ever scheduled, and a forced
+// collect purged only the segments that had one due: malloc_trim / strata_collect(true) kept
+// every free slice of the heap's segments resident (a thread keeping 1 % of 95 MiB of 50 KB
+// blocks: 125 MiB committed after malloc_trim, which returned 0; 9 MiB with any other delay).
+TEST(Issue13Limits, CollectForceGivesBackFreeMemoryWhenThePurgeDelayIsNever) {
+  scoped_option delay(strata::option::purge_delay, -1);
+  std::thread([] {
+    strata_collect(true);
+    uint64_t base = stats().committed_bytes;
+    std::vector<void*> blocks;
+    for (int i = 0; i < 2000; ++i) blocks.push_back(memset(strata_malloc(50000), 1, 50000));
+    EXPECT_GT(stats().committed_bytes, base + 90 * MiB);
+    for (size_t i = 0; i < blocks.size(); ++i)
+      if (i % 100 != 0) strata_free(blocks[i]);
+    strata_collect(true);
+    EXPECT_LT(stats().committed_bytes, base + 16 * MiB);
+    for (size_t i = 0; i < blocks.size(); i += 100) strata_free(blocks[i]);
+  }).join();
+}
+
 // Issue 13: a program moving from small blocks to huge ones kept the small ones' memory
 // resident (free, waiting for the delay) while mapping the huge ones afresh: under a cgroup
 // limit, the OOM killer.  Before mapping new memory strata now gives back as much free memory.
