@@ -3,15 +3,16 @@
 // N worker threads, each with its own SO_REUSEPORT listening socket and epoll instance, so the
 // kernel spreads connections over the workers and no lock is shared between them.  Keep-alive,
 // pipelining and Content-Length bodies are handled; every GET/HEAD gets 200 with a body of
-// --body-bytes.  The allocator matters on purpose: each connection's input buffer, every parsed
-// header, the response buffer and --scratch-allocs handler temporaries come from malloc/new, per
-// request, so an LD_PRELOADed allocator carries the server's allocation traffic.
+// --body-bytes, another of HTTP's methods 405, a method it does not know 501.  The allocator
+// matters on purpose: each connection's input buffer, every parsed header, the response buffer and
+// --scratch-allocs handler temporaries come from malloc/new, per request, so an LD_PRELOADed
+// allocator carries the server's allocation traffic.
 //
 // Run:   strata-bench-e5-httpd --port 8080 --threads 2 [--max-seconds 600] [--idle-timeout 60]
 //        prints {"event":"ready","port":P,...} once listening, and a JSON summary on exit
 //        (SIGTERM/SIGINT, or --max-seconds: the server never runs unbounded).
 // Smoke: strata-bench-e5-httpd --smoke: serves on an ephemeral loopback port, checks its own
-//        answers over real sockets (keep-alive, pipelining, HEAD, 405, 400, Connection: close)
+//        answers over real sockets (keep-alive, pipelining, HEAD, 405, 501, 400, Connection: close)
 //        and prints {"smoke":"ok",...}.
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -150,8 +151,10 @@ const char* reason(int status) {
     case 200: return "OK";
     case 400: return "Bad Request";
     case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
     case 413: return "Content Too Large";
     case 431: return "Request Header Fields Too Large";
+    case 501: return "Not Implemented";
     default: return "Error";
   }
 }
@@ -249,7 +252,8 @@ bool handle_input(connection& c, const options& o, const std::string& body_bytes
     if (req.method == "GET" || head) {
       append_response(c, 200, req.keep_alive, o.body_bytes, head, body_bytes);
     } else {
-      append_response(c, 405, req.keep_alive, 0, false, body_bytes);
+      int status = strata::e5::is_known_method(req.method) ? 405 : 501;
+      append_response(c, status, req.keep_alive, 0, false, body_bytes);
     }
     if (!req.keep_alive) c.close_after_write = true;
   }
@@ -393,8 +397,18 @@ void worker_main(int listen_fd, const options& o, worker_stats& st) {
     }
     if (now >= next_sweep) {
       next_sweep = now + sweep_every;
-      for (size_t k = live.size(); k-- > 0;)  // close_conn moves the last entry, already seen, to k
-        if (live[k]->deadline <= now) close_conn(live[k]);
+      for (size_t k = live.size(); k-- > 0;) {  // close_conn moves the last entry, already seen, to k
+        connection* c = live[k];
+        if (c->deadline > now) continue;
+        // Part of a request came and the rest did not: say so (RFC 9110 15.5.9) with one
+        // non-blocking write before closing.  Not when answers wait unread (they would be cut).
+        if (c->in_len > 0 && c->out_len == 0) {
+          append_response(*c, 408, false, 0, false, body_bytes);
+          c->close_after_write = true;
+          flush_output(*c, now);
+        }
+        close_conn(c);
+      }
     }
   }
   while (!live.empty()) close_conn(live.back());
@@ -529,6 +543,8 @@ int smoke() {
     check(c.read_response(body, true, conn) == 200 && body.empty(), "HEAD");
     check(c.send_all("POST /p HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello"), "send POST");
     check(c.read_response(body, false, conn) == 405, "POST -> 405");
+    check(c.send_all("FOO / HTTP/1.1\r\nHost: a\r\n\r\n"), "send FOO");
+    check(c.read_response(body, false, conn) == 501, "unknown method -> 501");
     check(c.send_all(get), "send after POST");
     check(c.read_response(body, false, conn) == 200, "body consumed: next request 200");
     check(c.send_all("GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"), "send close");
@@ -550,8 +566,8 @@ int smoke() {
   }
   s.stop();
   worker_stats t = s.total();
-  // 3 keep-alive + 3 pipelined + POST + GET + close + HTTP/1.0; the garbage is a bad request.
-  check(t.requests == 10 && t.bad_requests == 1, "request counts");
+  // 3 keep-alive + 3 pipelined + POST + FOO + GET + close + HTTP/1.0; the garbage is a bad request.
+  check(t.requests == 11 && t.bad_requests == 1, "request counts");
   std::string why;
   for (auto& f : failures) why += (why.empty() ? "" : "; ") + f;
   std::printf("{\"program\":\"strata-bench-e5-httpd\",\"smoke\":\"%s\",\"threads\":%d,"

@@ -48,6 +48,16 @@ struct parse_progress {
   size_t need = 0;     // once the header block is complete: the request's length with its body
 };
 
+// The methods this server knows (RFC 9110 9.3, and PATCH from RFC 5789): one it does not serve gets
+// 405 with Allow, one it does not know at all 501 (RFC 9110 9.1, 15.6.2).  Methods are
+// case-sensitive.
+inline bool is_known_method(std::string_view m) {
+  for (std::string_view k :
+       {"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"})
+    if (m == k) return true;
+  return false;
+}
+
 namespace detail {
 inline bool is_token_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||

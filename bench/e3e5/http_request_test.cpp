@@ -222,3 +222,10 @@ TEST(E5HttpRequest, BytesOneAtATimeParseAsAllAtOnce) {
     }
   }
 }
+
+TEST(E5HttpRequest, KnownMethodsAreTheStandardOnesCaseSensitive) {
+  using strata::e5::is_known_method;
+  for (const char* m : {"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"})
+    EXPECT_TRUE(is_known_method(m)) << m;
+  for (const char* m : {"get", "FOO", "GETX", "", "PROPFIND"}) EXPECT_FALSE(is_known_method(m)) << m;
+}

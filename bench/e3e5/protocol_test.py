@@ -10,6 +10,11 @@ bounded in bytes and time, on 127.0.0.1 only:
 - idle_timeout: a connection that sends nothing, or a header byte now and then (slowloris), or
   stays idle after an answer, is closed after --idle-timeout; it was held forever.  A connection
   that keeps sending whole requests is not.
+- not_implemented: a method the server does not know gets 501 (RFC 9110 9.1, 15.6.2), a known one
+  it does not serve 405; the unknown one got 405.
+- request_timeout: a connection whose request was partly received when --idle-timeout ran out
+  gets 408 before the close (RFC 9110 15.5.9); it was closed with nothing.  A silent one or one
+  idle after its answer gets no 408.
 - expect_continue: a request with "Expect: 100-continue" whose body has not been sent is answered
   at once (RFC 9110 10.1.1), here with 100 Continue; it got nothing, and curl waits 1 s for it.
 
@@ -147,6 +152,23 @@ def check_allow(port) -> bool:
     return report(r)
 
 
+def check_not_implemented(port) -> bool:
+    r = []
+    s = connect(port)
+    try:
+        for req, want in [(b"FOO / HTTP/1.1\r\nHost: a\r\n\r\n", 501),
+                          (b"get / HTTP/1.1\r\nHost: a\r\n\r\n", 501),  # methods are case-sensitive
+                          (b"PUT / HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nab", 405),
+                          (b"GET / HTTP/1.1\r\nHost: a\r\n\r\n", 200)]:
+            s.sendall(req)
+            status, headers, _, _ = read_response(s)
+            r.append((f"{req.split()[0].decode()}: {want} (got {status}, Allow {headers.get('allow')})",
+                      status == want and (status == 405) == ("allow" in headers)))
+    finally:
+        s.close()
+    return report(r)
+
+
 IDLE = 0.5  # the --idle-timeout this check runs the server with
 
 
@@ -200,6 +222,33 @@ def check_idle_timeout(port) -> bool:
     return report(r)
 
 
+def check_request_timeout(port) -> bool:
+    r = []
+    for name, req, want in [("half a header block", b"GET / HTTP/1.1\r\nHost: a\r\n", 408),
+                            ("a header block without its body",
+                             b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 9\r\n\r\nab", 408),
+                            ("an answered request, then part of one",
+                             b"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET / HT", 408),
+                            ("nothing", b"", None)]:
+        s = connect(port)
+        try:
+            s.sendall(req)
+            rest, statuses = b"", []
+            for _ in range(3):  # at most two answers, then the close
+                status, headers, _, rest = read_response(s, rest)
+                statuses.append(status)
+                if status is None:
+                    break
+            closed = statuses[-1] is None
+            got = [x for x in statuses if x is not None]
+            want_all = ([200] if req.startswith(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n") else []) + \
+                ([want] if want else [])
+            r.append((f"{name}: {want_all} then close (got {statuses})", got == want_all and closed))
+        finally:
+            s.close()
+    return report(r)
+
+
 def check_expect_continue(port) -> bool:
     r = []
     s = connect(port)
@@ -245,12 +294,13 @@ def check_expect_continue(port) -> bool:
 
 
 CHECKS = {"host": check_host, "too_large": check_too_large, "allow": check_allow,
-          "idle_timeout": check_idle_timeout, "expect_continue": check_expect_continue}
+          "idle_timeout": check_idle_timeout, "expect_continue": check_expect_continue,
+          "not_implemented": check_not_implemented, "request_timeout": check_request_timeout}
 
 
 def main() -> int:
     check = CHECKS[sys.argv[2]]
-    extra = ["--idle-timeout", str(IDLE)] if sys.argv[2] == "idle_timeout" else []
+    extra = ["--idle-timeout", str(IDLE)] if sys.argv[2] in ("idle_timeout", "request_timeout") else []
     srv, port = start(*extra)
     try:
         return 0 if check(port) else 1

@@ -204,6 +204,14 @@ def cmd_run(a: argparse.Namespace) -> int:
                                  noise_threshold=a.noise_threshold, max_reruns=max_reruns,
                                  target_width=target, time_budget_s=budget, max_rounds=max_rounds,
                                  converge=converge, instructions=instructions)
+    except LabError:  # results.json could not be written (a full disk): the message says what is kept
+        finish()
+        if out_dir is not None and not (out_dir / results.FILENAME).exists():
+            try:
+                out_dir.rmdir()
+            except OSError:
+                pass
+        raise
     except (KeyboardInterrupt, runner.Interrupted) as e:
         finish()
         why = e.signame if isinstance(e, runner.Interrupted) else "SIGINT"
@@ -303,7 +311,8 @@ def _show(doc, console, baseline: str | None, write_report: bool) -> None:
         html, md = report.write(doc, an, run_dir, extra)
         console.print(f"\n[bold]report:[/] {html}\n[bold]summary:[/] {md}\n[bold]results:[/] {doc.path}")
     else:
-        console.print(f"\n[bold]results:[/] {doc.path}  (strata-lab report {run_dir} writes the report)")
+        again = run_dir if Path(doc.path).name == results.FILENAME else doc.path
+        console.print(f"\n[bold]results:[/] {doc.path}  (strata-lab report {again} writes the report)")
 
 
 def cmd_report(a: argparse.Namespace) -> int:

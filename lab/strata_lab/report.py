@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.colors import TwoSlopeNorm  # noqa: E402
 
-from . import tables  # noqa: E402
+from . import results, tables  # noqa: E402
 from .analysis import Analysis, CellResult  # noqa: E402
 from .errors import LabError  # noqa: E402
 from .model import RunDoc, Sample  # noqa: E402
@@ -211,15 +211,27 @@ def plot_scaling(doc: RunDoc, an: Analysis) -> str | None:
     return _png(fig)
 
 
-def _md_to_html(md: str) -> str:
-    """Enough Markdown for our own summaries: headings, tables, bullets, bold, paragraphs."""
+def _image(alt: str, src: str, base: Path | None) -> str:
+    """An image a suite's summary links (E-replay's trace-stats.png beside the results): embedded
+    when the file is there, so report.html stays self-contained; else linked as given."""
+    path = base / src if base is not None and Path(src).name == src else None  # a file beside it only
+    if path is not None and path.suffix == ".png" and path.is_file():
+        src = "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode()
+    return f"<img alt='{html.escape(alt)}' src='{html.escape(src)}'>"
+
+
+def _md_to_html(md: str, base: Path | None = None) -> str:
+    """Enough Markdown for our own summaries: headings, tables (with \\| for a '|' in a cell),
+    bullets, bold, images (relative to base), paragraphs."""
     import re
 
     out, table = [], []
 
     def inline(t: str) -> str:
-        t = html.escape(t)
-        return re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", t)
+        parts = re.split(r"!\[([^\]]*)\]\(([^)\s]+)\)", t)  # text, alt, src, text, ...
+        return "".join(re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", html.escape(x)) if k % 3 == 0
+                       else _image(x, parts[k + 1], base) if k % 3 == 1 else ""
+                       for k, x in enumerate(parts))
 
     def flush():
         if table:
@@ -227,7 +239,8 @@ def _md_to_html(md: str) -> str:
             out.append("<table>")
             for k, r in enumerate(rows):
                 tag = "th" if k == 0 else "td"
-                cells = [x.strip() for x in r.strip().strip("|").split("|")]
+                cells = [x.strip().replace("\\|", "|")
+                         for x in re.split(r"(?<!\\)\|", r.strip().strip("|"))]
                 out.append("<tr>" + "".join(f"<{tag}>{inline(x)}</{tag}>" for x in cells) + "</tr>")
             out.append("</table>")
             table.clear()
@@ -268,7 +281,7 @@ def _render_html(doc: RunDoc, an: Analysis, extra_md: str) -> str:
              f"</title><style>{CSS}</style></head><body>"]
     if not doc.complete:
         parts.append("<p class='bad'>INCOMPLETE RUN: only the samples that finished are shown.</p>")
-    parts.append(_md_to_html(md))
+    parts.append(_md_to_html(md, Path(doc.path).parent if doc.path else None))
     parts.append("<h2>Machine</h2><table>" + "".join(
         f"<tr><td>{html.escape(str(k))}</td><td>{html.escape(str(v))}</td></tr>" for k, v in m.items()) + "</table>")
     parts.append("<h2>Variants</h2><table><tr><th>name</th><th>version</th><th>library</th><th>source</th></tr>" + "".join(
@@ -306,20 +319,26 @@ def _render_html(doc: RunDoc, an: Analysis, extra_md: str) -> str:
 
 
 def write(doc: RunDoc, an: Analysis, run_dir: Path, extra_md: str = "") -> tuple[Path, Path]:
+    """summary.md and report.html beside the results (<name>.summary.md and <name>.report.html
+    for a results file not called results.json, so two in one folder keep their own)."""
     run_dir = Path(run_dir)
-    md_path, html_path = run_dir / "summary.md", run_dir / "report.html"
+    where = run_dir / (Path(doc.path).name if doc.path else results.FILENAME)
+    md_path, html_path = results.beside(where, "summary.md"), results.beside(where, "report.html")
     for path, text in ((md_path, tables.markdown(an, doc, extra_md)), (html_path, render_html(doc, an, extra_md))):
         tmp = path.with_suffix(path.suffix + ".tmp")
         try:
             tmp.write_text(text)
             os.replace(tmp, path)
-        except OSError as e:
+        except BaseException as e:
             # A run directory the user may not write to (or a directory of that name): one line
-            # that says the results are kept, not a traceback after the run, nor a .tmp left behind.
+            # that says the results are kept, not a traceback after the run.  Nor a .tmp left
+            # behind, by that or by Ctrl-C.
             try:
                 tmp.unlink()
             except OSError:
                 pass
+            if not isinstance(e, OSError):
+                raise
             raise LabError(f"cannot write {path}: {e.strerror}; the results are in "
                            f"{doc.path or run_dir}") from None
     return html_path, md_path

@@ -90,6 +90,14 @@ def resolve_path(arg: str | Path) -> Path:
     return p
 
 
+def beside(results_path: str | Path, name: str) -> Path:
+    """Where a file made from a results file goes (summary.md, report.html, trace-stats.png): next to
+    it, named `name` beside a results.json, `<stem>.<name>` beside any other name (two results
+    files in one folder would otherwise write over each other's)."""
+    p = Path(results_path)
+    return p.parent / (name if p.name == FILENAME else f"{p.stem}.{name}")
+
+
 def finite_number(v) -> bool:
     """A JSON number that is a real measurement: not a boolean, NaN or infinite."""
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)

@@ -23,6 +23,7 @@ from typing import Callable
 
 from . import __version__, machine, results
 from .allocators import Allocator
+from .errors import LabError
 from .model import RunDoc, Sample
 from .suite import Cell, Suite
 
@@ -655,9 +656,21 @@ def execute(suite: Suite, cells: list[Cell], variants: list[Variant], *, rounds:
         cells=[{**c.to_json(), "oversubscribed": oversubscribed(c, cpus)} for c in cells],
         samples=[])
     path = out_dir / results.FILENAME
+    saved = {"samples": None}  # how many samples the last results.json written holds
 
     def save() -> None:
-        results.write_atomic(path, doc)
+        # A disk that fills up or a run directory that becomes read-only mid-run: the run stops
+        # (what it measured next could not be kept either) with one line saying what is kept,
+        # not a traceback.  write_atomic leaves the previous results.json whole.
+        try:
+            results.write_atomic(path, doc)
+        except OSError as e:
+            n = saved["samples"]
+            kept = ("nothing was written" if n is None else
+                    f"the 1 sample that finished is in {path} (marked incomplete)" if n == 1 else
+                    f"the {n} samples that finished are in {path} (marked incomplete)")
+            raise LabError(f"cannot write {path}: {e.strerror or e}; the run stops: {kept}") from None
+        saved["samples"] = len(doc.samples)
 
     save()
     stats_dir = out_dir / "strata-stats"

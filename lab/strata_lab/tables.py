@@ -37,6 +37,11 @@ def ci_text(ci) -> str:
     return "" if not ci else f"[{ci[0]:.2f}–{ci[1]:.2f}]"
 
 
+def md(name: str) -> str:
+    """A name (cell, variant) as a Markdown table cell: a '|' in it would end the column."""
+    return name.replace("|", "\\|")
+
+
 def cell_label(c: CellResult) -> str:
     return c.id + (" ⚠ oversubscribed" if c.oversubscribed else "")
 
@@ -272,7 +277,7 @@ def markdown(an: Analysis, doc: RunDoc, extra: str = "") -> str:
             f"## Primary metric: median ± half 95 % interval, speedup vs {base} (> 1 is better)", "",
             f"Speedups are medians of the per-round ratios (round k of a variant against round k of "
             f"{base}), with the exact order-statistic interval of that median.", "",
-            "| cell | " + " | ".join(an.variants) + " |",
+            "| cell | " + " | ".join(map(md, an.variants)) + " |",
             "|---|" + "---:|" * len(an.variants)]
     for c in an.cells:
         cols = []
@@ -284,7 +289,7 @@ def markdown(an: Analysis, doc: RunDoc, extra: str = "") -> str:
             s = e.summary
             sp = "" if v == base else f" **{stats.fmt_ratio(e.speedup)}** {ci_text(e.speedup_ci)}"
             cols.append(f"{si(s.median, c.unit)} {spread_pct(s)}{sp}{' ⚠' if e.warnings else ''}")
-        label = c.id + (" ⚠ oversubscribed" if c.oversubscribed else "")
+        label = md(c.id) + (" ⚠ oversubscribed" if c.oversubscribed else "")
         out.append(f"| {label} ({c.metric}{' ↓' if not c.higher_is_better else ''}) | "
                    + " | ".join(cols) + " |")
     geo = []
@@ -294,7 +299,7 @@ def markdown(an: Analysis, doc: RunDoc, extra: str = "") -> str:
                    + (f" ({g.cells}/{g.of} cells)" if g.cells != g.of else ""))
     out += ["| geometric mean | " + " | ".join(geo) + " |", "",
             "## Peak RSS (median, ratio to the baseline: < 1 is smaller)", "",
-            "| cell | " + " | ".join(an.variants) + " |", "|---|" + "---:|" * len(an.variants)]
+            "| cell | " + " | ".join(map(md, an.variants)) + " |", "|---|" + "---:|" * len(an.variants)]
     for c in an.cells:
         cols = []
         for v in an.variants:
@@ -303,18 +308,18 @@ def markdown(an: Analysis, doc: RunDoc, extra: str = "") -> str:
                 cols.append("–")
             else:
                 cols.append(mib(e.rss.median) + ("" if v == base else f" {stats.fmt_ratio(e.rss_ratio)}"))
-        out.append(f"| {c.id} | " + " | ".join(cols) + " |")
+        out.append(f"| {md(c.id)} | " + " | ".join(cols) + " |")
     if any(c.by_variant[v].minor_faults is not None for c in an.cells for v in an.variants):
         out += ["", "## Minor page faults per sample (median)", "",
-                "| cell | " + " | ".join(an.variants) + " |", "|---|" + "---:|" * len(an.variants)]
+                "| cell | " + " | ".join(map(md, an.variants)) + " |", "|---|" + "---:|" * len(an.variants)]
         for c in an.cells:
-            out.append(f"| {c.id} | " + " | ".join(si(c.by_variant[v].minor_faults)
+            out.append(f"| {md(c.id)} | " + " | ".join(si(c.by_variant[v].minor_faults)
                                                       for v in an.variants) + " |")
     if an.instructions:
         out += ["", f"## Instructions under cachegrind (ratio to {base}: < 1 is fewer)", "",
-                "| cell | " + " | ".join(an.variants) + " |", "|---|" + "---:|" * len(an.variants)]
+                "| cell | " + " | ".join(map(md, an.variants)) + " |", "|---|" + "---:|" * len(an.variants)]
         for r in an.instructions:
-            out.append(f"| {r.cell} | " + " | ".join(instructions_text(r.by_variant.get(v), v == base)
+            out.append(f"| {md(r.cell)} | " + " | ".join(instructions_text(r.by_variant.get(v), v == base)
                                                         for v in an.variants) + " |")
     conv = convergence_lines(an)
     if conv:
@@ -327,14 +332,14 @@ def markdown(an: Analysis, doc: RunDoc, extra: str = "") -> str:
                 + ("" if dom else " None."), ""] + [f"- {x}" for x in dom]
         out += ["", "| cell | Pareto frontier (no other variant both faster and leaner) |", "|---|---|"]
         for c in an.cells:
-            out.append(f"| {c.id} | {', '.join(c.pareto.frontier) or '–'} |")
+            out.append(f"| {md(c.id)} | {', '.join(map(md, c.pareto.frontier)) or '–'} |")
     lat_rows = [(c.id, v, k, lat) for c in an.cells for v in an.variants
                 for k, lat in c.by_variant[v].latency.items() if lat]
     if lat_rows:
         out += ["", "## Per-round P99", "", "| cell | variant | metric | rounds | mean | median | std |",
                 "|---|---|---|---:|---:|---:|---:|"]
         for cid, v, k, lat in lat_rows:
-            out.append(f"| {cid} | {v} | {k} | {lat.rounds} | {lat.mean:.4g} | {lat.median:.4g} | "
+            out.append(f"| {md(cid)} | {md(v)} | {k} | {lat.rounds} | {lat.mean:.4g} | {lat.median:.4g} | "
                        f"{'–' if lat.std is None else format(lat.std, '.3g')} |")
     if extra:
         out += ["", extra.strip()]

@@ -1,5 +1,6 @@
 """An interrupted run (Ctrl-C, kill, kill -9) keeps what it finished, marked incomplete."""
 
+import errno
 import os
 import signal
 import subprocess
@@ -8,7 +9,7 @@ import time
 
 import pytest
 
-from strata_lab import results
+from strata_lab import cli, results
 
 from .conftest import ROOT, lab
 
@@ -234,3 +235,48 @@ def test_ctrl_c_while_the_cli_loads_exits_130_quietly(tmp_path, entry, module):
                        env=env, timeout=60, cwd=tmp_path)
     assert r.returncode == 130 and "Traceback" not in r.stderr, (r.returncode, r.stderr)
     assert r.stderr.strip() == "strata-lab: interrupted" and r.stdout == "", r.stderr
+
+
+@pytest.mark.parametrize("fail, at", [("full", 3), ("read-only", 3), ("full", 1)])
+def test_a_results_file_that_cannot_be_written_stops_the_run_in_one_line(built, tmp_path, monkeypatch, capsys,
+                                                                         fail, at):
+    """A disk that fills up, or a run directory that becomes read-only, after the first sample:
+    the run stops with one line that says where the finished samples are, not a traceback, and
+    leaves no temporary file (as a non-root user's `chmod a-w` on the run directory would)."""
+    calls = {"n": 0}
+    real_fsync, real_mkstemp = results.os.fsync, results.tempfile.mkstemp
+
+    def fsync(fd):  # write `at` of results.json: 1 before any sample, 3 after the first sample's
+        calls["n"] += 1
+        if calls["n"] == at:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_fsync(fd)
+
+    def mkstemp(**kw):
+        calls["n"] += 1
+        if calls["n"] == at:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(kw["dir"] / ".results-x.tmp"))
+        return real_mkstemp(**kw)
+
+    if fail == "full":
+        monkeypatch.setattr(results.os, "fsync", fsync)
+    else:
+        monkeypatch.setattr(results.tempfile, "mkstemp", mkstemp)
+    code = cli.main(["run", "--suite", "patterns", "--alloc", "glibc", "--cells", "larson/t1", "--seconds", "0.1",
+                     "--rounds", "4", "--warmup", "0", "--time-budget", "0", "--max-reruns", "0",
+                     "--no-progress", "--out", str(tmp_path)])
+    monkeypatch.undo()
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "Traceback" not in err
+    if at == 1:
+        assert "the run stops: nothing was written" in err
+        assert list(tmp_path.iterdir()) == []  # no empty run directory either
+        return
+    (run_dir,) = tmp_path.iterdir()
+    why = "No space left on device" if fail == "full" else "Permission denied"
+    assert f"cannot write {run_dir / 'results.json'}: {why}" in err
+    assert f"the 1 sample that finished is in {run_dir / 'results.json'} (marked incomplete)" in err
+    doc = results.load(run_dir).to_json()
+    assert doc["complete"] is False and len(doc["samples"]) == 1 and doc["samples"][0]["ok"]
+    assert sorted(p.name for p in run_dir.iterdir()) == ["results.json"]

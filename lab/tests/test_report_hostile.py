@@ -6,7 +6,10 @@ results; a schema version that is no integer is refused."""
 
 import io
 import json
+import os
+import re
 
+import pytest
 from rich.console import Console
 
 from strata_lab import analysis, cli, report, tables
@@ -100,3 +103,79 @@ def test_a_schema_version_that_is_not_an_integer_is_refused(tmp_path, capsys):
     (tmp_path / "results.json").write_text(json.dumps(d))
     assert cli.main(["report", str(tmp_path), "--no-html"]) == 2
     assert "schema version True" in capsys.readouterr().err
+
+
+def piped_doc():
+    """A cell and a variant whose names hold a '|', which splits a Markdown table's column."""
+    d = doc_with({("a|b/t1", "base"): [10, 11, 12, 10, 11], ("a|b/t1", "x|y"): [20, 21, 22, 20, 21]},
+                 cells=[{"id": "a|b/t1", "workload": "a|b", "threads": 1, "metric": "ops", "unit": "ops/s",
+                         "higher_is_better": True, "oversubscribed": False, "latency_metrics": ["p99"]}])
+    d["variants"] = {"base": {}, "x|y": {}}
+    for s in d["samples"]:
+        if s["variant"] == "x":
+            s["variant"] = "x|y"
+    return RunDoc.from_json(d)
+
+
+def test_a_pipe_in_a_name_does_not_split_a_table_column():
+    doc = piped_doc()
+    an = analysis.analyse(doc, "base")
+    md = tables.markdown(an, doc)
+    rows = [line for line in md.splitlines() if line.startswith("|")]
+    header_columns = {}
+    for line in rows:
+        n = len([x for x in line.replace("\\|", "").split("|")]) - 2  # columns between the outer bars
+        if line.startswith("| cell |"):
+            header_columns["now"] = n
+        assert n == header_columns["now"], line
+    assert "a\\|b/t1" in md and "x\\|y" in md
+    page = report.render_html(doc, an, "")
+    assert "<td>a|b/t1</td>" in page and "<th>x|y</th>" in page
+    assert "\\|" not in page
+    for table in re.findall(r"<table>(.*?)</table>", page, re.S):
+        widths = {row.count("<td>") + row.count("<th>") for row in re.findall(r"<tr>.*?</tr>", table)}
+        assert len(widths) <= 1, table
+
+
+def test_the_trace_plot_of_a_summary_is_an_image_in_the_html(tmp_path):
+    (tmp_path / "trace-stats.png").write_bytes(b"\x89PNG\r\n\x1a\nfake")
+    doc = piped_doc()
+    doc.path = str(tmp_path / "results.json")
+    an = analysis.analyse(doc, "base")
+    page = report.render_html(doc, an, "### the trace\n\n![sizes and lifetimes](trace-stats.png)\n")
+    assert "![" not in page
+    assert "<img alt='sizes and lifetimes' src='data:image/png;base64," in page
+
+
+def test_two_results_files_in_one_folder_get_their_own_reports(tmp_path, capsys):
+    for name, x in (("a.json", 20), ("b.json", 30)):
+        d = doc_with({("a/t1", "base"): [10, 11, 12, 10, 11], ("a/t1", "x"): [x, x + 1, x + 2, x, x + 1]})
+        d["run_id"] = name
+        (tmp_path / name).write_text(json.dumps(d))
+        assert cli.main(["report", str(tmp_path / name)]) == 0
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["a.json", "a.report.html", "a.summary.md", "b.json", "b.report.html", "b.summary.md"]
+    assert "— a.json" in (tmp_path / "a.summary.md").read_text()
+    assert "— b.json" in (tmp_path / "b.summary.md").read_text()
+    out = capsys.readouterr().out
+    assert "b.report.html" in out and "b.summary.md" in out
+
+
+def test_a_report_interrupted_while_written_leaves_no_temporary_file(tmp_path, monkeypatch):
+    """Ctrl-C (or SIGTERM, once the run is over) while report.html is written: no report.html.tmp
+    is left beside the results."""
+    d = doc_with({("a/t1", "base"): [10, 11, 12, 10, 11], ("a/t1", "x"): [20, 21, 22, 20, 21]})
+    (tmp_path / "results.json").write_text(json.dumps(d))
+    doc = cli.results.load(tmp_path)
+    real = os.replace
+
+    def replace(src, dst):
+        if str(dst).endswith("report.html"):
+            raise KeyboardInterrupt
+        return real(src, dst)
+
+    monkeypatch.setattr(report.os, "replace", replace)
+    with pytest.raises(KeyboardInterrupt):
+        report.write(doc, analysis.analyse(doc, "base"), tmp_path)
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json", "summary.md"]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from strata_lab.allocators import BUILTINS
 from strata_lab.errors import LabError
+from strata_lab.results import beside
 from strata_lab.suite import Cell, Param
 
 DESCRIPTION = "a recorded trace (--param trace=PATH, or strata-lab replay TRACE) replayed under each allocator"
@@ -69,6 +70,6 @@ def summarise(results: dict) -> str:
     md = tr.markdown(s).replace("# trace ", "### trace ", 1).replace("\n## ", "\n#### ")
     where = results.get("_path")
     if where:
-        png = tr.plot(s, Path(where).parent / "trace-stats.png")
+        png = tr.plot(s, beside(where, "trace-stats.png"))
         md += f"\n![sizes, lifetimes and live bytes of the trace]({png.name})\n"
     return md
