@@ -43,6 +43,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -86,8 +87,8 @@ struct config {
   std::fprintf(stderr,
                "strata-bench-e2-gpu: %s\n"
                "usage: strata-bench-e2-gpu [--backend sim|cuda] [--resource NAME[,NAME..]|all]\n"
-               "         [--threads 1,4,8,16] [--smoke] [--iterations N] [--long-factor K]\n"
-               "         [--kernel-ns NS] [--max-size BYTES] [--pool-mib MIB] [--seed S]\n"
+               "         [--threads 1,4,8,16] [--smoke] [--iterations 1..10^7] [--long-factor K]\n"
+               "         [--kernel-ns NS (<= 10^9)] [--max-size BYTES] [--pool-mib MIB] [--seed S]\n"
                "         [--device-mib MIB | --cap-factor F [--cap-basis concurrent|serial]]\n"
                "         [--fragment-in-turns] [--strata-wait-before-growth]\n"
                "         [--strata-cache-mib MIB] [--table] [--trace OUT.csv]\n"
@@ -110,6 +111,29 @@ std::optional<std::uint64_t> to_u64(const std::string& s, int base) {
   return n;
 }
 
+// A comma-separated list given on the command line (--threads, --resource): every item must be
+// there.  split() dropped empty items, so "1,,2" ran 1 and 2, "--threads ," ran no cell at all
+// (exit 0, no results) and "--resource ," ran every resource.
+std::vector<std::string> list_items(const std::string& flag, const std::string& s) {
+  std::vector<std::string> out;
+  std::size_t at = 0;
+  for (;;) {
+    const std::size_t comma = s.find(',', at);
+    out.push_back(s.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+    if (out.back().empty()) usage(flag + " has an empty item: '" + s + "'");
+    if (comma == std::string::npos) return out;
+    at = comma + 1;
+  }
+}
+
+// The JSON document on stdout is the result: lost (a full disk, a closed pipe), the run must
+// not pass (it exited 0).
+bool result_written() {
+  if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return true;
+  std::fprintf(stderr, "strata-bench-e2-gpu: cannot write the results: %s\n", std::strerror(errno));
+  return false;
+}
+
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream ss(s);
@@ -121,7 +145,7 @@ std::vector<std::string> split(const std::string& s) {
 config parse(int argc, char** argv) {
   config c;
   bool iterations_set = false, factor_set = false, kernel_set = false, pool_set = false;
-  bool device_set = false;
+  bool device_set = false, cap_basis_set = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -143,12 +167,15 @@ config parse(int argc, char** argv) {
     if (a == "--backend") c.backend = value();
     else if (a == "--resource") {
       const std::string v = value();
-      if (v != "all") c.resources = split(v);
+      if (v != "all") c.resources = list_items(a, v);
     } else if (a == "--threads") {
       c.threads.clear();
-      for (auto& t : split(value())) {
+      for (auto& t : list_items(a, value())) {
         const auto n = to_u64(t, 10);  // atoi read "2x" as 2
         if (!n || *n < 1 || *n > 1024) usage("bad thread count: " + t);
+        // "1,1" ran the cell twice: two results of the same resource and thread count
+        if (std::find(c.threads.begin(), c.threads.end(), int(*n)) != c.threads.end())
+          usage("--threads gives " + t + " twice");
         c.threads.push_back(static_cast<int>(*n));
       }
     } else if (a == "--smoke") c.smoke = true;
@@ -173,6 +200,7 @@ config parse(int argc, char** argv) {
       const std::string v = value();
       if (v != "concurrent" && v != "serial") usage("--cap-basis is concurrent or serial: " + v);
       c.cap_serial = v == "serial";
+      cap_basis_set = true;
     }
     else if (a == "--fragment-in-turns") c.fragment_in_turns = true;
     else if (a == "--strata-wait-before-growth") c.strata_wait = true;
@@ -193,13 +221,30 @@ config parse(int argc, char** argv) {
   for (auto& r : c.resources) {
     const auto& n = resource_stack::names();
     if (std::find(n.begin(), n.end(), r) == n.end()) usage("unknown resource " + r);
+    if (std::count(c.resources.begin(), c.resources.end(), r) > 1) usage("--resource gives " + r + " twice");
   }
   if (c.min_size > c.max_size) usage("--max-size below the minimum size");
+  // No bound made --iterations 2^64 - 1 (or --long-factor) run for ever, iterations x long factor
+  // wrap, and a --kernel-ns past 2^63 wrap to a negative sleep in the simulated device (kernels
+  // of no time) while one of 10^18 slept for 31 years.  The lab's iterations parameter takes
+  // 1..10^7; a phase's kernels on one stream are kept within 10 minutes.
+  constexpr std::uint64_t max_iterations = 10'000'000, max_steps = 100'000'000;
+  constexpr std::uint64_t max_kernel_ns = 1'000'000'000, max_phase_kernel_ns = 600'000'000'000;
+  if (c.iterations < 1 || c.iterations > max_iterations)
+    usage("--iterations must be 1..10000000, not " + std::to_string(c.iterations));
+  if (c.long_factor > max_steps / c.iterations)
+    usage("--long-factor " + std::to_string(c.long_factor) + " x --iterations " +
+          std::to_string(c.iterations) + " is more than 10^8 churn steps");
+  if (c.kernel_ns > max_kernel_ns || c.kernel_ns * c.iterations > max_phase_kernel_ns)
+    usage("--kernel-ns " + std::to_string(c.kernel_ns) + " must be at most 10^9 (1 s), and x --iterations " +
+          std::to_string(c.iterations) + " at most 600 s of kernels per phase");
   // Larger requests are refused by every resource (the dry run's counter too: it threw out of
   // main), and sizes near 2^64 do not survive the log-uniform draw's doubles.
   if (c.max_size > device_memory_resource::max_request)
     usage("--max-size above 2^62 bytes, more than any device: " + std::to_string(c.max_size));
   if (device_set && c.cap_factor > 0) usage("--device-mib and --cap-factor exclude each other");
+  // Without a cap factor there is no bound to multiply: --cap-basis serial ran uncapped.
+  if (cap_basis_set && !(c.cap_factor > 0)) usage("--cap-basis needs --cap-factor");
   if (c.capped && c.backend != "sim") usage("--device-mib and --cap-factor cap the simulated device only");
   if (c.capped && !pool_set) c.pool_bytes = 0;  // resources grow as needed: the cap decides
   return c;
@@ -638,6 +683,7 @@ int replay(const config& c, std::shared_ptr<device_backend> dev) {
     first = false;
   }
   std::printf("\n  ]\n}\n");
+  if (!result_written()) return 4;
   return any_failed ? 1 : 0;
 }
 
@@ -740,6 +786,7 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("\n  ]\n}\n");
+  if (!result_written()) return 4;
 
   bool any_failed = false;
   for (auto& r : all) any_failed = any_failed || !r.error.empty();

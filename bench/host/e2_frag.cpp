@@ -10,18 +10,24 @@
 // its heap is no longer fresh: reported as % change against baseline and RSS after each phase.
 //
 // Usage: strata-bench-e2-frag [--threads N] [--scale X] [--seed N] [--smoke]
+// --scale multiplies the work and the memory: at 1, the fragmentation phase keeps about 110 MiB
+// per thread resident at its peak.  A scale whose peak (threads x scale x that) exceeds the
+// machine's physical memory is refused, as is a scale that is not a finite number above 0.
 // Output: {"workload":"e2","threads":..,"baseline_ms":..,"fragmented_ms":..,"longterm_ms":..,
 //          "fragmented_change_pct":..,"longterm_change_pct":..,"probe_ms":..,
 //          "rss_baseline_kb":..,"rss_fragmented_kb":..,"rss_longterm_kb":..,"peak_rss_kb":..}
 
 #include <algorithm>
 #include <barrier>
+#include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
 #include "args.hpp"
@@ -49,6 +55,16 @@ char* must_malloc(size_t n) {
 // Mixed sizes: the probe and the churn draw from the same spread (32 B .. 64 KiB).
 constexpr size_t kSizes[] = {32, 48, 96, 160, 256, 512, 1200, 4000, 8192, 20000, 65536};
 constexpr size_t kNumSizes = sizeof kSizes / sizeof kSizes[0];
+constexpr double kFragmentObjects = 40000;  // per thread at scale 1
+
+// What the fragmentation phase keeps resident at once per thread at scale 1: every object is
+// live before half of them are freed (fragment() cycles through kSizes), and must_malloc touches
+// both ends of an object, so a large one costs about two pages.
+double fragment_peak_bytes(double page) {
+  double sum = 0;
+  for (size_t s : kSizes) sum += std::min(double(s), 2 * page);
+  return sum / kNumSizes * kFragmentObjects;
+}
 
 struct options {
   int threads = 1;
@@ -108,11 +124,26 @@ int main(int argc, char** argv) {
     else if (args.is("--smoke")) o.smoke = true;
     else args.unknown();
   }
-  if (o.threads < 1 || o.threads > 1024 || !(o.scale > 0))
-    args.fail("--threads must be 1..1024 and --scale positive");
+  if (o.threads < 1 || o.threads > 1024) args.fail("--threads must be 1..1024");
+  // inf passed `> 0`, and a scale past what size_t holds converted to garbage (1e300 ran a tiny
+  // workload and reported scale 1e+300; 1e6 asked for a 320 GB vector first).
+  char why[200];
+  if (!(o.scale > 0) || !std::isfinite(o.scale)) {
+    std::snprintf(why, sizeof why, "--scale must be a finite number above 0, not %g", o.scale);
+    args.fail(why);
+  }
   if (o.smoke) o.scale = std::min(o.scale, 0.02);
+  const double page = double(sysconf(_SC_PAGESIZE));
+  const double peak = fragment_peak_bytes(page) * o.scale * o.threads;
+  const double ram = double(sysconf(_SC_PHYS_PAGES)) * page;
+  if (ram > 0 && peak > ram) {
+    std::snprintf(why, sizeof why, "--scale %g with --threads %d needs about %.3g MiB at its peak, "
+                  "more than this machine's %.0f MiB", o.scale, o.threads, peak / 1048576, ram / 1048576);
+    args.fail(why);
+  }
   auto scaled = [&](double n) { return std::max<size_t>(1, size_t(n * o.scale)); };
-  const size_t batches = scaled(1500), batch = 256, objects = scaled(40000), iterations = scaled(400000);
+  const size_t batches = scaled(1500), batch = 256, objects = scaled(kFragmentObjects),
+               iterations = scaled(400000);
 
   std::vector<thread_state> st(o.threads);
   std::barrier sync(o.threads);
@@ -155,5 +186,10 @@ int main(int argc, char** argv) {
               "\"peak_rss_kb\":%ld}\n",
               o.threads, o.scale, phase[0], phase[1], phase[2], pct(phase[1]), pct(phase[2]),
               phase[0] + phase[1] + phase[2], total_ms, rss[0], rss[1], rss[2], status_kb("VmHWM:"));
+  // The JSON line is the result: lost (a full disk, a closed pipe), the run must not pass.
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    std::fprintf(stderr, "strata-bench-e2-frag: cannot write the results: %s\n", std::strerror(errno));
+    return 1;
+  }
   return 0;
 }

@@ -41,13 +41,21 @@ def _split(values: list[str] | None) -> list[str]:
     return out
 
 
-def _int_list(text: str, what: str) -> list[int]:
+MAX_THREADS = 1024  # what the workload programs take (bench/host, bench/gpu: --threads 1..1024)
+
+
+def _int_list(text: str, what: str, most: int = MAX_THREADS) -> list[int]:
+    """Positive integers separated by commas, each at most `most`.  An empty item ("1,,2", "1,")
+    was dropped, and a count past the programs' limit ran a suite whose every sample failed."""
     try:
-        vals = [int(x) for x in text.split(",") if x.strip()]
+        vals = [int(x) for x in text.split(",")]
     except ValueError:
         vals = []
     if not vals or any(v < 1 for v in vals):
         raise LabError(f"bad {what} {text!r}: use positive integers separated by commas, e.g. 1,2,4")
+    if max(vals) > most:
+        raise LabError(f"bad {what} {text!r}: {max(vals)} is more than the workload programs take "
+                       f"({most})")
     twice = sorted({v for v in vals if vals.count(v) > 1})
     if twice:
         raise LabError(f"bad {what} {text!r}: {', '.join(map(str, twice))} given twice")
@@ -346,6 +354,11 @@ def cmd_compare(a: argparse.Namespace) -> int:
             da.machine.get("hostname") != db.machine.get("hostname"):
         console.print("[yellow]warning: the two runs come from different machines; compare ratios "
                       "measured within one run instead[/]")
+    if da.suite != db.suite:
+        # A cell id can recur in another suite (default runs e1's and patterns' cells at its own
+        # sizes): the rows are compared, but their settings need not match.
+        console.print(f"[yellow]warning: A is a run of suite {escape(repr(da.suite))} and B of suite "
+                      f"{escape(repr(db.suite))}; a cell of the same name may not be the same workload[/]")
     for d, label in ((da, "A"), (db, "B")):
         if not d.complete:
             console.print(f"[yellow]warning: {label} is an incomplete run[/]")

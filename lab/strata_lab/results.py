@@ -126,6 +126,17 @@ def load(arg: str | Path) -> RunDoc:
                        f"reads versions {', '.join(map(str, READABLE_VERSIONS))}")
     if not isinstance(doc["samples"], list) or not isinstance(doc["cells"], list):
         raise LabError(f"corrupt results file {p}: samples and cells must be lists")
+    # settings: null ended `report` with a traceback (AttributeError); "higher_is_better": "yes"
+    # was read as true, whatever was written.
+    for key in ("settings", "variants", "machine"):
+        if key in doc and not isinstance(doc[key], dict):
+            raise LabError(f"corrupt results file {p}: {key} must be an object, not "
+                           f"{json.dumps(doc[key])[:40]}")
+    for i, c in enumerate(doc["cells"]):
+        if not isinstance(c, dict) or not isinstance(c.get("id"), str) or \
+                not isinstance(c.get("higher_is_better", True), bool):
+            raise LabError(f"corrupt results file {p}: cell {i} needs a string id, and "
+                           f"higher_is_better, where given, true or false")
     metric_of = {c.get("id"): c.get("metric") for c in doc["cells"] if isinstance(c, dict)}
     for i, s in enumerate(doc["samples"]):
         if not isinstance(s, dict) or s.get("cell") not in metric_of or s.get("variant") not in doc["variants"]:

@@ -175,3 +175,33 @@ def test_a_result_that_cannot_be_written_fails_the_run(target, args):
         r = subprocess.run([str(program(target)), *args], stdout=full, stderr=subprocess.PIPE,
                            text=True, timeout=60)
     assert r.returncode != 0 and "cannot write" in r.stderr, (r.returncode, r.stderr)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--scale", "inf"], "--scale must be a finite number above 0, not inf"),
+    (["--smoke", "--scale", "inf"], "--scale must be a finite number above 0, not inf"),
+    (["--scale", "0"], "--scale must be a finite number above 0, not 0"),
+    (["--scale", "1e300"], "more than this machine's"),
+    (["--scale", "1e6"], "more than this machine's"),
+    (["--threads", "1024", "--scale", "100"], "--scale 100 with --threads 1024 needs about"),
+])
+def test_e2_frag_scale_it_cannot_run_is_refused(args, needle):
+    """--scale had no upper bound: 1e300 converted to a garbage object count (a tiny run that
+    reported scale 1e+300), 1e6 asked for a 320 GB vector before its first malloc, and inf passed
+    the `> 0` check (undefined conversion without --smoke)."""
+    r = subprocess.run([str(program("strata-bench-e2-frag")), *args], capture_output=True, text=True,
+                       timeout=20)
+    assert r.returncode == 2 and r.stdout == "", (r.returncode, r.stdout[:200], r.stderr)
+    assert needle in r.stderr and "usage:" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("target, args", [
+    ("strata-bench-e2-frag", ["--smoke"]),
+    ("strata-bench-e2-gpu", ["--backend", "sim", "--smoke", "--resource", "pool", "--threads", "1"]),
+])
+def test_an_e2_result_that_cannot_be_written_fails_the_run(target, args):
+    """Both E2 programs printed their JSON to a full disk and exited 0: the result was lost."""
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([str(program(target)), *args], stdout=full, stderr=subprocess.PIPE,
+                           text=True, timeout=60)
+    assert r.returncode != 0 and "cannot write the results" in r.stderr, (r.returncode, r.stderr)

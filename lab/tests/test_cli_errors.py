@@ -109,6 +109,12 @@ def test_bad_run_options(built, args, needle):
     (["--converge", " , "], "--converge is empty"),
     # Two cells of the same id, blamed on the suite ("declares duplicate cells").
     (["--threads", "1,2,1"], "bad thread list '1,2,1': 1 given twice"),
+    # An empty item was dropped ("1,,2" ran 1 and 2), and a count past the workload programs'
+    # 1..1024 ran a suite whose every sample failed (exit 0).
+    (["--threads", "1,,2"], "bad thread list '1,,2'"),
+    (["--threads", "1,"], "bad thread list '1,'"),
+    (["--threads", "1,2000"],
+     "bad thread list '1,2000': 2000 is more than the workload programs take (1024)"),
     # A cap below the planned rounds was raised to them without a word.
     (["--rounds", "5", "--max-rounds", "3"], "--max-rounds 3 is below the 5 planned rounds"),
 ])

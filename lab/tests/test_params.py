@@ -136,3 +136,22 @@ def test_every_suites_parameters_are_well_formed():
             assert p.help and p.shown_default()
             if p.default is not None and p.default_text is None:
                 assert p.parse(p.shown_default()) == p.default, (name, p.name)
+
+
+@pytest.mark.parametrize("value", ["inf", "1e400", "nan", "0.5"])
+def test_e2_gpu_cap_that_is_not_a_finite_factor_is_refused(value):
+    """--param cap=inf (or 1e400, which float() reads as inf) was accepted, and
+    strata-bench-e2-gpu refused --cap-factor inf in every sample: a run of failed samples."""
+    with pytest.raises(LabError) as e:
+        load_suite("e2_gpu").resolve_params([f"cap={value}"], environ={})
+    assert f"bad value '{value}' for parameter 'cap' of suite 'e2_gpu'" in str(e.value)
+
+
+def test_e2_gpu_cap_basis_without_a_cap_is_refused(tmp_path):
+    """--param cap_basis=serial without --param cap ran uncapped, and results.json recorded
+    cap_basis 'serial' for a run that had no cap."""
+    r = lab("run", "--suite", "e2_gpu", "--smoke", "--param", "backend=sim", "--param",
+            "cap_basis=serial", "--alloc", "pool", "--no-progress", "--out", str(tmp_path))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, (r.returncode, r.stderr)
+    assert "--param cap_basis=serial needs --param cap" in r.stderr, r.stderr
+    assert list(tmp_path.iterdir()) == []

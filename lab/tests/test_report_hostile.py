@@ -179,3 +179,40 @@ def test_a_report_interrupted_while_written_leaves_no_temporary_file(tmp_path, m
         report.write(doc, analysis.analyse(doc, "base"), tmp_path)
     monkeypatch.undo()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json", "summary.md"]
+
+
+def test_compare_of_two_suites_says_so(tmp_path, capsys):
+    """Two results files of different suites that share a cell id were compared without a word:
+    `default` runs e1's and patterns' cells at its own sizes, under the same names."""
+    a = doc_with({("a/t1", "base"): [10, 11, 12, 10, 11], ("a/t1", "x"): [20, 21, 22, 20, 21]})
+    b = json.loads(json.dumps(a))
+    b["suite"] = "e2"
+    for name, d in (("a", a), ("b", b)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(d))
+    assert cli.main(["compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"warning: A is a run of suite {a['suite']!r} and B of suite 'e2'" in out, out
+
+
+@pytest.mark.parametrize("damage, needle", [
+    (lambda d: d.update(settings=None), "settings must be an object, not null"),
+    (lambda d: d.update(machine=[]), "machine must be an object, not []"),
+    (lambda d: d["cells"][0].update(higher_is_better="no"),
+     "cell 0 needs a string id, and higher_is_better, where given, true or false"),
+])
+@pytest.mark.parametrize("command", ["report", "compare"])
+def test_a_results_file_with_a_damaged_object_is_refused(tmp_path, capsys, damage, needle, command):
+    """`settings: null` (or `machine: null`) ended report and compare with a traceback
+    (AttributeError), and `"higher_is_better": "no"` was read as true: the ratios upside down."""
+    good = doc_with({("a/t1", "base"): [10, 11, 12, 10, 11], ("a/t1", "x"): [20, 21, 22, 20, 21]})
+    bad = json.loads(json.dumps(good))
+    damage(bad)
+    for name, d in (("good", good), ("bad", bad)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(d))
+    args = ["report", str(tmp_path / "bad"), "--no-html"] if command == "report" else \
+        ["compare", str(tmp_path / "good"), str(tmp_path / "bad")]
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert f"corrupt results file {tmp_path / 'bad' / 'results.json'}: {needle}" in err, err

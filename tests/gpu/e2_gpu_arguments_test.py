@@ -54,6 +54,25 @@ def main(binary):
     refused(binary, ["--max-size", "4611686018427387905"], "--max-size")  # 2^62 + 1
     refused(binary, ["--device-mib", "64", "--cap-factor", "1.5"], "--device-mib", "--cap-factor")
     huge_cap(binary)
+    # A list with an empty item: "1,,2" ran 1 and 2, "--threads ," ran no cell (exit 0, empty
+    # results) and "--resource ," every resource.
+    refused(binary, ["--threads", "1,,2"], "--threads has an empty item", "1,,2")
+    refused(binary, ["--threads", ","], "--threads has an empty item")
+    refused(binary, ["--threads", "1,"], "--threads has an empty item")
+    refused(binary, ["--resource", ","], "--resource has an empty item")
+    refused(binary, ["--resource", "pool,,arena"], "--resource has an empty item")
+    # No bound: --iterations / --long-factor 2^64 - 1 ran for ever (iterations x factor wrapped),
+    # --kernel-ns past 2^63 slept a negative time (kernels of no time), --iterations 0 timed nothing.
+    refused(binary, ["--iterations", "18446744073709551615"], "--iterations must be 1..10000000")
+    refused(binary, ["--iterations", "0"], "--iterations must be 1..10000000")
+    refused(binary, ["--long-factor", "18446744073709551615"], "--long-factor", "10^8 churn steps")
+    refused(binary, ["--kernel-ns", "18446744073709551615"], "--kernel-ns", "at most 10^9")
+    refused(binary, ["--kernel-ns", "1000000000", "--iterations", "1000"], "--kernel-ns", "600 s")
+    # A repeated item ran the same cell twice: two results with one (resource, threads) key.
+    refused(binary, ["--threads", "1,2,1"], "--threads gives 1 twice")
+    refused(binary, ["--resource", "pool,pool"], "--resource gives pool twice")
+    # --cap-basis without --cap-factor was ignored: the run was uncapped.
+    refused(binary, ["--cap-basis", "serial"], "--cap-basis needs --cap-factor")
     with tempfile.TemporaryDirectory() as d:
         good = "alloc,1,5,0x1000,100,0,256"
         traces = {

@@ -20,6 +20,7 @@ untimed steps (time, live peak) and both live bounds (docs/gpu.md).
 
 import ctypes
 import json
+import math
 
 from strata_lab.errors import LabError
 from strata_lab.results import counted_metrics
@@ -46,8 +47,8 @@ PARAMS = [
           env="STRATA_E2_BACKEND"),
     Param("cap", None, "simulated device only: a device of CAP x each cell's live bound "
           "(a number >= 1)", parse=lambda t: _factor(t), default_text="no cap (16 GiB)"),
-    Param("cap_basis", "concurrent", "what --param cap multiplies: concurrent (every thread at "
-          "its own peak at once) or serial (one thread after another)",
+    Param("cap_basis", "concurrent", "what --param cap multiplies (only with cap): concurrent "
+          "(every thread at its own peak at once) or serial (one thread after another)",
           parse=one_of("concurrent", "serial")),
     Param("fragment", "together", "together, or turns: the workload takes its fragment step one "
           "thread at a time (peak reserved at equal live bytes)", parse=one_of("together", "turns")),
@@ -65,6 +66,8 @@ def _factor(text: str) -> float:
         raise ValueError("not a number") from None
     if not v >= 1.0:
         raise ValueError("must be at least 1")
+    if not math.isfinite(v):  # "inf", "1e400": the benchmark refuses them in every sample
+        raise ValueError("must be a finite number")
     return v
 
 
@@ -87,6 +90,8 @@ def cells(ctx, threads=(1, 4, 8, 16)):
         if dev != "sim":
             raise LabError("suite e2_gpu: --param cap needs the simulated device (--param backend=sim)")
         extra += ["--cap-factor", str(p["cap"]), "--cap-basis", p["cap_basis"]]
+    elif p["cap_basis"] != "concurrent":  # it multiplies the cap: without one it was ignored
+        raise LabError(f"suite e2_gpu: --param cap_basis={p['cap_basis']} needs --param cap")
     if p["fragment"] == "turns":
         extra += ["--fragment-in-turns"]
     if p.get("pool_mib") is not None:
