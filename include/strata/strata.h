@@ -64,10 +64,23 @@ typedef struct strata_stats {
 void strata_stats_get(strata_stats_t* out);
 /* Prints the statistics (with per-size-class counts) to stderr. */
 void strata_stats_print(void);
-/* Writes the statistics as one JSON object into buf (NUL-terminated, truncated to len).
- * Returns the length the whole document needs, excluding the NUL. */
+/* Writes the statistics as one JSON object into buf, as snprintf does: at most len bytes, NUL
+ * included (nothing when len is 0; buf may then be NULL).  Returns the length the whole document
+ * needs, excluding the NUL, also when it was truncated: the document is complete when the result
+ * is below len.  The document can grow between two calls (allocating the buffer may add a size
+ * class to it), so a caller sizing it with a first call retries:
+ *   size_t n = strata_stats_json(NULL, 0), m;
+ *   char* buf = NULL;
+ *   for (;; n = m) {
+ *     buf = realloc(buf, n + 1);
+ *     if ((m = strata_stats_json(buf, n + 1)) <= n) break;
+ *   }
+ */
 size_t strata_stats_json(char* buf, size_t len);
-/* The effective options, as JSON: {"STRATA_PURGE_DELAY": 40, ...}.  Same contract as above. */
+/* The options in effect, as JSON: {"STRATA_PURGE_DELAY": 40, ...}, text options as strings or
+ * null (unset, empty, rejected, or not carried out: STRATA_NUMA is the policy in effect, also one
+ * set by strata_numa_set_policy; STRATA_TRACE is null unless this process started recording, and
+ * always in libstrata_api.a).  Same return convention as strata_stats_json. */
 size_t strata_options_json(char* buf, size_t len);
 
 const char* strata_version(void);
@@ -82,7 +95,8 @@ bool strata_heap_check(void);
  * strata_numa_set_policy returns 0, or -1 with errno set (EINVAL for a malformed spec or a node
  * that does not exist).  strata_numa_node_of returns the node the page holding p sits on, or -1
  * with errno set (e.g. the page is not backed yet).  Policies apply to segments mapped after the
- * call. */
+ * call; strata_options_json lists the spec in effect as STRATA_NUMA (null for "none", "default"
+ * or ""); a spec over 4095 bytes is rejected (EINVAL). */
 int strata_numa_set_policy(const char* spec);
 int strata_numa_node_of(const void* p);
 int strata_numa_node_count(void);

@@ -24,12 +24,15 @@ bool key_made = false;
 void before_fork() noexcept {
   heap_locks_acquire();
   segment_locks_acquire();
+  options::lock_for_fork();
 }
 void after_fork_parent() noexcept {
+  options::unlock_after_fork(false);
   segment_locks_release(false);
   heap_locks_release(false);
 }
 void after_fork_child() noexcept {
+  options::unlock_after_fork(true);
   segment_locks_release(true);
   heap_locks_release(true);
 }

@@ -31,6 +31,7 @@ struct policy {
 };
 
 spin_lock policy_lock;
+spin_lock set_policy_lock;  // strata_numa_set_policy: one call at a time
 policy current{};  // guarded by policy_lock
 std::atomic<int> current_kind{static_cast<int>(policy_kind::none)};  // lock-free "no policy" test
 
@@ -195,6 +196,7 @@ void numa_init() noexcept {
     options::reset(option::numa);  // strata_options_json shows what is in effect: unset
     return;
   }
+  if (p.kind == policy_kind::none) options::reset(option::numa);  // "none", "default": unset
   install(p);
 }
 
@@ -227,11 +229,20 @@ using namespace strata::detail;
 STRATA_EXPORT int strata_numa_set_policy(const char* spec) {
   policy p;
   char why[512];
+  // strata_options_json lists the policy in effect, so a spec must fit where options keep text
+  // (as STRATA_NUMA's own value must).
+  if (spec != nullptr && strlen(spec) >= 4096) {
+    strata::report::message("strata: NUMA policy rejected: longer than 4095 bytes\n");
+    errno = EINVAL;
+    return -1;
+  }
   if (!parse_spec(spec, p, why, sizeof why)) {
     strata::report::message("strata: NUMA policy \"%s\" rejected: %s\n", spec, why);
     errno = EINVAL;
     return -1;
   }
+  lock_guard g(set_policy_lock);  // the listed spec and the installed policy change together
+  strata::options::set_text(strata::option::numa, p.kind == policy_kind::none ? nullptr : spec);
   install(p);
   return 0;
 }

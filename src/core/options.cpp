@@ -6,6 +6,7 @@
 #include <cstring>
 #include <unistd.h>
 
+#include "core/lock.h"
 #include "core/report.h"
 
 namespace strata::options {
@@ -37,6 +38,16 @@ int64_t values[count] = {
 constexpr size_t text_capacity = 4096;
 char text_storage[count][text_capacity];
 const char* texts[count] = {};
+// set_text may rewrite a value while strata_options_json reads it.
+detail::spin_lock text_lock;
+
+// Options that a layer above the core carries out, if it is linked in, and says so (applied).
+constexpr bool applied_by_its_layer(int i) { return i == static_cast<int>(option::trace); }
+bool is_applied[count] = {
+#define STRATA_X(name, env, k, def, lo, hi, help) !applied_by_its_layer(static_cast<int>(option::name)),
+    STRATA_OPTIONS(STRATA_X)
+#undef STRATA_X
+};
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
@@ -91,7 +102,10 @@ void init() noexcept {
       case kind::flag: ok = parse_flag(s, &v); break;
       case kind::integer: ok = parse_integer(s, d, &v); break;
       case kind::text:
-        if (strlen(s) >= text_capacity) {
+        // Empty is unset, as `STRATA_STATS_FILE= program` means to most programs' variables.
+        if (*s == 0) {
+          texts[i] = nullptr;
+        } else if (strlen(s) >= text_capacity) {
           report::message("strata: warning: %s is longer than %zu bytes; ignored\n", d.env,
                           text_capacity - 1);
         } else {
@@ -117,18 +131,39 @@ void init() noexcept {
 int64_t get(option o) noexcept { return values[static_cast<int>(o)]; }
 const char* get_text(option o) noexcept { return texts[static_cast<int>(o)]; }
 void set(option o, int64_t value) noexcept { values[static_cast<int>(o)] = value; }
+bool set_text(option o, const char* value) noexcept {
+  int i = static_cast<int>(o);
+  if (value != nullptr && strlen(value) >= text_capacity) return false;
+  detail::lock_guard g(text_lock);
+  if (value == nullptr || *value == 0) {
+    texts[i] = nullptr;
+  } else {
+    memcpy(text_storage[i], value, strlen(value) + 1);
+    texts[i] = text_storage[i];
+  }
+  return true;
+}
+void applied(option o) noexcept { is_applied[static_cast<int>(o)] = true; }
 void reset(option o) noexcept {
   int i = static_cast<int>(o);
+  detail::lock_guard g(text_lock);
   values[i] = table[i].def;
   texts[i] = nullptr;
 }
 
+void lock_for_fork() noexcept { text_lock.lock(); }
+void unlock_after_fork(bool child) noexcept {
+  if (child) text_lock.reset();
+  else text_lock.unlock();
+}
+
 size_t to_json(char* buf, size_t len) noexcept {
   report::json_writer w(buf, len);
+  detail::lock_guard g(text_lock);
   w.open();
   for (int i = 0; i < count; ++i) {
     if (table[i].type == kind::text)
-      w.field_text(table[i].env, texts[i]);
+      w.field_text(table[i].env, is_applied[i] ? texts[i] : nullptr);
     else
       w.field_int(table[i].env, values[i]);
   }

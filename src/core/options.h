@@ -16,11 +16,12 @@ namespace strata {
 // X(name, ENV_SUFFIX, kind, default, min, max, help)
 //   kind: flag (0/1, also true/false/yes/no/on/off), integer (decimal, in [min, max]), text.
 //   Flag and integer values may have leading and trailing whitespace (trimmed, both sides alike);
-//   text values are taken verbatim (a path may end in a space).
+//   text values are taken verbatim (a path may end in a space); an empty one is the same as unset.
 #define STRATA_OPTIONS(X)                                                                          \
   X(show_stats, SHOW_STATS, flag, 0, 0, 1, "print statistics to stderr at exit")                  \
   X(stats_file, STATS_FILE, text, 0, 0, 0, "write statistics as JSON to this path at exit")        \
-  X(verbose, VERBOSE, flag, 0, 0, 1, "print diagnostics about the allocator's decisions")          \
+  X(verbose, VERBOSE, flag, 0, 0, 1,                                                             \
+    "say on stderr when the page map cannot be mapped (free() is then slower)")                   \
   X(purge_delay, PURGE_DELAY, integer, 40, -1, 3600000,                                            \
     "milliseconds before free memory goes back to the OS (0: at once, -1: never)")                 \
   X(huge_pages, HUGE_PAGES, flag, 0, 0, 1,                                                        \
@@ -48,10 +49,22 @@ void init() noexcept;
 int64_t get(option o) noexcept;            // flag / integer options
 const char* get_text(option o) noexcept;   // text options; nullptr when unset
 void set(option o, int64_t value) noexcept;  // for tests and the strata_* API
+// A text option's new value (copied; nullptr or "": unset), for the strata_* API that changes
+// it after start-up (strata_numa_set_policy).  False, changing nothing, when it does not fit.
+bool set_text(option o, const char* value) noexcept;
+// STRATA_TRACE is carried out by the recorder, which only the libraries that replace malloc
+// have: strata_options_json lists it once the recorder says it records (applied), and null until
+// then (in libstrata_api.a for good, and where the trace file could not be created).
+void applied(option o) noexcept;
 // Back to the default (text: unset).  For a value a later layer rejects (STRATA_NUMA naming a
-// node that does not exist), so that strata_options_json shows what is in effect.
+// node that does not exist, a trace file that cannot be created), so that strata_options_json
+// shows what is in effect.
 void reset(option o) noexcept;
 size_t to_json(char* buf, size_t len) noexcept;
+// The lock over text values, held across fork() (core/init.cpp's handlers): a child forked while
+// another thread listed the options must not find it taken.
+void lock_for_fork() noexcept;
+void unlock_after_fork(bool child) noexcept;
 }  // namespace options
 
 }  // namespace strata

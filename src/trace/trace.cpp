@@ -15,6 +15,8 @@
 #include <signal.h>
 
 #include "core/alloc.h"
+#include "core/init.h"
+#include "core/options.h"
 #include "os/file.h"
 #include "strata/strata.h"
 #include "trace/format.h"
@@ -240,25 +242,45 @@ uint64_t runtime_libs_loaded() noexcept {
   return bits;
 }
 
-bool write_file_header(uint32_t parent) noexcept {
-  char path[path_max + 16];
+// The trace's path: path_template with each %p replaced by the process id.  False when it does
+// not fit in path_max bytes (with its NUL), as STRATA_STATS_FILE's expansion.
+bool expand_path(char (&path)[path_max]) noexcept {
   size_t o = 0;
-  for (const char* s = path_template; *s && o < path_max; s++) {
+  for (const char* s = path_template; *s; s++) {
+    char digits[12];
+    int n = 0;
     if (s[0] == '%' && s[1] == 'p') {
-      char digits[12];
-      int n = 0;
       for (uint32_t pid = os::process_id(); pid || n == 0; pid /= 10) digits[n++] = char('0' + pid % 10);
-      while (n) path[o++] = digits[--n];
       s++;
     } else {
-      path[o++] = *s;
+      digits[n++] = *s;
     }
+    if (o + static_cast<size_t>(n) >= path_max) return false;
+    while (n) path[o++] = digits[--n];
   }
   path[o] = 0;
+  return true;
+}
+
+// Nothing is recorded: strata_options_json lists STRATA_TRACE as unset.
+void not_recording() noexcept {
+  active = false;
+  options::reset(option::trace);
+}
+
+bool write_file_header(uint32_t parent) noexcept {
+  char path[path_max];
+  if (!expand_path(path)) {
+    // A path cut to fit would name another file (or none): say so, as STRATA_STATS_FILE does.
+    not_recording();
+    os::print_error("strata: warning: STRATA_TRACE is too long once expanded (over 4095 bytes): "
+                    "nothing is recorded\n");
+    return false;
+  }
   fd = os::file_create(path);
   if (fd < 0) {
     // Nothing was written: say which file could not be made, not where a trace ends.
-    active = false;
+    not_recording();
     // Another process records into it: without %p, a program that a recording process started
     // (fork and exec; a shell's every command) would empty the file under its parent and mix its
     // chunks with the parent's.  It records nothing, as a forked child does, without a message.
@@ -503,7 +525,7 @@ void after_fork_child() noexcept {
   if (fd_is_trace()) os::file_close(fd);  // the parent's (its lock stays with the parent's descriptor)
   fd = -1;
   if (strstr(path_template, "%p") == nullptr) {
-    active = false;
+    not_recording();
     return;
   }
   for (buffer* b = others; b;) {
@@ -523,12 +545,15 @@ void after_fork_child() noexcept {
 }
 
 __attribute__((constructor(102))) void init_at_load() noexcept {
-  const char* path = getenv("STRATA_TRACE");
-  if (path == nullptr || *path == 0) return;
-  if (strlen(path) >= path_max) return;  // the options' check said so already (ignored)
+  // The options (read once, usually by the allocator's own constructor, 101): unset when empty,
+  // or too long (the options' check said so already).
+  detail::global_init();
+  const char* path = options::get_text(option::trace);
+  if (path == nullptr) return;
   strcpy(path_template, path);
   if (pthread_key_create(&key, on_thread_exit) != 0) {
     stop("no thread key");
+    options::reset(option::trace);
     return;
   }
   if (!write_file_header(0)) return;
@@ -536,6 +561,7 @@ __attribute__((constructor(102))) void init_at_load() noexcept {
   atexit(at_exit);
   writer_wanted.store(true, std::memory_order_relaxed);
   active = true;
+  options::applied(option::trace);
 }
 
 }  // namespace

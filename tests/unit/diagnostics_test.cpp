@@ -57,6 +57,15 @@ std::string init_with(const char* env, const char* value) {
   return err;
 }
 
+// Sets a text option from the environment (which must print nothing), lists the options and
+// puts the option back.
+std::string listed_with(const char* env, const char* value, option o) {
+  EXPECT_EQ(init_with(env, value), "") << env;
+  std::string json = options_json();
+  options::reset(o);
+  return json;
+}
+
 long lines(const std::string& s) { return std::count(s.begin(), s.end(), '\n'); }
 
 long lines_containing(const std::string& s, const std::string& what) {
@@ -142,6 +151,81 @@ TEST(Issue17Numa, AcceptedValueIsListed) {
   options::reset(option::numa);
 }
 
+// A policy set through the API is the one in effect: strata_options_json lists it.
+TEST(Issue17Numa, PolicySetThroughTheApiIsListed) {
+  options::reset(option::numa);
+  ASSERT_EQ(strata_numa_set_policy("local"), 0);
+  // Before: "STRATA_NUMA":null (the environment's value, unset here) under a local policy.
+  EXPECT_NE(options_json().find("\"STRATA_NUMA\":\"local\""), std::string::npos) << options_json();
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(strata_numa_set_policy("bogus"), -1);  // rejected: the listed policy stays
+  testing::internal::GetCapturedStderr();
+  EXPECT_NE(options_json().find("\"STRATA_NUMA\":\"local\""), std::string::npos) << options_json();
+  for (const char* none : {"none", "default", ""}) {
+    ASSERT_EQ(strata_numa_set_policy("local"), 0);
+    ASSERT_EQ(strata_numa_set_policy(none), 0);
+    EXPECT_NE(options_json().find("\"STRATA_NUMA\":null"), std::string::npos) << none << ": " << options_json();
+  }
+  std::string long_spec(4096, '0');
+  long_spec.replace(0, 5, "bind:");
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(strata_numa_set_policy(long_spec.c_str()), -1);
+  EXPECT_NE(testing::internal::GetCapturedStderr().find("longer than 4095 bytes"), std::string::npos);
+  options::reset(option::numa);
+}
+
+// An empty text value is unset, silently; "none" and "default" are no NUMA policy: listed null.
+TEST(Issue17Options, EmptyTextValueIsUnset) {
+  for (option o : {option::stats_file, option::numa}) {
+    const char* env = o == option::stats_file ? "STRATA_STATS_FILE" : "STRATA_NUMA";
+    ASSERT_EQ(init_with(env, "x"), "");
+    ASSERT_NE(options::get_text(o), nullptr);
+    EXPECT_EQ(init_with(env, ""), "") << env;
+    // Before: "" (and "STRATA_STATS_FILE":"" in strata_options_json).
+    EXPECT_EQ(options::get_text(o), nullptr) << env;
+    EXPECT_NE(options_json().find(std::string("\"") + env + "\":null"), std::string::npos) << options_json();
+    options::reset(o);
+  }
+  for (const char* none : {"none", "default"}) {
+    ASSERT_EQ(init_with("STRATA_NUMA", none), "");
+    testing::internal::CaptureStderr();
+    strata::detail::numa_init();
+    EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+    // Before: "STRATA_NUMA":"none", no policy being in effect.
+    EXPECT_NE(options_json().find("\"STRATA_NUMA\":null"), std::string::npos) << none << ": " << options_json();
+    options::reset(option::numa);
+  }
+}
+
+// libstrata_api.a has no recorder: STRATA_TRACE is never in effect here.
+TEST(Issue17Options, TraceIsListedNullWithoutARecorder) {
+  std::string json = listed_with("STRATA_TRACE", "/tmp/strata-diagnostics-trace", option::trace);
+  // Before: "STRATA_TRACE":"/tmp/strata-diagnostics-trace".
+  EXPECT_NE(json.find("\"STRATA_TRACE\":null"), std::string::npos) << json;
+}
+
+// The snprintf convention, and the retry loop strata.h shows for a buffer sized by a first call.
+TEST(Issue17Stats, JsonReturnsTheWholeLengthWhenTruncated) {
+  size_t n = strata_stats_json(nullptr, 0);
+  ASSERT_GT(n, 16u);
+  char small[16];
+  memset(small, 'x', sizeof small);
+  EXPECT_EQ(strata_stats_json(small, sizeof small), n);
+  EXPECT_EQ(strlen(small), sizeof small - 1);
+  char none = 'x';
+  EXPECT_EQ(strata_stats_json(&none, 0), n);
+  EXPECT_EQ(none, 'x');  // len 0 writes nothing
+  char* buf = nullptr;
+  size_t m;
+  for (;; n = m) {
+    buf = static_cast<char*>(realloc(buf, n + 1));
+    if ((m = strata_stats_json(buf, n + 1)) <= n) break;
+  }
+  EXPECT_EQ(strlen(buf), m);
+  EXPECT_EQ(buf[m - 1], '}');
+  free(buf);
+}
+
 // ---- 4. a statistics file that cannot be written says so ----------------------------------------
 
 TEST(Issue17StatsFile, WriteFailureNamesThePathAndTheReason) {
@@ -193,9 +277,8 @@ TEST(Issue17StatsFile, SuccessWritesTheJsonSilently) {
 // A text option's bytes that are no UTF-8 character (a Latin-1 file name) are written as U+FFFD:
 // JSON is UTF-8, and a strict parser refuses the whole document otherwise.  Characters are kept.
 TEST(Issue17StatsFile, ItsNameIsListedAsValidUtf8) {
-  ASSERT_EQ(init_with("STRATA_STATS_FILE", "/tmp/caf\xe9-\xc3\xa9-\xed\xa0\x80-\xf0\x9f\x98\x80-%p"), "");
-  std::string json = options_json();
-  options::reset(option::stats_file);
+  std::string json = listed_with("STRATA_STATS_FILE", "/tmp/caf\xe9-\xc3\xa9-\xed\xa0\x80-\xf0\x9f\x98\x80-%p",
+                                 option::stats_file);
   // Before: the raw bytes E9 and ED A0 80 (a surrogate), as they were.
   EXPECT_NE(json.find("\"/tmp/caf\\ufffd-\xc3\xa9-\\ufffd\\ufffd\\ufffd-\xf0\x9f\x98\x80-%p\""), std::string::npos) << json;
 }
