@@ -457,7 +457,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="allocator(s) to compare (repeat or comma-separate); NAME=/path/lib.so adds any other")
     r.add_argument("--baseline", help="variant the ratios are against (default: the suite's)")
     r.add_argument("--rounds", type=int, help="counted rounds (default: the suite's, normally 5)")
-    r.add_argument("--warmup", type=int, help="uncounted runs per cell and variant first (default 1)")
+    r.add_argument("--warmup", type=int, help="uncounted runs per cell and variant first (default: the suite's, normally 1)")
     r.add_argument("--threads", help="thread counts, e.g. 1,2,4 (overrides the suite's)")
     r.add_argument("--seconds", type=float, help="seconds per sample for timed workloads")
     r.add_argument("--cpus", help="pin every sample to these CPUs, e.g. 0 or 0-1 or 0,2")

@@ -32,7 +32,7 @@ from strata_lab.allocators import BUILTINS
 from strata_lab.suite import Cell, Param, list_of, one_of
 
 DESCRIPTION = ("real programs on generated inputs, output checked against a plain run: python, sqlite3, "
-               "perl, g++, jq, git, redis; wall time, CPU, peak RSS, minor faults")
+               "perl, g++, clang++, jq, git, redis; wall time, CPU, peak RSS, minor faults")
 ALLOCATORS = list(BUILTINS)  # every allocator the lab knows
 BASELINE = "mimalloc"
 ROUNDS = 5
