@@ -77,6 +77,9 @@ class Trace:
     size: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
     alignment_log: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))
     cycles: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
+    # The sample before each event (an allocation's time; a free's lower bound): a thread's events
+    # between two samples are in its order, which places its own frees among its allocations.
+    cycles_before: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
 
     @property
     def threads(self) -> int:
@@ -172,20 +175,21 @@ def read(path: str | Path) -> Trace:
             if off != len(data):
                 raise TraceError(f"{path}: byte {off}: corrupt trace: data after the end chunk")
             break
-        cycles = _times(op, words, base, fc)
+        cycles, before = _times(op, words, base, fc, with_before=True)
         has_ext = np.r_[ext[1:], False] if events else ext
         nxt = np.r_[words[1:], np.uint64(0)] if events else words
         size = np.where(has_ext, (nxt >> np.uint64(4)) & np.uint64(EXTENSION_SIZE_MASK), words >> np.uint64(49))
         alog = np.where(has_ext, nxt >> np.uint64(58), np.uint64(0)).astype(np.uint8)
         keep = (op >= 1) & (op <= 7)
-        parts.setdefault(thread, []).append((op[keep], words[keep], size[keep], alog[keep], cycles[keep]))
+        parts.setdefault(thread, []).append((op[keep], words[keep], size[keep], alog[keep], cycles[keep],
+                                             before[keep]))
     t.valid_bytes = off
     if not t.complete and not t.truncated:
         t.truncated = "no end chunk: the program did not exit normally (killed, crashed or _exit)"
     cols = []
     for th in sorted(parts):
-        for op, w, size, alog, cyc in parts[th]:
-            cols.append((np.full(op.size, th, np.uint32), op, w, size, alog, cyc))
+        for op, w, size, alog, cyc, bef in parts[th]:
+            cols.append((np.full(op.size, th, np.uint32), op, w, size, alog, cyc, bef))
     if cols:
         t.thread = np.concatenate([c[0] for c in cols])
         t.op = np.concatenate([c[1] for c in cols])
@@ -193,6 +197,7 @@ def read(path: str | Path) -> Trace:
         t.size = np.concatenate([c[3] for c in cols])
         t.alignment_log = np.concatenate([c[4] for c in cols])
         t.cycles = np.concatenate([c[5] for c in cols])
+        t.cycles_before = np.concatenate([c[6] for c in cols])
         t.address = ((w >> np.uint64(4)) & np.uint64(ADDRESS_FIELD)) << np.uint64(3)
     return t
 
@@ -248,13 +253,13 @@ def _entries(words: np.ndarray) -> tuple[np.ndarray, int]:
     return np.where(is_long, lw, short_word), -1
 
 
-def _times(op: np.ndarray, words: np.ndarray, base: int, flush: int) -> np.ndarray:
+def _times(op: np.ndarray, words: np.ndarray, base: int, flush: int, with_before: bool = False):
     """Each event's time (format.h): an allocation at the sample before it (or the chunk's base),
     a free at the sample after it (or the chunk's flush), so a block is allocated before it is
     freed, also across threads."""
     n = op.size
     if n == 0:
-        return np.zeros(0, np.uint64)
+        return (np.zeros(0, np.uint64), np.zeros(0, np.uint64)) if with_before else np.zeros(0, np.uint64)
     is_time = op == OP["time"]
     pos = np.arange(n)
     before = np.maximum.accumulate(np.where(is_time, pos, -1))
@@ -262,7 +267,8 @@ def _times(op: np.ndarray, words: np.ndarray, base: int, flush: int) -> np.ndarr
     sample = words >> np.uint64(4)
     lo = np.where(before >= 0, sample[np.clip(before, 0, None)], np.uint64(base))
     hi = np.where(after < n, sample[np.clip(after, None, n - 1)], np.uint64(flush))
-    return np.where(np.isin(op, FREES), hi, lo).astype(np.uint64)
+    times = np.where(np.isin(op, FREES), hi, lo).astype(np.uint64)
+    return (times, lo.astype(np.uint64)) if with_before else times
 
 
 def _log2_histogram(values: np.ndarray, unit: str) -> list[dict]:
@@ -319,11 +325,21 @@ def stats(t: Trace) -> dict:
     life_cycles = (t.cycles[m["free"]] - t.cycles[m["alloc"]]).astype(np.float64)
     life = life_cycles * spc if spc else life_cycles
     # Live bytes over time: + at each allocation, - at the free matched with it (frees first at
-    # equal times here: a free's time is an upper bound, an allocation's a lower one).
+    # equal times here: a free's time is an upper bound, an allocation's a lower one).  A free of a
+    # block its own thread allocated before it is placed in that thread's order, at the sample
+    # before it: at the sample after, every free between two samples came after every allocation
+    # there, and a program that freed 100 blocks of 100 kB and then allocated 10 of 2 MiB peaked
+    # at 23.8 MB instead of 21.0.
     delta = np.zeros(t.events, np.int64)
     delta[allocs] = t.size[allocs].astype(np.int64)
     delta[m["free"]] -= t.size[m["alloc"]].astype(np.int64)
-    order = np.lexsort((~np.isin(t.op, FREES), t.cycles))
+    key = t.cycles.copy()
+    own = m["free"][~m["cross"] & (m["alloc"] < m["free"])]
+    if t.cycles_before.size == t.events:
+        key[own] = t.cycles_before[own]
+    free_first = np.isin(t.op, FREES)
+    free_first[own] = False  # in its thread's order (below) among the allocations at its sample
+    order = np.lexsort((np.arange(t.events), ~free_first, key))
     live = np.cumsum(delta[order])
     peak = int(live.max()) if live.size else 0
     duration = None
@@ -344,7 +360,7 @@ def stats(t: Trace) -> dict:
         "peak_live_bytes": peak,
         "size_histogram": _log2_histogram(t.size[allocs], "bytes"),
         "lifetime_histogram": _log2_histogram(life, "s" if spc else "cycles"),
-        "live_bytes": _downsampled(t.cycles[order], live, t, spc),
+        "live_bytes": _downsampled(key[order], live, t, spc),
     }
 
 

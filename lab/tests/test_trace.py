@@ -59,6 +59,26 @@ def sample_trace(tmp_path, end: bool = True):
     return p
 
 
+def test_peak_in_thread_order(tmp_path):
+    """A thread that frees its blocks and then allocates bigger ones, all between two samples:
+    the peak is the bigger ones', as the program had them (its frees were placed at the sample
+    after them, after every allocation there: the peak was the sum of both).  Another thread's
+    free stays at the sample after it: after the allocation of its block."""
+    small = [0x10000 + 0x100 * i for i in range(3)]
+    big = [0x20000 + 0x1000 * i for i in range(2)]
+    t0 = ([event(OP["malloc"], a, 100) for a in small] + [event(OP["free"], a) for a in small]
+          + [event(OP["malloc"], a, 1000) for a in big] + [sample(1500)] + [event(OP["free"], big[0])])
+    t1 = [event(OP["free"], big[1])]
+    data = (header() + chunk(0, t0, 1000, flush=(1600, 0)) + chunk(1, t1, 1000, flush=(1200, 0))
+            + chunk(0, [], 0, trace.CHUNK_END, flush=(2_000_000, 2_000_000)))
+    p = tmp_path / "t.trace"
+    p.write_bytes(data)
+    s = trace.stats(trace.read(p))
+    assert s["frees_matched"] == 5 and s["cross_thread_frees"] == 1
+    assert s["peak_live_bytes"] == 2 * 1000  # the program's: 3 * 100 freed before the 2 * 1000
+    assert s["live_bytes"]["bytes"][-1] == 0
+
+
 def test_read_and_stats(tmp_path):
     t = trace.read(sample_trace(tmp_path))
     assert t.complete and t.threads == 2 and t.events == 8  # samples are not events

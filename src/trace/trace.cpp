@@ -135,6 +135,7 @@ bool fd_is_trace() noexcept { return os::file_is(fd, fd_device, fd_inode); }
 // cut short, once a full disk had room again, made the whole trace unreadable), with one message.
 void write_out(const void* a, size_t na, const void* b, size_t nb) noexcept {
   if (fd < 0 || writes_failed.load(std::memory_order_acquire)) return;
+  if (traced_pid != os::process_id()) return;  // unseen_child
   const char* why = nullptr;
   if (!fd_is_trace()) why = "the program closed or replaced the trace's descriptor";
   else if (!os::file_write2(fd, a, na, b, nb)) why = strerror(errno);
@@ -348,9 +349,17 @@ __attribute__((noinline)) buffer* new_buffer() noexcept {
   return b;
 }
 
+// A child that fork's handlers did not see (_Fork, a raw clone or fork system call): its memory
+// is the parent's, with the parent's descriptor, buffers and writer state, but no writer thread.
+// It records nothing (as a forked child without %p): its chunks and end chunk went into the
+// parent's file after the parent's (unreadable: data after the end chunk), and its wait for an
+// area queued at a writer that does not exist in it never ended.  (`active` stays set: a vfork
+// child shares it with its parent.)
+bool unseen_child() noexcept { return traced_pid != os::process_id(); }
+
 // The calling thread's buffer, created or emptied, or nullptr (recording stopped).
 buffer* make_room(buffer* b) noexcept {
-  if (!active) return nullptr;
+  if (!active || unseen_child()) return nullptr;
   if (b == &no_buffer) return new_buffer();
   if (writer_wanted.exchange(false, std::memory_order_relaxed)) {
     // This area goes out from here; what pthread_create allocates is recorded in the next.
@@ -457,7 +466,7 @@ unsigned log2_of(size_t alignment) noexcept {
 // one may still allocate: the key is set again, so the next round writes what they recorded.
 void on_thread_exit(void* arg) noexcept {
   auto* b = static_cast<buffer*>(arg);
-  if (b == &no_buffer) return;
+  if (b == &no_buffer || unseen_child()) return;
   if (b->cursor == b->units()) {
     // Nothing since the last round: the thread is done with b, and a later thread may take it.
     // Were this thread to record again (a destructor after this one), it gets a buffer of its
@@ -475,7 +484,7 @@ void on_thread_exit(void* arg) noexcept {
 }
 
 void at_exit() noexcept {
-  if (!active || fd < 0) return;
+  if (!active || fd < 0 || unseen_child()) return;
   active = false;
   writer_wanted.store(false, std::memory_order_relaxed);
   writer_running.store(false, std::memory_order_relaxed);
@@ -591,7 +600,7 @@ void* reallocarray(void* p, size_t count, size_t size) noexcept {
 
 int posix_memalign(void** out, size_t alignment, size_t size) noexcept {
   int r = strata_posix_memalign(out, alignment, size);
-  if (r == 0) record(op_aligned, *out, size, log2_of(alignment));
+  record(op_aligned, r == 0 ? *out : nullptr, size, log2_of(alignment));  // refused: a failed allocation
   return r;
 }
 

@@ -118,6 +118,58 @@ with tempfile.TemporaryDirectory() as tmp:
             expect(got["threads"] >= 2002, f"threadchurn: {got['threads']} threads in the trace")
             expect(got["counts"]["malloc"] >= 200000, f"threadchurn: {got['counts']}")
 
+    # Every allocation call; the allocations refused are recorded as failed (posix_memalign's were
+    # not recorded at all), and the replay makes the large alignments.
+    p = record(tmp, "api", "10", trace="api")
+    want = json.loads(p.stdout) if p.returncode == 0 else {}
+    expect(want.get("failed") == 30 and want.get("misaligned") == 0, f"api workload: {p.stdout} {p.stderr}")
+    rc, got, err = check(os.path.join(tmp, "api"))
+    expect(rc == 0 and got["failed"] == 30 and got["counts"]["aligned"] >= 5 + 10
+           and got["counts"]["realloc"] >= 1 and got["counts"]["free_sized"] >= 1,
+           f"api: {got} {err}")
+    r = subprocess.run([REPLAY, os.path.join(tmp, "api")], capture_output=True, text=True, timeout=60)
+    expect(r.returncode == 0, f"api replay: {r.stdout} {r.stderr}")
+    os.unlink(os.path.join(tmp, "api"))
+
+    # Blocks handed from a producer thread to a consumer that frees them: every free matched.  The
+    # merge took a consumer's free before the producer's allocation of its block when a free of
+    # the producer's own (merged at the sample after it) held back the allocation after it: 1 % of
+    # the frees unmatched, and those blocks never freed in the replay.
+    p = record(tmp, "handoff", "200000", trace="handoff")
+    expect(p.returncode == 0, f"handoff workload failed: {p.stderr}")
+    rc, got, err = check(os.path.join(tmp, "handoff"))
+    expect(rc == 0 and got["unmatched_frees"] == 0 and got["cross_thread_frees"] >= 200000,
+           f"handoff: every free matched: {got and {k: got[k] for k in ('unmatched_frees', 'cross_thread_frees')}} {err}")
+    r = subprocess.run([REPLAY, os.path.join(tmp, "handoff")], capture_output=True, text=True, timeout=60)
+    expect(r.returncode == 0 and json.loads(r.stdout)["ops"] >= 800000, f"handoff replay: {r.stdout} {r.stderr}")
+    os.unlink(os.path.join(tmp, "handoff"))
+
+    # A child made without fork's handlers (_Fork, a raw clone): it records nothing.  It wrote its
+    # chunks and end chunk into the parent's file (unreadable: data after the end chunk), or,
+    # once the writer thread had started, waited for it for ever (no writer in the child).
+    for trace in ("unseen.%p", "unseen"):
+        env = dict(os.environ, LD_PRELOAD=LIB, STRATA_TRACE=os.path.join(tmp, trace))
+        # Its own process group: a hung child is killed with it.
+        w = subprocess.Popen([WORKLOAD, "unseenfork", "300000"], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            out, errs = w.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(w.pid, 9)
+            w.communicate()
+            expect(False, f"{trace}: a child made without fork's handlers hangs")
+            continue
+        p = subprocess.CompletedProcess(w.args, w.returncode, out, errs)
+        expect(p.returncode == 0 and json.loads(p.stdout)["child_status"] == 0,
+               f"{trace}: unseenfork workload: rc {p.returncode}, {p.stdout!r} {p.stderr!r}")
+        files = glob.glob(os.path.join(tmp, "unseen*"))
+        expect(len(files) == 1, f"{trace}: one trace, the parent's: {files}")
+        rc, got, err = check(files[0])
+        expect(rc == 0 and got["complete"] and 300000 <= got["counts"]["malloc"] < 301000
+               and got["unmatched_frees"] == 0, f"{trace}: the parent's trace: {got} {err}")
+        for f in files:
+            os.unlink(f)
+
     # Without %p, a program the recorded one starts (fork and exec) records nothing: it emptied the
     # parent's file and mixed its chunks with the parent's (a shell's: the trace named the shell's
     # pid and lost the parent's first events; /bin/true's end chunk made the parent's unreadable).

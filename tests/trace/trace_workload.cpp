@@ -10,15 +10,27 @@
 //                              file (DATA_FILE), allocates N blocks, writes "data" there
 //   trace_workload fsize N     N blocks under a file size limit of 300 kB (a full disk), then,
 //                              the limit lifted, 4 threads allocate and exit
+//   trace_workload unseenfork N  N blocks (the writer thread started), then a child made without
+//                              fork's handlers (SYS_clone: as _Fork) allocates and frees N blocks
+//                              and exits with exit(); the parent frees its blocks
+//   trace_workload handoff N   a producer allocates N blocks (each after a malloc and free of its
+//                              own) and hands them through a ring to a consumer that frees them
+//   trace_workload api N       every allocation call once (realloc to 0 and from NULL, large
+//                              alignments, malloc(0), free_sized if present), and N allocations the
+//                              allocator refuses: calloc overflow, malloc(SIZE_MAX / 2),
+//                              posix_memalign with alignment 24
 //   trace_workload threadchurn N  N threads one after another, each allocating and freeing 100
 //                              blocks; prints how much the address space grew (KiB)
+#include <dlfcn.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <chrono>
@@ -104,6 +116,73 @@ int main(int argc, char** argv) {
         for (int i = 0; i < 100; i++) free(b[i]);
       }).join();
     printf("{\"threads\": %d, \"vm_growth_kib\": %ld}\n", n, vm_kib() - before);
+    return 0;
+  }
+  if (strcmp(argv[1], "api") == 0) {
+    void* volatile p = realloc(malloc(100), 0);
+    free(p);
+    free(realloc(nullptr, 200));
+    void* a64k = aligned_alloc(65536, 1000);
+    void* a2m = aligned_alloc(size_t{2} << 20, 3000);
+    void* m = memalign(4096, 10);
+    void* v = valloc(10);
+    void* pv = pvalloc(10);
+    void* z = malloc(0);
+    bool misaligned = reinterpret_cast<uintptr_t>(a64k) % 65536 || reinterpret_cast<uintptr_t>(a2m) % (2 << 20);
+    using sized = void (*)(void*, size_t);
+    if (auto fs = reinterpret_cast<sized>(dlsym(RTLD_DEFAULT, "free_sized"))) fs(malloc(77), 77);
+    int failed = 0;
+    for (int i = 0; i < n; i++) {
+      volatile size_t huge = SIZE_MAX / 2;
+      failed += calloc(huge, 3) == nullptr;
+      failed += malloc(huge) == nullptr;
+      void* q = nullptr;
+      failed += posix_memalign(&q, 24, 100) != 0;
+    }
+    for (void* b : {a64k, a2m, m, v, pv, z}) free(b);
+    printf("{\"failed\": %d, \"misaligned\": %d}\n", failed, int(misaligned));
+    return 0;
+  }
+  if (strcmp(argv[1], "handoff") == 0) {
+    constexpr int ring_size = 64;
+    void* ring[ring_size];
+    std::atomic<int> made{0}, taken{0};
+    std::thread consumer([&] {
+      for (int i = 0; i < n; i++) {
+        while (made.load(std::memory_order_acquire) == i) {
+        }
+        void* p = ring[i % ring_size];
+        taken.store(i + 1, std::memory_order_release);
+        free(p);
+      }
+    });
+    for (int i = 0; i < n; i++) {
+      void* volatile own = malloc(100);
+      free(own);
+      void* p = malloc(64);
+      while (i - taken.load(std::memory_order_acquire) >= ring_size) {
+      }
+      ring[i % ring_size] = p;
+      made.store(i + 1, std::memory_order_release);
+    }
+    consumer.join();
+    printf("{\"cross_thread_frees\": %d}\n", n);
+    return 0;
+  }
+  if (strcmp(argv[1], "unseenfork") == 0) {
+    for (int i = 0; i < n; i++) blocks[i] = malloc(32);
+    pid_t child = static_cast<pid_t>(syscall(SYS_clone, SIGCHLD, nullptr, nullptr, nullptr, nullptr));
+    if (child == 0) {
+      for (int i = 0; i < n; i++) {
+        void* volatile p = malloc(48);
+        free(p);
+      }
+      exit(0);
+    }
+    int status = -1;
+    waitpid(child, &status, 0);
+    for (int i = 0; i < n; i++) free(blocks[i]);
+    printf("{\"mallocs\": %d, \"child_status\": %d}\n", n, status);
     return 0;
   }
   if (strcmp(argv[1], "forkexec") == 0) {
