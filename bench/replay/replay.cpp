@@ -847,12 +847,7 @@ bool smoke_wait_cycle() {
   int fd = mkstemp(path);
   if (fd < 0) fail("--smoke: cannot create a temporary file");
   FILE* f = fdopen(fd, "wb");
-  file_header fh{};
-  memcpy(fh.magic, file_magic, sizeof fh.magic);
-  fh.version = format_version;
-  fh.header_bytes = sizeof(file_header);
-  fh.chunk_header_bytes = sizeof(chunk_header);
-  fh.word_bytes = 8;
+  file_header fh = new_file_header();
   fwrite(&fh, sizeof fh, 1, f);
   const uint64_t x = 0x200000, y = 0x300000, z = 0x400000;
   writer a{f, {}, 3000, 1000, 0}, b{f, {}, 2000, 1000, 1};  // no samples: keys from base and flush
@@ -881,12 +876,7 @@ int smoke() {
   int fd = mkstemp(path);
   if (fd < 0) fail("--smoke: cannot create a temporary file");
   FILE* f = fdopen(fd, "wb");
-  file_header fh{};
-  memcpy(fh.magic, file_magic, sizeof fh.magic);
-  fh.version = format_version;
-  fh.header_bytes = sizeof(file_header);
-  fh.chunk_header_bytes = sizeof(chunk_header);
-  fh.word_bytes = 8;
+  file_header fh = new_file_header();
   fwrite(&fh, sizeof fh, 1, f);
   // Thread 0 allocates 1000 blocks (every fifth aligned, every seventh reallocated), thread 1
   // frees the odd ones after thread 0 made them, thread 0 frees the even ones.

@@ -140,6 +140,18 @@ struct chunk_header {
 };
 static_assert(sizeof(chunk_header) == 48);
 
+// A file header with the format's constants (magic, version, the three sizes) set and the rest 0,
+// for the recorder and for traces the replayer's smoke test writes.
+inline file_header new_file_header() noexcept {
+  file_header h{};
+  memcpy(h.magic, file_magic, sizeof h.magic);
+  h.version = format_version;
+  h.header_bytes = sizeof(file_header);
+  h.chunk_header_bytes = sizeof(chunk_header);
+  h.word_bytes = 8;
+  return h;
+}
+
 inline uint32_t checksum(const uint64_t* words, uint64_t count) noexcept {
   uint64_t s = 0;
   for (uint64_t i = 0; i < count; i++) s += words[i];

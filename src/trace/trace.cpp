@@ -295,12 +295,7 @@ bool write_file_header(uint32_t parent) noexcept {
   }
   writes_failed.store(false, std::memory_order_relaxed);
   if (!os::file_identity(fd, fd_device, fd_inode)) fd_device = fd_inode = 0;
-  file_header h{};
-  memcpy(h.magic, file_magic, sizeof h.magic);
-  h.version = format_version;
-  h.header_bytes = sizeof(file_header);
-  h.chunk_header_bytes = sizeof(chunk_header);
-  h.word_bytes = 8;
+  file_header h = new_file_header();
   h.pid = traced_pid = os::process_id();
   h.parent_pid = parent;
   h.start_cycles = cycles_now();
