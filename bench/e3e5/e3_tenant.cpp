@@ -17,6 +17,7 @@
 // Output: one CSV per process and round with E3's columns, and one JSON summary line on stdout.
 #include <pthread.h>
 #include <sched.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -137,6 +138,18 @@ bool sched_ok(const std::string& s) {
          n >= INT_MIN && n <= INT_MAX;
 }
 
+// Empty, or why a kernel of burst_us at work_per_us loop iterations per microsecond would be one
+// of no work: its iterations, uint64_t(burst_us * work_per_us), round down to 0.
+std::string burst_too_small(double burst_us, double work_per_us) {
+  if (burst_us * work_per_us >= 1) return "";
+  char why[256];
+  std::snprintf(why, sizeof why,
+                "--burst-us %g is below the minimum %g: at --work-per-us %g (loop iterations per "
+                "microsecond) its kernels would do no work",
+                burst_us, 1.0 / work_per_us, work_per_us);
+  return why;
+}
+
 options parse(int argc, char** argv) {
   options o;
   strata::bench::arg_parser args(argc, argv, "strata-bench-e3-tenant", kUsage);
@@ -170,8 +183,16 @@ options parse(int argc, char** argv) {
   auto in = [](double v, double lo, double hi) { return std::isfinite(v) && v >= lo && v <= hi; };
   if (!in(o.burst_us, 0, 1e9) || o.burst_us <= 0 || !in(o.gap_us, 0, 1e9) || !in(o.jitter, 0, 1))
     args.fail("bad burst/gap/jitter: --burst-us in (0, 1e9], --gap-us in [0, 1e9], --jitter in [0, 1]");
-  if (!in(o.timeout_s, 0, 1e6) || o.timeout_s <= 0) args.fail("--timeout-s must be in (0, 1e6]");
+  // Nor so small that they round to nothing (session 43's probe: --burst-us 1e-9 ran kernels of
+  // no work and exited 0): a gap and the timeout become whole nanoseconds, a burst whole loop
+  // iterations (checked again in run() once a calibrated --work-per-us is known).
+  if (o.gap_us > 0 && o.gap_us < 1e-3)
+    args.fail("--gap-us " + std::to_string(o.gap_us) +
+              " rounds to no gap: 0 (none) or at least 0.001 (1 ns)");
+  if (!in(o.timeout_s, 1e-9, 1e6)) args.fail("--timeout-s must be in [1e-9, 1e6] (1 ns to 1e6 s)");
   if (!in(o.work_per_us, -1e9, 1e6)) args.fail("--work-per-us must be at most 1e6 (0: calibrate)");
+  if (o.work_per_us > 0 && !o.smoke)
+    if (std::string why = burst_too_small(o.burst_us, o.work_per_us); !why.empty()) args.fail(why);
   // A start instant further ahead than the run may last (a CLOCK_REALTIME figure, say) slept that
   // long, and INT64_MAX overflowed the deadline.
   if (o.start_at_ns > now_ns() + int64_t(o.timeout_s * 1e9))
@@ -422,8 +443,18 @@ int run(options o) {
     o.gap_us = o.role == "lc" ? 300 : 0;
     o.timeout_s = 20;
   }
+  // The smoke mode's own CSV, when no --out names one, is a memory file with no name anywhere:
+  // a /tmp file was left behind when the run was killed (SIGTERM, SIGINT) before removing it.
   const bool temporary_csv = o.smoke && o.out.empty();
-  if (temporary_csv) o.out = "/tmp/strata-bench-e3-tenant-smoke-" + std::to_string(getpid()) + ".csv";
+  int temporary_fd = -1;
+  if (temporary_csv) {
+    temporary_fd = memfd_create("strata-bench-e3-tenant-smoke.csv", MFD_CLOEXEC);
+    if (temporary_fd < 0) {
+      std::fprintf(stderr, "strata-bench-e3-tenant: cannot create the smoke CSV: %s\n", std::strerror(errno));
+      return 4;
+    }
+    o.out = "/proc/self/fd/" + std::to_string(temporary_fd);
+  }
   std::string err;
   if (!apply_sched(o.sched, err)) {
     std::fprintf(stderr, "strata-bench-e3-tenant: %s\n", err.c_str());
@@ -431,6 +462,10 @@ int run(options o) {
   }
   const bool calibrated_here = o.work_per_us <= 0;
   if (calibrated_here) o.work_per_us = calibrate_work_per_us();
+  if (std::string why = burst_too_small(o.burst_us, o.work_per_us); !why.empty()) {
+    std::fprintf(stderr, "strata-bench-e3-tenant: %s (calibrated here)\n", why.c_str());
+    return 2;
+  }
   const uint64_t iterations = uint64_t(o.burst_us * o.work_per_us);
 
   std::vector<stream> streams(size_t(o.streams));
@@ -469,7 +504,10 @@ int run(options o) {
   }
   bool smoke_ok = true;
   if (o.smoke) smoke_ok = validate_csv(o.out, size_t(o.streams) * size_t(o.kernels), err);
-  if (temporary_csv) std::remove(o.out.c_str());
+  if (temporary_csv) {
+    close(temporary_fd);
+    o.out.clear();  // the summary names no file: none is left
+  }
 
   const double span_s = done ? double(last_end - first_enqueue) / 1e9 : 0;
   std::string sched_list;
@@ -477,7 +515,7 @@ int run(options o) {
   std::printf(
       "{\"program\":\"strata-bench-e3-tenant\",\"pid\":%d,\"role\":\"%s\",\"sched_requested\":\"%s\","
       "\"sched_observed\":[%s],\"streams\":%d,\"kernels_per_stream\":%d,\"kernels_done\":%zu,"
-      "\"burst_us\":%.1f,\"gap_us\":%.1f,\"work_per_us\":%.3f,\"calibrated_here\":%s,"
+      "\"burst_us\":%.6g,\"gap_us\":%.6g,\"work_per_us\":%.3f,\"calibrated_here\":%s,"
       "\"span_s\":%.6f,\"throughput_kps\":%.6f,\"launch_p50_ms\":%.6f,\"launch_p99_ms\":%.6f,"
       "\"timed_out\":%s,\"csv\":\"%s\"%s}\n",
       int(getpid()), o.role.c_str(), o.sched.c_str(), sched_list.c_str(), o.streams, o.kernels,

@@ -91,11 +91,11 @@ const char* strata_version(void);
  * for tests and debugging, not for a hot loop.  A thread that has not allocated passes. */
 bool strata_heap_check(void);
 
-/* NUMA placement of the memory strata maps (STRATA_NUMA=local|interleave|bind:<nodes>).
- * strata_numa_set_policy returns 0, or -1 with errno set (EINVAL for a malformed spec or a node
- * that does not exist).  strata_numa_node_of returns the node the page holding p sits on, or -1
- * with errno set (e.g. the page is not backed yet).  Policies apply to segments mapped after the
- * call; strata_options_json lists the spec in effect as STRATA_NUMA (null for "none", "default"
+/* NUMA placement of the memory strata maps (STRATA_NUMA=local, interleave, interleave:<nodes> or
+ * bind:<nodes>; nodes like 0,2-3).  strata_numa_set_policy returns 0, or -1 with errno set (EINVAL
+ * for a malformed spec or a node that does not exist, a number however large included).
+ * strata_numa_node_of returns the node the page holding p sits on, or -1 with errno set (e.g. the
+ * page is not backed yet).  Policies apply to segments mapped after the call; strata_options_json lists the spec in effect as STRATA_NUMA (null for "none", "default"
  * or ""); a spec over 4095 bytes is rejected (EINVAL). */
 int strata_numa_set_policy(const char* spec);
 int strata_numa_node_of(const void* p);

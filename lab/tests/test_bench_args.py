@@ -102,6 +102,14 @@ UNRUNNABLE = [
     ("strata-bench-e3-tenant", E3_SHORT, "--timeout-s", "inf"),
     ("strata-bench-e3-tenant", E3_SHORT, "--timeout-s", "1e10"),
     ("strata-bench-e3-tenant", E3_SHORT, "--start-at-ns", "9223372036854775807"),
+    # Values that round to nothing (session 43's probe: --burst-us 1e-9 ran kernels of no work and
+    # exited 0): a burst below one loop iteration at --work-per-us, a gap below 1 ns, a timeout
+    # below 1 ns.
+    ("strata-bench-e3-tenant", E3_SHORT, "--burst-us", "1e-9"),
+    ("strata-bench-e3-tenant", E3_SHORT, "--burst-us", "0.003"),
+    ("strata-bench-e3-tenant", E3_SHORT, "--work-per-us", "1e-300"),
+    ("strata-bench-e3-tenant", E3_SHORT, "--gap-us", "1e-4"),
+    ("strata-bench-e3-tenant", E3_SHORT, "--timeout-s", "1e-10"),
     ("strata-bench-e5-httpd", ["--port", "0"], "--max-seconds", "nan"),
     ("strata-bench-e5-httpd", ["--port", "0"], "--max-seconds", "inf"),
     ("strata-bench-e5-httpd", ["--port", "0"], "--bind", "::1"),
@@ -136,6 +144,76 @@ def test_e3_tenant_stops_at_its_timeout(flag, value):
                         flag, value], capture_output=True, text=True, timeout=20)
     assert r.returncode == 5 and '"timed_out":true' in r.stdout, (r.returncode, r.stdout, r.stderr)
     assert "timed out after 1.0 s" in r.stderr, r.stderr
+
+
+def test_e3_tenant_burst_of_no_work_names_the_value_and_the_minimum():
+    """Refused before any kernel runs, with the minimum: 1 / --work-per-us, given or calibrated."""
+    r = subprocess.run([str(program("strata-bench-e3-tenant")), *E3_SHORT, "--burst-us", "1e-9"],
+                       capture_output=True, text=True, timeout=20)
+    assert r.returncode == 2 and r.stdout == "", (r.returncode, r.stdout, r.stderr)
+    assert "--burst-us 1e-09 is below the minimum 0.00333333" in r.stderr, r.stderr
+    r = subprocess.run([str(program("strata-bench-e3-tenant")), "--role", "lc", "--burst-us", "1e-9"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stdout == "", (r.returncode, r.stdout, r.stderr)
+    assert "--burst-us 1e-09 is below the minimum" in r.stderr and "calibrated here" in r.stderr, r.stderr
+    # The smallest burst that does one iteration still runs, and the summary shows it (it read 0.0).
+    r = subprocess.run([str(program("strata-bench-e3-tenant")), *E3_SHORT, "--burst-us", "0.004"],
+                       capture_output=True, text=True, timeout=20)
+    assert r.returncode == 0 and '"burst_us":0.004,' in r.stdout, (r.returncode, r.stdout, r.stderr)
+
+
+def _inotify_created(directory):
+    """An inotify descriptor reporting files created in (or moved into) directory."""
+    import ctypes
+    import os
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+    assert fd >= 0, ctypes.get_errno()
+    assert libc.inotify_add_watch(fd, os.fsencode(directory), 0x100 | 0x80) >= 0, ctypes.get_errno()
+    return fd
+
+
+def _created_names(fd):
+    import os
+    import struct
+    names, data = [], b""
+    while True:
+        try:
+            data += os.read(fd, 65536)
+        except BlockingIOError:
+            break
+    while data:
+        _, _, _, n = struct.unpack_from("iIII", data)
+        names.append(data[16:16 + n].rstrip(b"\0").decode(errors="replace"))
+        data = data[16 + n:]
+    return names
+
+
+@pytest.mark.parametrize("kill", [None, "SIGTERM", "SIGINT"])
+def test_e3_tenant_smoke_leaves_no_file(kill):
+    """--smoke without --out wrote its CSV to /tmp/strata-bench-e3-tenant-smoke-<pid>.csv and removed
+    it at the end: a run killed before then left it.  Now no file is ever made (inotify sees every
+    creation, however brief)."""
+    import os
+    import signal
+    import tempfile
+    import time
+    tmp = "/tmp"
+    fd = _inotify_created(tmp)
+    try:
+        p = subprocess.Popen([str(program("strata-bench-e3-tenant")), "--smoke", "--role", "lc"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if kill:
+            time.sleep(0.05)
+            p.send_signal(getattr(signal, kill))
+        out, err = p.communicate(timeout=60)
+        if not kill:
+            assert p.returncode == 0 and '"smoke":"ok"' in out, (p.returncode, out, err)
+        made = [n for n in _created_names(fd) if n.startswith("strata-bench-e3-tenant")]
+    finally:
+        os.close(fd)
+    left = [n for n in os.listdir(tmp) if n.startswith(f"strata-bench-e3-tenant-smoke-{p.pid}")]
+    assert made == [] and left == [], (made, left)
 
 
 def test_e3_tenant_memory_follows_the_kernels_run():

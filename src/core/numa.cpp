@@ -37,19 +37,23 @@ std::atomic<int> current_kind{static_cast<int>(policy_kind::none)};  // lock-fre
 
 // ---- node lists ------------------------------------------------------------------------------
 
-// Parses "0,2-3" into mask.  Returns false on any syntax error.  end: one past the text.
-bool parse_node_list(const char* s, const char* end, node_mask& mask, int& bad_node) noexcept {
+// Parses "0,2-3" into mask.  Returns false on any syntax error, and on a node past max_nodes:
+// then bad_node is its text, [bad_begin, bad_end).  end: one past the text.  A number of any length
+// is a node number (saturated, not accumulated past max_nodes): "bind:1000001" and above was
+// "malformed" where "bind:1000000" was a node that "does not exist".
+bool parse_node_list(const char* s, const char* end, node_mask& mask, const char*& bad_begin,
+                     const char*& bad_end) noexcept {
   mask.clear();
-  bad_node = -1;
+  bad_begin = bad_end = nullptr;
   if (s == end) return false;
   while (s < end) {
+    const char* begin = s;
     auto number = [&](long& out) {
       if (s == end || *s < '0' || *s > '9') return false;
+      begin = s;
       out = 0;
-      while (s < end && *s >= '0' && *s <= '9') {
-        out = out * 10 + (*s++ - '0');
-        if (out > 1000000) return false;
-      }
+      for (; s < end && *s >= '0' && *s <= '9'; ++s)
+        if (out < max_nodes) out = out * 10 + (*s - '0');
       return true;
     };
     long lo = 0, hi = 0;
@@ -60,7 +64,8 @@ bool parse_node_list(const char* s, const char* end, node_mask& mask, int& bad_n
       if (!number(hi) || hi < lo) return false;
     }
     if (hi >= max_nodes) {
-      bad_node = static_cast<int>(hi);
+      bad_begin = begin;
+      bad_end = s;
       return false;
     }
     for (long n = lo; n <= hi; ++n) mask.set(static_cast<int>(n));
@@ -98,8 +103,9 @@ void format_node_list(const node_mask& mask, char* buf, size_t len) noexcept {
 // The nodes that exist, or node 0 alone without sysfs (a kernel without NUMA has exactly one).
 void online_nodes(node_mask& mask) noexcept {
   char buf[512];
-  int bad = -1;
-  if (!os::numa_online_text(buf, sizeof buf) || !parse_node_list(buf, buf + strlen(buf), mask, bad) || mask.empty()) {
+  const char *bad_begin = nullptr, *bad_end = nullptr;
+  if (!os::numa_online_text(buf, sizeof buf) || !parse_node_list(buf, buf + strlen(buf), mask, bad_begin, bad_end) ||
+      mask.empty()) {
     mask.clear();
     mask.set(0);
   }
@@ -152,12 +158,12 @@ bool parse_spec(const char* spec, policy& out, char* why, size_t why_len) noexce
       if (online.has(n) && allowed.has(n)) out.nodes.set(n);
     return true;
   }
-  int bad = -1;
+  const char *bad_begin = nullptr, *bad_end = nullptr;
   const char* list = colon + 1;
-  if (!parse_node_list(list, list + strlen(list), out.nodes, bad)) {
-    if (bad >= 0)
-      snprintf(why, why_len, "node %d does not exist (this machine has node%s %s)", bad,
-               online.count() == 1 ? "" : "s", existing);
+  if (!parse_node_list(list, list + strlen(list), out.nodes, bad_begin, bad_end)) {
+    if (bad_begin != nullptr)
+      snprintf(why, why_len, "node %.*s does not exist (this machine has node%s %s)",
+               static_cast<int>(bad_end - bad_begin), bad_begin, online.count() == 1 ? "" : "s", existing);
     else
       snprintf(why, why_len, "malformed node list \"%s\"; %s", list, usage);
     return false;

@@ -172,32 +172,45 @@ bool expand_stats_path(const char* in, char* out, size_t cap) noexcept {
 }
 
 namespace {
-// strerrordesc_np, unlike strerror, neither translates nor allocates: this runs inside the
-// allocator at exit.
-void stats_file_failed(const char* what, const char* path, int err) noexcept {
-  const char* why = strerrordesc_np(err);
-  if (why != nullptr)
-    report::message("strata: warning: STRATA_STATS_FILE=%s cannot be %s: %s\n", path, what, why);
-  else
-    report::message("strata: warning: STRATA_STATS_FILE=%s cannot be %s: errno %d\n", path, what, err);
-}
-}  // namespace
-
-namespace {
 // STRATA_SHOW_STATS prints at exit, after the program's own exit handlers: by then many programs
 // have closed stderr (coreutils' close_stdout: `STRATA_SHOW_STATS=1 ls` printed nothing), and
 // one that closed it earlier and opened a file of its own got strata's statistics written into
 // that file, which took descriptor 2.  So stderr as it was at start-up is kept on a copy, and the
 // statistics go to whichever of the copy and descriptor 2 is still that file, else nowhere.
+// STRATA_STATS_FILE's warnings at exit go the same way: they went to descriptor 2 as it was then,
+// into the program's own file.
 int start_stderr = -1;
 uint64_t start_stderr_device = 0, start_stderr_inode = 0;
 
 bool is_start_stderr(int fd) noexcept { return os::file_is(fd, start_stderr_device, start_stderr_inode); }
+
+// The descriptor that is still the start-up stderr, or -1.
+int exit_stderr() noexcept {
+  if (is_start_stderr(start_stderr)) return start_stderr;
+  if (is_start_stderr(2)) return 2;
+  return -1;
+}
+
+// strerrordesc_np, unlike strerror, neither translates nor allocates: this runs inside the
+// allocator at exit.
+void stats_file_failed(const char* what, const char* path, int err) noexcept {
+  const int fd = exit_stderr();
+  if (fd < 0) return;
+  const char* why = strerrordesc_np(err);
+  if (why != nullptr)
+    report::to_fd(fd, "strata: warning: STRATA_STATS_FILE=%s cannot be %s: %s\n", path, what, why);
+  else
+    report::to_fd(fd, "strata: warning: STRATA_STATS_FILE=%s cannot be %s: errno %d\n", path, what, err);
+}
 }  // namespace
 
 void stats_keep_stderr() noexcept {
-  if (!options::get(option::show_stats) || !os::file_identity(2, start_stderr_device, start_stderr_inode))
-    return;
+  const char* stats_file = options::get_text(option::stats_file);
+  const bool needed = options::get(option::show_stats) || (stats_file != nullptr && *stats_file != 0);
+  if (start_stderr >= 0) close(start_stderr);  // called again (tests): no copy leaks
+  start_stderr = -1;
+  start_stderr_device = start_stderr_inode = 0;
+  if (!needed || !os::file_identity(2, start_stderr_device, start_stderr_inode)) return;
   start_stderr = os::file_dup_high(2);
 }
 
@@ -205,13 +218,13 @@ void stats_report_at_exit() noexcept {
   // open, write and close are cancellation points; a thread calling exit() may be cancelled.
   os::no_cancel hold;
   if (options::get(option::show_stats)) {
-    if (is_start_stderr(start_stderr)) stats_print_to(start_stderr);
-    else if (is_start_stderr(2)) stats_print_to(2);
+    if (const int fd = exit_stderr(); fd >= 0) stats_print_to(fd);
   }
   if (const char* pattern = options::get_text(option::stats_file); pattern && *pattern) {
     char path[4096];
     if (!expand_stats_path(pattern, path, sizeof path)) {
-      report::message("strata: warning: STRATA_STATS_FILE is too long once expanded\n");
+      if (const int fd = exit_stderr(); fd >= 0)
+        report::to_fd(fd, "strata: warning: STRATA_STATS_FILE is too long once expanded\n");
       return;
     }
     char doc[16384];

@@ -127,7 +127,10 @@ TEST_F(Numa, ANodeThatDoesNotExistIsAClearError) {
   std::vector<int> nodes = online_nodes();
   int missing = nodes.back() + 1;
   for (std::string spec : {"bind:" + std::to_string(missing), "interleave:0," + std::to_string(missing),
-                           std::string("bind:1023"), std::string("bind:5000")}) {
+                           std::string("bind:1023"), std::string("bind:5000"),
+                           // past the largest number the parser once read: "malformed" before
+                           std::string("bind:1000000"), std::string("bind:1000001"),
+                           std::string("bind:99999999999999999999999"), std::string("interleave:0-1000001")}) {
     ::testing::internal::CaptureStderr();
     errno = 0;
     int r = strata_numa_set_policy(spec.c_str());

@@ -87,6 +87,19 @@ def main():
         print(f"STRATA_SHOW_STATS with a file of the program's on descriptor 2: "
               f"{'ok' if ok else 'FAILED'} (file {data[:60]!r}, stderr {run.stderr[:40]!r})")
         (checker.passed if ok else checker.failed).append("show stats, descriptor 2 reused")
+    # STRATA_STATS_FILE's warning at exit (here: a folder that does not exist) goes the same way:
+    # it was written to descriptor 2 as it was then, into the program's own file.
+    with tempfile.TemporaryDirectory() as d:
+        log = os.path.join(d, "data.txt")
+        env_file = dict(os.environ, LD_PRELOAD=LIB, STRATA_STATS_FILE=os.path.join(d, "no", "s.json"))
+        run = subprocess.run(["bash", "-c", 'exec 2>"$0"; echo data >&2', log], env=env_file,
+                             capture_output=True, text=True, timeout=60)
+        with open(log) as f:
+            data = f.read()
+        ok = data == "data\n" and "STRATA_STATS_FILE=" in run.stderr and "cannot be opened" in run.stderr
+        print(f"STRATA_STATS_FILE's warning with a file of the program's on descriptor 2: "
+              f"{'ok' if ok else 'FAILED'} (file {data[:100]!r}, stderr {run.stderr[:100]!r})")
+        (checker.passed if ok else checker.failed).append("stats file warning, descriptor 2 reused")
     return checker.summary()
 
 

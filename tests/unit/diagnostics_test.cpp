@@ -233,6 +233,7 @@ TEST(Issue17StatsFile, WriteFailureNamesThePathAndTheReason) {
   ASSERT_EQ(init_with("STRATA_STATS_FILE", "/dev/full"), "");
   ASSERT_EQ(options::get(option::show_stats), 0);
   testing::internal::CaptureStderr();
+  strata::detail::stats_keep_stderr();  // as at start-up: the warning goes to the stderr kept then
   strata::detail::stats_report_at_exit();
   std::string err = testing::internal::GetCapturedStderr();
   options::reset(option::stats_file);
@@ -246,6 +247,7 @@ TEST(Issue17StatsFile, OpenFailureNamesThePathAndTheReason) {
   const char* path = "/nonexistent-strata-directory/stats.json";
   ASSERT_EQ(init_with("STRATA_STATS_FILE", path), "");
   testing::internal::CaptureStderr();
+  strata::detail::stats_keep_stderr();  // as at start-up: the warning goes to the stderr kept then
   strata::detail::stats_report_at_exit();
   std::string err = testing::internal::GetCapturedStderr();
   options::reset(option::stats_file);
@@ -262,6 +264,7 @@ TEST(Issue17StatsFile, SuccessWritesTheJsonSilently) {
   close(fd);
   ASSERT_EQ(init_with("STRATA_STATS_FILE", path), "");
   testing::internal::CaptureStderr();
+  strata::detail::stats_keep_stderr();  // as at start-up: the warning goes to the stderr kept then
   strata::detail::stats_report_at_exit();
   std::string err = testing::internal::GetCapturedStderr();
   options::reset(option::stats_file);
