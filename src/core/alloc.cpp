@@ -26,9 +26,8 @@ namespace {
 // An aligned allocation that hands out a pointer inside its block leaves this mark in the
 // block's first 16 bytes (which the user's data, starting at least 16 bytes in, never covers):
 // the pointer handed out, and a tag that no free block's canary and no user data can match
-// without the secret.  Only such a pointer can free the block (find_block).
-constexpr uintptr_t aligned_tag_salt = 0xa11a11a11a11a11aull;
-inline uintptr_t aligned_tag_of(const block* b) noexcept { return canary_of(b) ^ aligned_tag_salt; }
+// without the secret.  Only such a pointer can free the block (find_block); the block's own start,
+// never handed out, cannot (free's fast path sends it here: types.h aligned_tag_salt).
 
 enum class lookup_status { ok, invalid, huge, freed_huge };
 
@@ -65,6 +64,10 @@ lookup find_block(segment* seg, void* p) noexcept {
     auto* b = reinterpret_cast<block*>(pg->start + offset);
     bool marked = b->canary == aligned_tag_of(b) && b->next == static_cast<block*>(p);
     if (!marked && b->canary != canary_of(b)) return {lookup_status::invalid, seg, pg, nullptr};
+  } else if ((flags & page_flag::has_aligned) && static_cast<block*>(p)->canary == aligned_tag_of(static_cast<block*>(p))) {
+    // The start of a block that an aligned allocation handed out further in: not a pointer
+    // strata returned (freed, it gave the live aligned block back to the free list).
+    return {lookup_status::invalid, seg, pg, nullptr};
   }
   return {lookup_status::ok, seg, pg, reinterpret_cast<block*>(pg->start + offset)};
 }

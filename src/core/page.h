@@ -151,9 +151,15 @@ inline bool page_is_empty(const page* pg) noexcept {
   return pg->used == 0 && pg->thread_free.load(std::memory_order_relaxed) == 0;
 }
 
-// The last block of the chain from b.
+// The last block of the chain from b.  Hardened: each link checked as a pop checks it, else an
+// overwritten link (a write after free into a block on local_free) decoded to garbage and the
+// walk followed it out of the page, a fault with no report instead of page_corrupted's abort.
 inline block* chain_tail(const page* pg, block* b) noexcept {
-  while (block* next = link_get(pg, b)) b = next;
+  while (block* next = link_get(pg, b)) {
+    if constexpr (secure)
+      if (STRATA_UNLIKELY(!link_is_valid(pg, next))) page_corrupted(pg, b);
+    b = next;
+  }
   return b;
 }
 

@@ -85,6 +85,26 @@ TEST_F(SecureDeathTest, UseAfterFreeWriteIsCaughtOnReuse) {
       "corrupted");
 }
 
+// A use-after-free write of the link of a block on its page's local_free list, then another
+// thread's free of a block of the same page: collecting that free walks local_free to its tail
+// (page_collect), and the walk followed the forged link out of the page: a segmentation fault,
+// no report.  Caught as a pop catches it now.
+TEST_F(SecureDeathTest, AForgedLinkOnTheLocalFreeListIsCaughtWhenARemoteFreeJoinsIt) {
+  EXPECT_DEATH(
+      {
+        std::thread([] {
+          char* blocks[8];
+          for (char*& b : blocks) b = static_cast<char*>(strata_malloc(64));  // one fresh page
+          strata_free(blocks[0]);
+          strata_free(blocks[1]);  // local_free: blocks[1] -> blocks[0]
+          std::memset(opaque(blocks[1]), 0x41, 8);  // its link
+          std::thread([b = blocks[2]] { strata_free(b); }).join();  // sent back at the thread's exit
+          strata_collect(true);  // the page has free blocks, local frees and a remote one
+        }).join();
+      },
+      "free list of the page at .* corrupted");
+}
+
 // A double free after other allocations and frees in between: the block still carries its free
 // canary, and the hardened build aborts by default (STRATA_ABORT_ON_ERROR defaults to 1).
 TEST_F(SecureDeathTest, DoubleFreeAfterInterveningAllocationsAborts) {
