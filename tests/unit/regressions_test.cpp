@@ -37,6 +37,23 @@ void* opaque(void* p) {
 
 using strata_test::stats;
 
+// free(freed), then realloc(again, n) with errno cleared, then free(also) if given, all with
+// stderr captured: realloc's result, its errno, and what was printed.
+struct reported {
+  void* result;
+  int err;
+  std::string out;
+};
+reported free_then_realloc(void* freed, void* again, size_t n, void* also = nullptr) {
+  testing::internal::CaptureStderr();
+  strata_free(opaque(freed));
+  errno = 0;
+  void* q = strata_realloc(opaque(again), n);
+  int err = errno;
+  if (also) strata_free(opaque(also));
+  return {q, err, testing::internal::GetCapturedStderr()};
+}
+
 long minor_faults() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
@@ -156,12 +173,7 @@ TEST(Issue17Realloc, CollectGivesCachedHugeMappingsBack) {
 TEST(Issue17Realloc, OfAFreedBlockIsReportedAndReturnsNull) {
   uint64_t before = stats().bad_free_count;
   void* p = strata_malloc(100);
-  testing::internal::CaptureStderr();
-  strata_free(p);
-  errno = 0;
-  void* q = strata_realloc(opaque(p), 100);
-  int err = errno;
-  std::string out = testing::internal::GetCapturedStderr();
+  auto [q, err, out] = free_then_realloc(p, p, 100);
   EXPECT_EQ(q, nullptr);
   EXPECT_EQ(err, EINVAL);
   EXPECT_EQ(stats().bad_free_count, before + 1);
@@ -177,13 +189,7 @@ TEST(Issue17Realloc, OfAFreedBlockIsReportedAndReturnsNull) {
 TEST(Issue17Realloc, OfAFreedHugeBlockIsReported) {
   uint64_t before = stats().bad_free_count;
   void* p = strata_malloc(20 * MiB);
-  testing::internal::CaptureStderr();
-  strata_free(p);
-  errno = 0;
-  void* q = strata_realloc(opaque(p), 30 * MiB);
-  int err = errno;
-  strata_free(opaque(p));  // and a second free of it
-  std::string out = testing::internal::GetCapturedStderr();
+  auto [q, err, out] = free_then_realloc(p, p, 30 * MiB, p);  // and a second free of it
   EXPECT_EQ(q, nullptr);
   EXPECT_EQ(err, EINVAL);
   EXPECT_EQ(stats().bad_free_count, before + 2);
@@ -253,12 +259,7 @@ TEST(Issue17InteriorFree, OfAnAlignedBlocksOwnStartIsRefused) {
   memset(a, 0xab, 300);
   uint64_t before = stats().bad_free_count;
   EXPECT_EQ(strata_usable_size(start), 0u);
-  testing::internal::CaptureStderr();
-  strata_free(opaque(start));
-  errno = 0;
-  void* q = strata_realloc(opaque(start), 1000);
-  int err = errno;
-  std::string out = testing::internal::GetCapturedStderr();
+  auto [q, err, out] = free_then_realloc(start, start, 1000);
   EXPECT_EQ(q, nullptr);
   EXPECT_EQ(err, EINVAL);
   EXPECT_EQ(stats().bad_free_count, before + 2);
