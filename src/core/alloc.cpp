@@ -23,11 +23,18 @@ STRATA_NOINLINE void* malloc_huge(size_t size, size_t alignment) noexcept {
 
 namespace {
 
-// An aligned allocation that hands out a pointer inside its block leaves this mark in the
-// block's first 16 bytes (which the user's data, starting at least 16 bytes in, never covers):
-// the pointer handed out, and a tag that no free block's canary and no user data can match
-// without the secret.  Only such a pointer can free the block (find_block); the block's own start,
-// never handed out, cannot (free's fast path sends it here: types.h aligned_tag_salt).
+// An aligned allocation that hands out a pointer inside its block leaves a mark in the block's
+// first 16 bytes (which the user's data, starting at least 16 bytes in, never covers): the free
+// canary, and as its link the pointer handed out, which no free block's link is (a link names a
+// block start or nothing; this points inside the block).  Only that pointer can free the block
+// (find_block).  The canary sends a free of the block's own start, never handed out, from free's
+// fast path to the slow path with the test that catches a double free, and the slow path refuses
+// it: with a tag of its own the fast path took the start for a live block and put the aligned
+// block, still in use, back on the free list.
+bool aligned_marked(const page* pg, const block* b) noexcept {
+  uintptr_t d = reinterpret_cast<uintptr_t>(b->next) - reinterpret_cast<uintptr_t>(b);
+  return b->canary == canary_of(b) && d - 1 < pg->block_size - 1;  // 0 < d < block size
+}
 
 enum class lookup_status { ok, invalid, huge, freed_huge };
 
@@ -36,6 +43,7 @@ struct lookup {
   segment* seg;
   page* pg;
   block* b;  // the block start (differs from p for aligned pointers)
+  bool aligned = false;  // p is the pointer an aligned allocation handed out inside b (live)
 };
 
 // Finds the block p points to, or says why p is not a live strata block.
@@ -62,14 +70,16 @@ lookup find_block(segment* seg, void* p) noexcept {
     offset -= offset % pg->block_size;
     if (!is_carved_block_start(pg, offset)) return {lookup_status::invalid, seg, pg, nullptr};
     auto* b = reinterpret_cast<block*>(pg->start + offset);
-    bool marked = b->canary == aligned_tag_of(b) && b->next == static_cast<block*>(p);
+    bool marked = aligned_marked(pg, b) && b->next == static_cast<block*>(p);
     if (!marked && b->canary != canary_of(b)) return {lookup_status::invalid, seg, pg, nullptr};
-  } else if ((flags & page_flag::has_aligned) && static_cast<block*>(p)->canary == aligned_tag_of(static_cast<block*>(p))) {
+    return {lookup_status::ok, seg, pg, b, marked};
+  }
+  if ((flags & page_flag::has_aligned) && aligned_marked(pg, static_cast<block*>(p))) {
     // The start of a block that an aligned allocation handed out further in: not a pointer
     // strata returned (freed, it gave the live aligned block back to the free list).
     return {lookup_status::invalid, seg, pg, nullptr};
   }
-  return {lookup_status::ok, seg, pg, reinterpret_cast<block*>(pg->start + offset)};
+  return {lookup_status::ok, seg, pg, static_cast<block*>(p)};
 }
 
 void free_remote(page* pg, block* b, bool counted = false) noexcept {
@@ -94,7 +104,7 @@ void free_remote(page* pg, block* b, bool counted = false) noexcept {
 // A block the lookup found that is free already (its canary says so), or a cached huge mapping.
 bool is_freed(const lookup& l) noexcept {
   if (l.status == lookup_status::freed_huge) return true;
-  return l.status == lookup_status::ok && l.b->canary == canary_of(l.b);
+  return l.status == lookup_status::ok && !l.aligned && l.b->canary == canary_of(l.b);
 }
 
 // A block alone in its page, which has not been handed out since its span came clean from the
@@ -135,7 +145,7 @@ STRATA_NOINLINE void free_slow(void* p) noexcept {
       break;
   }
   block* b = l.b;
-  if (b->canary == canary_of(b)) {
+  if (is_freed(l)) {
     report_bad_free(p, "double free of");
     return;
   }
@@ -221,7 +231,7 @@ void* alloc_aligned(size_t alignment, size_t size) noexcept {
         if (!(flags_of(pg) & page_flag::has_aligned)) flags_set(pg, page_flag::has_aligned);
         auto* b = static_cast<block*>(p);
         b->next = reinterpret_cast<block*>(a);
-        b->canary = aligned_tag_of(b);
+        b->canary = canary_of(b);  // the mark (aligned_marked)
       }
       return reinterpret_cast<void*>(a);
     }

@@ -57,10 +57,10 @@ inline void free_inline(void* p) noexcept {
   auto* b = static_cast<block*>(p);
   size_t offset = static_cast<size_t>(static_cast<uint8_t*>(p) - pg->start);
   uintptr_t canary = canary_of(b);
-  // One test for the rare cases: not a block start, not carved, not in use, already free, the
-  // start of an aligned allocation's block (its canary with bit 0 flipped: aligned_tag_of).
-  static_assert(aligned_tag_salt == 1);
-  if (STRATA_LIKELY(is_carved_block_start(pg, offset) && (b->canary ^ canary) > aligned_tag_salt)) {
+  // One test for the rare cases: not a block start, not carved, not in use, already free (or the
+  // start of a block that an aligned allocation handed out further in, which carries the free
+  // canary too: alloc.cpp aligned_marked).
+  if (STRATA_LIKELY(is_carved_block_start(pg, offset) && b->canary != canary)) {
     if (STRATA_LIKELY(pg->owner_tid.load(std::memory_order_relaxed) == thread_id())) {
       page_push_local(pg, b);
       if (STRATA_UNLIKELY(page_count_local_free(pg))) page_local_event(tl_heap, pg);

@@ -433,12 +433,6 @@ inline uintptr_t owner_tid_of(const heap* h, const page* pg) noexcept {
 }
 
 inline uintptr_t canary_of(const block* b) noexcept { return reinterpret_cast<uintptr_t>(b) ^ g_secret; }
-// The tag of a block whose aligned allocation handed out a pointer inside it (alloc.cpp
-// alloc_aligned): its canary with the low bit flipped, so that free's fast path sends a free of
-// the block's start, never handed out, to the slow path with the same one test as a double free
-// (alloc.h free_inline; the slow path refuses it).
-constexpr uintptr_t aligned_tag_salt = 1;
-inline uintptr_t aligned_tag_of(const block* b) noexcept { return canary_of(b) ^ aligned_tag_salt; }
 
 // A free block's link to the next, as stored in the block: in the hardened build encoded with a
 // key of the process secret and the page, so that an overflow or a use-after-free write cannot
