@@ -70,8 +70,11 @@ lookup find_block(segment* seg, void* p) noexcept {
     offset -= offset % pg->block_size;
     if (!is_carved_block_start(pg, offset)) return {lookup_status::invalid, seg, pg, nullptr};
     auto* b = reinterpret_cast<block*>(pg->start + offset);
-    bool marked = aligned_marked(pg, b) && b->next == static_cast<block*>(p);
-    if (!marked && b->canary != canary_of(b)) return {lookup_status::invalid, seg, pg, nullptr};
+    // Marked, only the pointer handed out frees it; unmarked and free, the caller reports the
+    // double free.
+    bool marked = aligned_marked(pg, b);
+    if (marked ? b->next != static_cast<block*>(p) : b->canary != canary_of(b))
+      return {lookup_status::invalid, seg, pg, nullptr};
     return {lookup_status::ok, seg, pg, b, marked};
   }
   if ((flags & page_flag::has_aligned) && aligned_marked(pg, static_cast<block*>(p))) {
