@@ -837,32 +837,41 @@ struct writer {
   }
 };
 
-// Late matches (build_plan) that would make two replay threads wait for each other: thread 1 frees
-// X (nothing live there: a block from before the recording), then allocates Y; thread 0 frees Y
-// and Z, then allocates X, its frees merged after thread 1's (its chunk written later).  Thread
-// 1's free of X is matched with thread 0's X, thread 0's free of Y with thread 1's Y: each waits
-// for the other.  unblock unmatches thread 0's free of Y, and the replay ends.
-bool smoke_wait_cycle() {
+// A trace for --smoke: the header, what write_threads writes (its writers flushed), an end chunk;
+// read back into t and planned into pl.
+template <class F>
+void smoke_plan(trace_file& t, plan& pl, F write_threads) {
   char path[] = "/tmp/strata-replay-smoke-XXXXXX";
   int fd = mkstemp(path);
   if (fd < 0) fail("--smoke: cannot create a temporary file");
   FILE* f = fdopen(fd, "wb");
   file_header fh = new_file_header();
   fwrite(&fh, sizeof fh, 1, f);
-  const uint64_t x = 0x200000, y = 0x300000, z = 0x400000;
-  writer a{f, {}, 3000, 1000, 0}, b{f, {}, 2000, 1000, 1};  // no samples: keys from base and flush
-  a.words = {event_word(op_free, y, 0), event_word(op_free, z, 0), event_word_returned(op_malloc, x, 32)};
-  b.words = {event_word(op_free, x, 0), event_word_returned(op_malloc, y, 32)};
-  a.flush();
-  b.flush();
+  write_threads(f);
   writer end{f, {}, 0, 0, 0};
   end.flush(chunk_end);
   fclose(f);
-  trace_file t;
   read_trace(path, t);
   unlink(path);
-  plan pl;
   build_plan(t, pl);
+}
+
+// Late matches (build_plan) that would make two replay threads wait for each other: thread 1 frees
+// X (nothing live there: a block from before the recording), then allocates Y; thread 0 frees Y
+// and Z, then allocates X, its frees merged after thread 1's (its chunk written later).  Thread
+// 1's free of X is matched with thread 0's X, thread 0's free of Y with thread 1's Y: each waits
+// for the other.  unblock unmatches thread 0's free of Y, and the replay ends.
+bool smoke_wait_cycle() {
+  trace_file t;
+  plan pl;
+  smoke_plan(t, pl, [](FILE* f) {
+    const uint64_t x = 0x200000, y = 0x300000, z = 0x400000;
+    writer a{f, {}, 3000, 1000, 0}, b{f, {}, 2000, 1000, 1};  // no samples: keys from base and flush
+    a.words = {event_word(op_free, y, 0), event_word(op_free, z, 0), event_word_returned(op_malloc, x, 32)};
+    b.words = {event_word(op_free, x, 0), event_word_returned(op_malloc, y, 32)};
+    a.flush();
+    b.flush();
+  });
   replay_result r = replay(pl);
   bool ok = pl.late_matches == 1 && pl.unmatched_frees == 2 && pl.cross_thread_frees == 1 && r.ops == 3;
   if (!ok)
@@ -872,41 +881,31 @@ bool smoke_wait_cycle() {
 }
 
 int smoke() {
-  char path[] = "/tmp/strata-replay-smoke-XXXXXX";
-  int fd = mkstemp(path);
-  if (fd < 0) fail("--smoke: cannot create a temporary file");
-  FILE* f = fdopen(fd, "wb");
-  file_header fh = new_file_header();
-  fwrite(&fh, sizeof fh, 1, f);
   // Thread 0 allocates 1000 blocks (every fifth aligned, every seventh reallocated), thread 1
   // frees the odd ones after thread 0 made them, thread 0 frees the even ones.
-  writer a{f, {}, 1000, 1000, 0}, b{f, {}, 1000, 1000, 1};
   const int n = 1000;
-  uint64_t base = 0x100000;
-  for (int i = 0; i < n; i++) {
-    uint64_t addr = base + 64 * uint64_t(i);
-    if (i % 5 == 0) a.event(op_aligned, addr, 48, 6);
-    else a.event(op_malloc, addr, 16 + i % 48);
-  }
-  for (int i = 0; i < n; i += 7) {
-    uint64_t addr = base + 64 * uint64_t(i);
-    a.event(op_realloc_from, addr, 0);
-    a.event(op_realloc, addr, 40);
-  }
-  b.cycles = b.base = a.cycles;
-  for (int i = 1; i < n; i += 2) b.event(op_free, base + 64 * uint64_t(i), 0);
-  for (int i = 0; i < n; i += 2) a.event(op_free_sized, base + 64 * uint64_t(i), 48);
-  a.event(op_free, 0xdead0, 0);  // never allocated in the trace
-  a.flush();
-  b.flush();
-  writer end{f, {}, 0, 0, 0};
-  end.flush(chunk_end);
-  fclose(f);
   trace_file t;
-  read_trace(path, t);
-  unlink(path);
   plan pl;
-  build_plan(t, pl);
+  smoke_plan(t, pl, [](FILE* f) {
+    writer a{f, {}, 1000, 1000, 0}, b{f, {}, 1000, 1000, 1};
+    uint64_t base = 0x100000;
+    for (int i = 0; i < n; i++) {
+      uint64_t addr = base + 64 * uint64_t(i);
+      if (i % 5 == 0) a.event(op_aligned, addr, 48, 6);
+      else a.event(op_malloc, addr, 16 + i % 48);
+    }
+    for (int i = 0; i < n; i += 7) {
+      uint64_t addr = base + 64 * uint64_t(i);
+      a.event(op_realloc_from, addr, 0);
+      a.event(op_realloc, addr, 40);
+    }
+    b.cycles = b.base = a.cycles;
+    for (int i = 1; i < n; i += 2) b.event(op_free, base + 64 * uint64_t(i), 0);
+    for (int i = 0; i < n; i += 2) a.event(op_free_sized, base + 64 * uint64_t(i), 48);
+    a.event(op_free, 0xdead0, 0);  // never allocated in the trace
+    a.flush();
+    b.flush();
+  });
   replay_result r = replay(pl);
   uint64_t reallocs = (n + 6) / 7;
   bool ok = pl.objects == n + reallocs && pl.cross_thread_frees == n / 2 && pl.unmatched_frees == 1 &&

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "strata/strata.h"
+#include "../unit/test_support.h"
 
 namespace {
 
@@ -322,33 +323,19 @@ void foreign_flush_scenario() {
   // thread's foreign cache), alive until the other has freed them and trimmed.
   constexpr int count = 1000;
   std::vector<void*> blocks(count);
-  std::mutex m;
-  std::condition_variable cv;
-  int stage = 0;
-  std::thread owner([&] {
-    for (auto& b : blocks) b = opaque(malloc(48));
-    std::unique_lock<std::mutex> lock(m);
-    stage = 1;
-    cv.notify_all();
-    cv.wait(lock, [&] { return stage == 2; });
-  });
   {
-    std::unique_lock<std::mutex> lock(m);
-    cv.wait(lock, [&] { return stage == 1; });
+    strata_test::worker owner;
+    owner.run([&] {
+      for (auto& b : blocks) b = opaque(malloc(48));
+    });
+    std::thread freer([&] {
+      void* mine = opaque(malloc(64));  // a thread that allocates keeps other heaps' blocks
+      for (void* b : blocks) free(b);
+      malloc_trim(0);  // the foreign cache goes back to the blocks' pages
+      free(mine);
+    });
+    freer.join();
   }
-  std::thread freer([&] {
-    void* mine = opaque(malloc(64));  // a thread that allocates keeps other heaps' blocks
-    for (void* b : blocks) free(b);
-    malloc_trim(0);  // the foreign cache goes back to the blocks' pages
-    free(mine);
-  });
-  freer.join();
-  {
-    std::unique_lock<std::mutex> lock(m);
-    stage = 2;
-    cv.notify_all();
-  }
-  owner.join();
   void* again = opaque(malloc(48));
   CHILD_CHECK(again != nullptr, "malloc after the flush");
   free(again);
