@@ -237,8 +237,9 @@ STRATA_EXPORT int strata_numa_set_policy(const char* spec) {
   char why[512];
   // strata_options_json lists the policy in effect, so a spec must fit where options keep text
   // (as STRATA_NUMA's own value must).
-  if (spec != nullptr && strlen(spec) >= 4096) {
-    strata::report::message("strata: NUMA policy rejected: longer than 4095 bytes\n");
+  if (spec != nullptr && strlen(spec) >= strata::options::text_capacity) {
+    strata::report::message("strata: NUMA policy rejected: longer than %zu bytes\n",
+                            strata::options::text_capacity - 1);
     errno = EINVAL;
     return -1;
   }

@@ -35,7 +35,6 @@ int64_t values[count] = {
 };
 // Text values are copied: the environment block may be overwritten later (redis, nginx and
 // others rewrite argv/environ to set their process title), and the value is read again at exit.
-constexpr size_t text_capacity = 4096;
 char text_storage[count][text_capacity];
 const char* texts[count] = {};
 // set_text may rewrite a value while strata_options_json reads it.

@@ -47,6 +47,8 @@ namespace options {
 // default.  Safe to call before the C library is fully initialised: uses only getenv and write.
 void init() noexcept;
 int64_t get(option o) noexcept;            // flag / integer options
+// Text options hold fewer bytes than this (their NUL included); nullptr when unset or empty.
+inline constexpr size_t text_capacity = 4096;
 const char* get_text(option o) noexcept;   // text options; nullptr when unset
 void set(option o, int64_t value) noexcept;  // for tests and the strata_* API
 // A text option's new value (copied; nullptr or "": unset), for the strata_* API that changes

@@ -206,7 +206,7 @@ void stats_file_failed(const char* what, const char* path, int err) noexcept {
 
 void stats_keep_stderr() noexcept {
   const char* stats_file = options::get_text(option::stats_file);
-  const bool needed = options::get(option::show_stats) || (stats_file != nullptr && *stats_file != 0);
+  const bool needed = options::get(option::show_stats) || stats_file != nullptr;
   if (start_stderr >= 0) close(start_stderr);  // called again (tests): no copy leaks
   start_stderr = -1;
   start_stderr_device = start_stderr_inode = 0;
@@ -220,7 +220,7 @@ void stats_report_at_exit() noexcept {
   if (options::get(option::show_stats)) {
     if (const int fd = exit_stderr(); fd >= 0) stats_print_to(fd);
   }
-  if (const char* pattern = options::get_text(option::stats_file); pattern && *pattern) {
+  if (const char* pattern = options::get_text(option::stats_file)) {
     char path[4096];
     if (!expand_stats_path(pattern, path, sizeof path)) {
       if (const int fd = exit_stderr(); fd >= 0)

@@ -131,11 +131,19 @@ void stop(const char* why) noexcept {
 // opened many had its own file at the trace's number, and got the trace's chunks written into it.
 bool fd_is_trace() noexcept { return os::file_is(fd, fd_device, fd_inode); }
 
+// A child that fork's handlers did not see (_Fork, a raw clone or fork system call): its memory
+// is the parent's, with the parent's descriptor, buffers and writer state, but no writer thread.
+// It records nothing (as a forked child without %p): its chunks and end chunk went into the
+// parent's file after the parent's (unreadable: data after the end chunk), and its wait for an
+// area queued at a writer that does not exist in it never ended.  (`active` stays set: a vfork
+// child shares it with its parent.)
+bool unseen_child() noexcept { return traced_pid != os::process_id(); }
+
 // Writes a then b to the trace; after the first failure nothing more (a chunk written after one
 // cut short, once a full disk had room again, made the whole trace unreadable), with one message.
 void write_out(const void* a, size_t na, const void* b, size_t nb) noexcept {
   if (fd < 0 || writes_failed.load(std::memory_order_acquire)) return;
-  if (traced_pid != os::process_id()) return;  // unseen_child
+  if (unseen_child()) return;
   const char* why = nullptr;
   if (!fd_is_trace()) why = "the program closed or replaced the trace's descriptor";
   else if (!os::file_write2(fd, a, na, b, nb)) why = strerror(errno);
@@ -343,14 +351,6 @@ __attribute__((noinline)) buffer* new_buffer() noexcept {
   pthread_setspecific(key, b);
   return b;
 }
-
-// A child that fork's handlers did not see (_Fork, a raw clone or fork system call): its memory
-// is the parent's, with the parent's descriptor, buffers and writer state, but no writer thread.
-// It records nothing (as a forked child without %p): its chunks and end chunk went into the
-// parent's file after the parent's (unreadable: data after the end chunk), and its wait for an
-// area queued at a writer that does not exist in it never ended.  (`active` stays set: a vfork
-// child shares it with its parent.)
-bool unseen_child() noexcept { return traced_pid != os::process_id(); }
 
 // The calling thread's buffer, created or emptied, or nullptr (recording stopped).
 buffer* make_room(buffer* b) noexcept {
