@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "args.hpp"
+#include "output.hpp"
 
 namespace {
 
@@ -523,12 +524,7 @@ int run(options o) {
       span_s > 0 ? double(done) / span_s / 1000.0 : 0.0, percentile(launch, 0.5),
       percentile(launch, 0.99), timed_out ? "true" : "false", json_escaped(o.out).c_str(),
       o.smoke ? (smoke_ok ? ",\"smoke\":\"ok\"" : ",\"smoke\":\"failed\"") : "");
-  // The summary is the result: lost (stdout a full disk, a closed pipe), the run must not pass.
-  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
-    std::fprintf(stderr, "strata-bench-e3-tenant: cannot write the summary: %s\n",
-                 std::strerror(errno));
-    return 4;
-  }
+  if (!strata::bench::stdout_written("strata-bench-e3-tenant", "summary")) return 4;
   if (!smoke_ok) std::fprintf(stderr, "strata-bench-e3-tenant: smoke check failed: %s\n", err.c_str());
   if (timed_out) {
     std::fprintf(stderr, "strata-bench-e3-tenant: timed out after %.1f s with %zu of %d kernels\n",
@@ -545,9 +541,7 @@ int main(int argc, char** argv) {
   if (o.calibrate) {
     std::printf("{\"program\":\"strata-bench-e3-tenant\",\"work_per_us\":%.3f}\n",
                 calibrate_work_per_us());
-    if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return 0;
-    std::fprintf(stderr, "strata-bench-e3-tenant: cannot write the figure: %s\n", std::strerror(errno));
-    return 4;
+    return strata::bench::stdout_written("strata-bench-e3-tenant", "figure") ? 0 : 4;
   }
   return run(o);
 }

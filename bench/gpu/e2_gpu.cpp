@@ -54,6 +54,8 @@
 #include <thread>
 #include <vector>
 
+#include "output.hpp"
+
 using namespace strata::gpu;
 using clk = std::chrono::steady_clock;
 
@@ -126,13 +128,8 @@ std::vector<std::string> list_items(const std::string& flag, const std::string& 
   }
 }
 
-// The JSON document on stdout is the result: lost (a full disk, a closed pipe), the run must
-// not pass (it exited 0).
-bool result_written() {
-  if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return true;
-  std::fprintf(stderr, "strata-bench-e2-gpu: cannot write the results: %s\n", std::strerror(errno));
-  return false;
-}
+// The JSON document on stdout is the result (output.hpp; it exited 0 when lost).
+bool result_written() { return strata::bench::stdout_written("strata-bench-e2-gpu", "results"); }
 
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "args.hpp"
+#include "output.hpp"
 #include "proc_status.hpp"
 #include "rng.hpp"
 
@@ -186,10 +187,5 @@ int main(int argc, char** argv) {
               "\"peak_rss_kb\":%ld}\n",
               o.threads, o.scale, phase[0], phase[1], phase[2], pct(phase[1]), pct(phase[2]),
               phase[0] + phase[1] + phase[2], total_ms, rss[0], rss[1], rss[2], status_kb("VmHWM:"));
-  // The JSON line is the result: lost (a full disk, a closed pipe), the run must not pass.
-  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
-    std::fprintf(stderr, "strata-bench-e2-frag: cannot write the results: %s\n", std::strerror(errno));
-    return 1;
-  }
-  return 0;
+  return strata::bench::stdout_written("strata-bench-e2-frag", "results") ? 0 : 1;
 }
