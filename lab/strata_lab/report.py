@@ -325,20 +325,11 @@ def write(doc: RunDoc, an: Analysis, run_dir: Path, extra_md: str = "") -> tuple
     where = run_dir / (Path(doc.path).name if doc.path else results.FILENAME)
     md_path, html_path = results.beside(where, "summary.md"), results.beside(where, "report.html")
     for path, text in ((md_path, tables.markdown(an, doc, extra_md)), (html_path, render_html(doc, an, extra_md))):
-        tmp = path.with_suffix(path.suffix + ".tmp")
         try:
-            tmp.write_text(text)
-            os.replace(tmp, path)
-        except BaseException as e:
+            results.write_text_atomic(path, text, "." + path.name + "-")
+        except OSError as e:
             # A run directory the user may not write to (or a directory of that name): one line
-            # that says the results are kept, not a traceback after the run.  Nor a .tmp left
-            # behind, by that or by Ctrl-C.
-            try:
-                tmp.unlink()
-            except OSError:
-                pass
-            if not isinstance(e, OSError):
-                raise
+            # that says the results are kept, not a traceback after the run.
             raise LabError(f"cannot write {path}: {e.strerror}; the results are in "
                            f"{doc.path or run_dir}") from None
     return html_path, md_path

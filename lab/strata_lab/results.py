@@ -52,20 +52,17 @@ def new_run_dir(parent: Path, suite: str) -> Path:
     raise LabError(f"could not create a new run directory under {parent}")
 
 
-def write_atomic(path: Path, doc: dict | RunDoc) -> None:
-    """Write to a temporary file in the same directory, fsync, then rename over the target:
-    a reader (or a run killed mid-write) sees the old document or the new one, never half.
-    Non-finite numbers are written as null."""
-    path = Path(path)
-    text = doc.json_text() if isinstance(doc, RunDoc) else dumps(doc)
-    fd, tmp = tempfile.mkstemp(prefix=".results-", suffix=".tmp", dir=path.parent)
+def write_text_atomic(path: Path, text: str, prefix: str) -> None:
+    """Write text to a temporary file (prefix + random + .tmp) in path's directory, fsync, then
+    rename it over path: a reader (or a run killed mid-write) sees the old file or the new one,
+    never half, and the temporary file goes whatever stops the write (an error, Ctrl-C)."""
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
-            f.write("\n")
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; results are meant to be read
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; results and reports are meant to be read
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -73,6 +70,13 @@ def write_atomic(path: Path, doc: dict | RunDoc) -> None:
         except OSError:
             pass
         raise
+
+
+def write_atomic(path: Path, doc: dict | RunDoc) -> None:
+    """The results document, written atomically (write_text_atomic).  Non-finite numbers are
+    written as null."""
+    text = doc.json_text() if isinstance(doc, RunDoc) else dumps(doc)
+    write_text_atomic(Path(path), text + "\n", ".results-")
 
 
 def counted_metrics(doc: dict, cell_id: str, variant: str) -> list[dict]:
