@@ -8,6 +8,7 @@
 
 #include "core/lock.h"
 #include "core/report.h"
+#include "os/os.h"
 
 namespace strata::options {
 namespace {
@@ -90,6 +91,11 @@ bool parse_integer(const char* raw, const descriptor& d, int64_t* out) {
 }  // namespace
 
 void init() noexcept {
+  // A setuid or setgid program (or one with file capabilities) takes no STRATA_* variable from
+  // its caller, as glibc ignores LD_PRELOAD and the MALLOC_ tunables there: STRATA_TRACE and
+  // STRATA_STATS_FILE would have it create and write files of the caller's choosing with its
+  // privileges, STRATA_ABORT_ON_ERROR=0 would take the hardened build's abort away.
+  if (os::secure_execution()) return;
   int saved = errno;
   for (int i = 0; i < count; ++i) {
     const descriptor& d = table[i];

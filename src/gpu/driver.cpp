@@ -31,7 +31,8 @@ bool bind(void* lib, F& slot, const char* symbol, std::string& error) {
 
 loaded load() {
   loaded out;
-  const char* name = std::getenv("STRATA_CUDA_LIBRARY");
+  // secure_getenv: a setuid or setgid program does not load a library its caller names.
+  const char* name = secure_getenv("STRATA_CUDA_LIBRARY");
   if (name == nullptr || *name == '\0') name = "libcuda.so.1";
   char why[512];
   void* lib = os::load_library(name, why, sizeof why);

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <ctime>
 #include <sys/mman.h>
+#include <sys/auxv.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -233,6 +234,8 @@ uint64_t random_seed() noexcept {
   errno = saved;
   return v | 1;
 }
+
+bool secure_execution() noexcept { return getauxval(AT_SECURE) != 0; }
 
 }  // namespace strata::os
 

@@ -71,6 +71,9 @@ int64_t now_ms() noexcept;
 // A random 64-bit value for canaries (getrandom, falling back to addresses and time).  Not a
 // cancellation point (no_cancel).
 uint64_t random_seed() noexcept;
+// True when the program runs with privileges its caller lacks (setuid or setgid, file
+// capabilities: the kernel's AT_SECURE), where the caller's environment must not steer it.
+bool secure_execution() noexcept;
 
 struct counters {
   std::atomic<uint64_t> mmap_calls{0}, munmap_calls{0}, madvise_calls{0}, mremap_calls{0};

@@ -7,6 +7,7 @@ Session 40b's probe: numbers were read with strtoull, which takes "-5" as 2^64 -
 too large, escaped from std::stoull as an uncaught exception (abort, status 134).
 """
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -37,7 +38,35 @@ def huge_cap(binary):
                         f"device\n  stderr: {p.stderr.strip()[-400:]}")
 
 
+def setuid_ignores_cuda_library(binary):
+    """A setuid program loads no library its caller names: STRATA_CUDA_LIBRARY would run the
+    caller's code with the program's privileges.  Root only (a copy setuid to nobody)."""
+    if os.getuid() != 0:
+        print("setuid check skipped: needs root")
+        return
+    with tempfile.TemporaryDirectory() as d:
+        os.chmod(d, 0o755)
+        copy = os.path.join(d, "e2-gpu")
+        shutil.copy(binary, copy)
+        os.chown(copy, 65534, 65534)
+        os.chmod(copy, 0o4755)
+        evil = os.path.join(d, "caller-chosen-libcuda.so")
+        env = dict(os.environ, STRATA_CUDA_LIBRARY=evil)
+        argv = [copy, "--smoke", "--backend", "cuda", "--resource", "pool", "--threads", "1"]
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+        # Before: "cannot load the CUDA driver library <evil>"; now the system's libcuda.so.1
+        # (which loads on a machine with a driver, and is named in the error on one without).
+        if evil in p.stderr:
+            failures.append(f"a setuid copy tried STRATA_CUDA_LIBRARY: {p.stderr.strip()[-300:]}")
+        # The same copy without the setuid bit takes the variable (the check can fail).
+        os.chmod(copy, 0o755)
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+        if evil not in p.stderr:
+            failures.append(f"STRATA_CUDA_LIBRARY not tried without setuid: {p.stderr.strip()[-300:]}")
+
+
 def main(binary):
+    setuid_ignores_cuda_library(binary)
     refused(binary, ["--iterations", "-5"], "--iterations", "-5")
     refused(binary, ["--iterations", "18446744073709551616"], "--iterations")  # 2^64
     refused(binary, ["--seed", "12x"], "--seed", "12x")

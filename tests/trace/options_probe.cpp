@@ -1,5 +1,8 @@
 // Prints strata_options_json() on stdout: run by trace_options_test with STRATA_TRACE set, once
-// linked with libstrata.a (the recorder) and once with libstrata_api.a (none).
+// linked with libstrata.a (the recorder) and once with libstrata_api.a (none); then its effective
+// user id (a setuid copy runs as another user).
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 
@@ -13,5 +16,6 @@ int main() {
   char buf[8192];
   if (strata_options_json(buf, sizeof buf) >= sizeof buf) return 1;
   puts(buf);
+  printf("euid %d\n", static_cast<int>(geteuid()));
   return 0;
 }

@@ -6,6 +6,7 @@
 // when the program starts.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -100,6 +101,47 @@ TEST_F(TraceOptions, EmptyValueIsUnset) {
   EXPECT_EQ(r.err, "");
   // Before: "STRATA_TRACE":"".
   EXPECT_NE(r.out.find("\"STRATA_TRACE\":null"), std::string::npos) << r.out;
+}
+
+// A setuid program takes no STRATA_* variable from its caller: STRATA_TRACE and STRATA_STATS_FILE
+// would have it create files of the caller's choosing with its privileges (as root, anywhere).
+// The probe is copied, owned by nobody, with the setuid bit, and run by root with every kind of
+// variable set; the files' folder is writable by anyone, so that only strata's refusal keeps
+// them from being made.
+TEST_F(TraceOptions, SetuidProgramTakesNoVariableFromItsCaller) {
+  if (getuid() != 0) GTEST_SKIP() << "needs root, to make a program setuid to another user";
+  const uid_t nobody = 65534;
+  std::string probe = dir_ + "/probe", open_dir = dir_ + "/anyone";
+  ASSERT_EQ(system(("cp '" STRATA_PROBE_STATIC "' '" + probe + "'").c_str()), 0);
+  ASSERT_EQ(chown(probe.c_str(), nobody, nobody), 0);
+  ASSERT_EQ(chmod(probe.c_str(), 04755), 0);
+  ASSERT_EQ(chmod(dir_.c_str(), 0755), 0);
+  ASSERT_EQ(mkdir(open_dir.c_str(), 0777), 0);
+  ASSERT_EQ(chmod(open_dir.c_str(), 01777), 0);
+  std::string trace = open_dir + "/app.trace", stats = open_dir + "/stats.json";
+  setenv("STRATA_STATS_FILE", stats.c_str(), 1);
+  setenv("STRATA_PURGE_DELAY", "7", 1);
+  result r = run(probe.c_str(), trace);
+  unsetenv("STRATA_STATS_FILE");
+  unsetenv("STRATA_PURGE_DELAY");
+  ASSERT_EQ(r.status, 0) << r.err;
+  if (r.out.find("euid 65534") == std::string::npos)
+    GTEST_SKIP() << "the setuid bit had no effect here (a nosuid mount?): " << r.out;
+  EXPECT_EQ(r.err, "");
+  // Before: both files created, owned by nobody; "STRATA_PURGE_DELAY":7.
+  EXPECT_FALSE(exists(trace));
+  EXPECT_FALSE(exists(stats));
+  EXPECT_NE(r.out.find("\"STRATA_TRACE\":null"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"STRATA_STATS_FILE\":null"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"STRATA_PURGE_DELAY\":40"), std::string::npos) << r.out;
+  // The same copy without the setuid bit takes them (the folder lets it create both files).
+  ASSERT_EQ(chmod(probe.c_str(), 0755), 0);
+  setenv("STRATA_STATS_FILE", stats.c_str(), 1);
+  r = run(probe.c_str(), trace);
+  unsetenv("STRATA_STATS_FILE");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(exists(trace));
+  EXPECT_TRUE(exists(stats));
 }
 
 }  // namespace
