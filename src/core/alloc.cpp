@@ -216,13 +216,23 @@ STRATA_NOINLINE void free_block(page* pg, block* b, bool from_foreign) noexcept 
 
 void* alloc_aligned(size_t alignment, size_t size) noexcept {
   if (alignment <= min_block) return malloc_inline(size);
+  if (size <= small_table_max && alignment <= (size_t{1} << aligned_small_shift_max) && size != 0)
+    if (size_t s = aligned_small.size[std::countr_zero(alignment) - aligned_shift_min][(size + 15) >> 4])
+      return malloc_inline(s);
   if (size <= huge_min) {
     // Blocks laid out a multiple of the alignment apart sit aligned in their 64 KiB-aligned page
-    // already, except a one-block page's block, which starts a colour (64-byte steps) in.
+    // already, except a one-block page's block, which starts a colour (64-byte steps) in.  The
+    // first such class from the size up serves (aligned_classes), where its block is no larger
+    // than the over-allocation below would take: posix_memalign(64, 100) gets a 128-byte block,
+    // not one of 192 with the mark, whose free then takes free's slow path (an interior
+    // pointer).  Only the size's own class was tried before: alignas(32) objects of 48 bytes and
+    // posix_memalign(64, 65..255) took the marked path.
     size_t want = size < alignment ? alignment : size;
-    size_t bs = want <= huge_min ? block_stride(size_class_of(want)) : 0;
-    if (alignment <= slice_size && want <= huge_min && bs % alignment == 0 && (bs <= one_block_page_min || alignment <= 64))
-      return malloc_inline(want);
+    if (alignment <= slice_size && want <= huge_min) {
+      size_t c = aligned_classes.next[std::countr_zero(alignment) - aligned_shift_min][size_class_of(want)];
+      size_t over = size + alignment - 1;
+      if (c < size_class_count && (over > huge_min || c <= size_class_of(over))) return malloc_inline(class_size(c));
+    }
     if (size + alignment - 1 <= huge_min) {
       void* p = malloc_inline(size + alignment - 1);
       if (p == nullptr) return nullptr;

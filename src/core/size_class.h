@@ -108,6 +108,48 @@ constexpr size_t block_stride(size_t c) noexcept {
   return bs >= 8192 && bs <= one_block_page_min && bs % colour_span == 0 ? bs + 64 : bs;
 }
 
+// Aligned requests (alloc_aligned), alignments of 32 B to 64 KiB: the first class at or above c
+// whose blocks all sit aligned in their 64 KiB-aligned pages (laid out a multiple of the
+// alignment apart; a one-block page's block starts a colour in, so only up to 64 B there) and are
+// at most huge_min, or size_class_count where none is.
+constexpr size_t aligned_shift_min = 5, aligned_shift_max = 16;
+struct aligned_table {
+  uint8_t next[aligned_shift_max - aligned_shift_min + 1][size_class_count];
+  constexpr aligned_table() : next{} {
+    for (size_t s = aligned_shift_min; s <= aligned_shift_max; ++s) {
+      size_t a = size_t{1} << s, found = size_class_count;
+      for (size_t c = size_class_count; c-- > 0;) {
+        size_t bs = block_stride(c);
+        if (class_size(c) <= (size_t{2} << 20) && bs % a == 0 && (bs <= one_block_page_min || a <= 64)) found = c;
+        next[s - aligned_shift_min][c] = static_cast<uint8_t>(found);
+      }
+    }
+  }
+};
+inline constexpr aligned_table aligned_classes{};
+static_assert(size_class_count < 256);
+
+// The same for requests of up to small_table_max bytes aligned to 32 B - 1 KiB, by size slot
+// (16 bytes each, as malloc's table): the class size to ask malloc for, when that class is no
+// larger than the over-allocation of alloc_aligned's fallback would take for any size of the
+// slot; 0 otherwise.  One lookup instead of the classes' arithmetic.
+constexpr size_t aligned_small_shift_max = 10;
+struct aligned_small_table {
+  uint16_t size[aligned_small_shift_max - aligned_shift_min + 1][small_table_max / 16 + 1];
+  constexpr aligned_small_table() : size{} {
+    for (size_t s = aligned_shift_min; s <= aligned_small_shift_max; ++s) {
+      size_t a = size_t{1} << s;
+      for (size_t i = 1; i <= small_table_max / 16; ++i) {
+        size_t hi = i * 16, lo = hi - 15, want = hi < a ? a : hi;
+        size_t c = aligned_table().next[s - aligned_shift_min][size_class_of_computed(want)];
+        if (c < size_class_count && c <= size_class_of_computed(lo + a - 1))
+          size[s - aligned_shift_min][i] = static_cast<uint16_t>(class_size(c));
+      }
+    }
+  }
+};
+inline constexpr aligned_small_table aligned_small{};
+
 constexpr size_t page_slices(size_t c) noexcept {
   size_t bs = class_size(c);
   constexpr size_t slice = size_t{1} << 16;

@@ -197,18 +197,23 @@ TEST(Issue17Realloc, OfAFreedHugeBlockIsReported) {
   EXPECT_EQ(out.find("did not allocate"), std::string::npos) << out;
 }
 
+// An aligned request that no class serves aligned as it is (alloc_aligned over-allocates and
+// hands out a pointer inside the block): no class of 5000 to 9095 bytes lays its blocks 4 KiB
+// apart, so aligned_alloc(4096, 5000) takes a block of the 10 KiB class, as malloc(9500) does.
+constexpr size_t inside_align = 4096, inside_size = 5000, inside_class_plain = 9500;
+
 // 3. Once a page had served an aligned_alloc whose result lay inside its block, free(p + 50) of
 // a plain block of that page freed p silently, and later allocations overwrote it.
 TEST(Issue17InteriorFree, OfAPlainBlockInAPageWithAlignedBlocksIsRefused) {
   std::vector<void*> aligned;
   for (int i = 0; i < 20; ++i) {
-    void* a = strata_aligned_alloc(64, 90);  // 153 bytes asked of the 160-byte class
+    void* a = strata_aligned_alloc(inside_align, inside_size);
     ASSERT_NE(a, nullptr);
-    ASSERT_EQ(reinterpret_cast<uintptr_t>(a) % 64, 0u);
+    ASSERT_EQ(reinterpret_cast<uintptr_t>(a) % inside_align, 0u);
     aligned.push_back(a);
   }
-  auto* p = static_cast<unsigned char*>(strata_malloc(150));
-  memset(p, 0xab, 150);
+  auto* p = static_cast<unsigned char*>(strata_malloc(inside_class_plain));
+  memset(p, 0xab, inside_class_plain);
   uint64_t before = stats().bad_free_count;
   testing::internal::CaptureStderr();
   strata_free(opaque(p + 50));
@@ -218,12 +223,12 @@ TEST(Issue17InteriorFree, OfAPlainBlockInAPageWithAlignedBlocksIsRefused) {
   // p is still live: new blocks of its class do not land on it.
   std::vector<void*> more;
   for (int i = 0; i < 64; ++i) {
-    void* m = strata_malloc(150);
+    void* m = strata_malloc(inside_class_plain);
     EXPECT_NE(m, static_cast<void*>(p));
-    memset(m, 0x11, 150);
+    memset(m, 0x11, inside_class_plain);
     more.push_back(m);
   }
-  for (int i = 0; i < 150; ++i) ASSERT_EQ(p[i], 0xab) << i;
+  for (size_t i = 0; i < inside_class_plain; ++i) ASSERT_EQ(p[i], 0xab) << i;
   // The aligned pointers still free normally, and a second free of one is a double free.
   for (void* a : aligned) strata_free(a);
   EXPECT_EQ(stats().bad_free_count, before + 1);
@@ -237,8 +242,43 @@ TEST(Issue17InteriorFree, OfAPlainBlockInAPageWithAlignedBlocksIsRefused) {
   EXPECT_EQ(stats().bad_free_count, before + 2);
 }
 
-// An aligned allocation handed out inside its block (aligned_alloc(256, 300): a block of 555 bytes
-// or more, the pointer up to 255 bytes in): free, realloc and malloc_usable_size of the block's
+// Session 45: an aligned request whose size's own class does not lay its blocks a multiple of
+// the alignment apart took a block of size + alignment - 1 and a pointer inside it (then free's
+// slow path): posix_memalign(64, 100) a 192-byte block, new of an alignas(32) 48-byte type an
+// 80-byte one.  The first class up whose blocks sit aligned serves now, a block start.
+TEST(AlignedRequests, TakeTheFirstClassUpWhoseBlocksSitAligned) {
+  void* p = nullptr;
+  ASSERT_EQ(strata_posix_memalign(&p, 64, 100), 0);
+  EXPECT_EQ(strata_usable_size(p), 128u);  // before: 192 (a block of 163 bytes or more)
+  strata_free(p);
+  p = strata_aligned_alloc(32, 48);
+  EXPECT_EQ(strata_usable_size(p), 64u);
+  strata_free(p);
+  // Every small request and alignment: aligned, a block start, no larger than the fallback.
+  for (size_t a = 32; a <= 4096; a *= 2) {
+    for (size_t size = 1; size <= 3000; size += 37) {
+      void* q = strata_aligned_alloc(a, size);
+      ASSERT_NE(q, nullptr);
+      ASSERT_EQ(reinterpret_cast<uintptr_t>(q) % a, 0u) << a << " " << size;
+      size_t usable = strata_usable_size(q);
+      EXPECT_GE(usable, size);
+      strata::detail::page* pg = strata::detail::page_lookup(q);
+      ASSERT_NE(pg, nullptr);
+      size_t offset = static_cast<size_t>(static_cast<uint8_t*>(q) - pg->start);
+      if (offset % pg->block_size == 0) {
+        // A block start: its class is no larger than the block size + alignment - 1 would take.
+        EXPECT_LE(pg->block_size, strata::detail::class_size(strata::detail::size_class_of(size + a - 1)))
+            << a << " " << size;
+      }
+      memset(q, 0x5a, size);
+      strata_free(q);
+    }
+  }
+}
+
+// An aligned allocation handed out inside its block (aligned_alloc(256, 300) was one, a block of
+// 555 bytes or more with the pointer up to 255 bytes in; now a 512-byte block serves it aligned,
+// and inside_align/inside_size are one): free, realloc and malloc_usable_size of the block's
 // own start, which strata never returned, took it for the block's pointer.  The free gave the
 // live aligned block back to the free list, silently, in both builds (README: a pointer strata
 // never returned is reported; docs/security.md: an invalid free).
@@ -247,7 +287,7 @@ TEST(Issue17InteriorFree, OfAnAlignedBlocksOwnStartIsRefused) {
   unsigned char* start = nullptr;
   std::vector<void*> held;
   for (int i = 0; i < 64 && start == nullptr; ++i) {
-    auto* p = static_cast<unsigned char*>(strata_aligned_alloc(256, 300));
+    auto* p = static_cast<unsigned char*>(strata_aligned_alloc(inside_align, inside_size));
     ASSERT_NE(p, nullptr);
     held.push_back(p);
     strata::detail::page* pg = strata::detail::page_lookup(p);
@@ -256,7 +296,7 @@ TEST(Issue17InteriorFree, OfAnAlignedBlocksOwnStartIsRefused) {
     if (offset % pg->block_size != 0) a = p, start = p - offset % pg->block_size;
   }
   ASSERT_NE(start, nullptr) << "no aligned block handed out inside its block";
-  memset(a, 0xab, 300);
+  memset(a, 0xab, inside_size);
   uint64_t before = stats().bad_free_count;
   EXPECT_EQ(strata_usable_size(start), 0u);
   auto [q, err, out] = free_then_realloc(start, start, 1000);
@@ -272,15 +312,15 @@ TEST(Issue17InteriorFree, OfAnAlignedBlocksOwnStartIsRefused) {
   std::string other = testing::internal::GetCapturedStderr();
   EXPECT_NE(other.find("free of a pointer strata did not allocate"), std::string::npos) << other;
   // a is still live: blocks of its class do not land on it, and it frees normally.
-  EXPECT_GE(strata_usable_size(a), 300u);
+  EXPECT_GE(strata_usable_size(a), inside_size);
   std::vector<void*> more;
   for (int i = 0; i < 256; ++i) {
-    auto* m = static_cast<unsigned char*>(strata_malloc(555));
-    EXPECT_FALSE(m <= a && a < m + 555) << static_cast<void*>(m);
-    memset(m, 0x11, 555);
+    auto* m = static_cast<unsigned char*>(strata_malloc(inside_class_plain));
+    EXPECT_FALSE(m <= a && a < m + inside_class_plain) << static_cast<void*>(m);
+    memset(m, 0x11, inside_class_plain);
     more.push_back(m);
   }
-  for (int i = 0; i < 300; ++i) ASSERT_EQ(a[i], 0xab) << i;
+  for (size_t i = 0; i < inside_size; ++i) ASSERT_EQ(a[i], 0xab) << i;
   for (void* m : more) strata_free(m);
   for (void* p : held) strata_free(p);
   EXPECT_EQ(stats().bad_free_count, before + 3);
