@@ -157,7 +157,7 @@ __attribute__((noinline)) void* new_failed(size_t size, size_t alignment, bool n
     if (handler == nullptr) {
       if (nothrow) return nullptr;
       if (strata_throw_bad_alloc) strata_throw_bad_alloc();
-      __builtin_trap();
+      strata::detail::throw_bad_alloc();  // a static link: libstdc++'s thrower not linked in
     }
     if (!nothrow) {
       handler();
