@@ -173,14 +173,7 @@ class basic_concurrent_pool {
   // magazines keep their chunk alive.  Safe while other threads use the pool.
   std::size_t shrink() noexcept {
     std::lock_guard<std::mutex> lock(mutex_);
-    while (filled_ != nullptr) {
-      magazine* m = filled_;
-      filled_ = m->next;
-      while (m->count != 0) store_.push_raw(m->slots[--m->count]);
-      m->next = empty_;
-      empty_ = m;
-    }
-    in_filled_ = 0;
+    drain_filled();
     return store_.shrink();
   }
 
@@ -221,22 +214,33 @@ class basic_concurrent_pool {
     return s;
   }
 
-  // Calls fn(slot) for each object alive.  Only while no other thread uses the pool.
+  // Calls fn(slot) for each object alive; fn may deallocate objects (see
+  // slot_store::for_each_live).  Only while no other thread uses the pool.
   template <class Fn>
   bool for_each_live(Fn&& fn) noexcept {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (auto& b : blocks_) {
-      cache_slot* block = b.load(std::memory_order_relaxed);
-      if (block == nullptr) continue;
-      for (std::uint32_t i = 0; i < 64; ++i)
-        if (thread_cache* c = block[i].load(std::memory_order_relaxed)) {
-          drain(c->loaded);
-          drain(c->previous);
-        }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (auto& b : blocks_) {
+        cache_slot* block = b.load(std::memory_order_relaxed);
+        if (block == nullptr) continue;
+        for (std::uint32_t i = 0; i < 64; ++i)
+          if (thread_cache* c = block[i].load(std::memory_order_relaxed)) {
+            drain(c->loaded);
+            drain(c->previous);
+          }
+      }
+      drain_filled();
     }
-    for (magazine* m = filled_; m != nullptr; m = m->next) drain(m);
-    in_filled_ = 0;
-    return store_.for_each_live(fn);
+    // fn runs without the lock: a checked pool's deallocate takes it.  What fn deallocates lands
+    // in this thread's magazines (or the depot's) and is brought back to the store after it.
+    return store_.for_each_live(fn, [this] {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (thread_cache* c = cache()) {
+        drain(c->loaded);
+        drain(c->previous);
+      }
+      drain_filled();
+    });
   }
 
  private:
@@ -281,9 +285,18 @@ class basic_concurrent_pool {
       blocks_[i / 64].store(block, std::memory_order_release);
     }
     if (thread_cache* c = block[i % 64].load(std::memory_order_relaxed)) return c;
-    magazine* a = take_empty();
-    magazine* b = a != nullptr ? take_empty() : nullptr;
-    void* mem = b != nullptr ? up_.allocate(sizeof(thread_cache), alignof(thread_cache)) : nullptr;
+    magazine* a = nullptr;
+    magazine* b = nullptr;
+    void* mem = nullptr;
+    try {  // a throwing upstream: the magazines already taken stay the pool's
+      a = take_empty();
+      b = a != nullptr ? take_empty() : nullptr;
+      mem = b != nullptr ? up_.allocate(sizeof(thread_cache), alignof(thread_cache)) : nullptr;
+    } catch (...) {
+      give_empty(a);
+      give_empty(b);
+      throw;
+    }
     if (mem == nullptr) {
       give_empty(a);
       give_empty(b);
@@ -307,6 +320,7 @@ class basic_concurrent_pool {
     if (c == nullptr) {  // no cache for this thread: serve from the store under the lock
       void* p = store_take();
       if (p != nullptr) {
+        note_high_water();  // high_water bounds live: objects of threads without a cache too
         overflow_allocations_.fetch_add(1, std::memory_order_relaxed);
         if constexpr (Checked) store_.mark(p, true);
       }
@@ -431,6 +445,17 @@ class basic_concurrent_pool {
   }
   void drain(magazine* m) noexcept {
     while (m->count != 0) store_.push_raw(m->slots[--m->count]);
+  }
+  // Under the lock: the filled magazines' objects back to the store, the magazines to empty_
+  // (a filled magazine with no object would be handed to a thread as one with some).
+  void drain_filled() noexcept {
+    while (filled_ != nullptr) {
+      magazine* m = filled_;
+      filled_ = m->next;
+      drain(m);
+      give_empty(m);
+    }
+    in_filled_ = 0;
   }
   void free_magazine(magazine* m) noexcept { up_.deallocate(m, sizeof(magazine), alignof(magazine)); }
   void free_list(magazine* m) noexcept {

@@ -12,6 +12,9 @@
 // Guarantees: allocate/deallocate are O(1) (a free-list pop/push, or a bump inside the current
 // chunk); addresses are stable until the object is deallocated; shrink() gives whole free
 // chunks back; destruction destroys the objects still alive and returns every chunk.
+// Destruction destroy()s the live objects in address order: an object's destructor may
+// destroy() objects of the pool that are still alive (they are not destroyed twice), not use
+// one already destroyed (a checked pool aborts on its destroy()).
 //
 // Misuse (double deallocate, a pointer this pool never handed out, a pointer into the middle of
 // an object) is caught when the pool is Checked — the default in builds without NDEBUG, or
@@ -257,29 +260,52 @@ class slot_store {
     return released;
   }
 
-  // Calls fn(slot) for every slot handed out and not returned.  Needs a bitmap of the free slots:
-  // returns false (calling nothing) if that cannot be allocated.
-  template <class Fn>
-  bool for_each_live(Fn&& fn) noexcept {
+  // Calls fn(slot) once for every slot handed out and not returned when it starts, in address
+  // order.  fn may return slots (the pool's destructor destroy()s each object, and an object's
+  // destructor may destroy() the objects it owns): after each call, collect() brings the slots
+  // returned meanwhile onto the free list, and one returned before its turn is not visited.
+  // Slots handed out while it runs are not visited.  Needs a copy of the chunk table and a
+  // bitmap of the free slots: returns false (calling nothing) if they cannot be allocated.
+  template <class Fn, class Collect>
+  bool for_each_live(Fn&& fn, Collect&& collect) noexcept {
     if (free_count_ == capacity_) return true;
     sort_chunks();
+    std::vector<chunk> chunks;  // fn may grow the store: walk the chunks there are now
     std::vector<std::vector<bool>> is_free;
     try {
-      is_free.reserve(chunks_.size());
-      for (const chunk& c : chunks_) is_free.emplace_back(c.slots, false);
+      chunks = chunks_;
+      is_free.reserve(chunks.size());
+      for (const chunk& c : chunks) is_free.emplace_back(c.slots, false);
     } catch (...) {
       return false;
     }
-    auto mark_free = [&](const void* p) {
-      const chunk* c = find(p);
-      is_free[std::size_t(c - chunks_.data())][std::size_t(static_cast<const char*>(p) - c->base) /
-                                                slot_size_] = true;
+    auto mark_free = [&](const void* vp) {
+      auto* p = static_cast<const char*>(vp);
+      auto it = std::upper_bound(chunks.begin(), chunks.end(), p,
+                                 [](const char* q, const chunk& c) { return q < c.base; });
+      if (it == chunks.begin()) return;  // a chunk fn made
+      --it;
+      std::size_t off = std::size_t(p - it->base);
+      if (off < it->slots * slot_size_) is_free[std::size_t(it - chunks.begin())][off / slot_size_] = true;
     };
-    for (void* p = free_; p != nullptr; p = *static_cast<void**>(p)) mark_free(p);
+    // The free list is set aside, so that after each call free_ holds what fn returned.
+    void* kept = std::exchange(free_, nullptr);
+    for (void* p = kept; p != nullptr; p = *static_cast<void**>(p)) mark_free(p);
     for (char* p = bump_; p != bump_end_; p += slot_size_) mark_free(p);
-    for (std::size_t k = 0; k < chunks_.size(); ++k)
-      for (std::size_t i = 0; i < chunks_[k].slots; ++i)
-        if (!is_free[k][i]) fn(static_cast<void*>(chunks_[k].base + i * slot_size_));
+    for (std::size_t k = 0; k < chunks.size(); ++k) {
+      for (std::size_t i = 0; i < chunks[k].slots; ++i) {
+        if (is_free[k][i]) continue;
+        fn(static_cast<void*>(chunks[k].base + i * slot_size_));
+        collect();
+        while (free_ != nullptr) {
+          void* p = std::exchange(free_, *static_cast<void**>(free_));
+          mark_free(p);
+          *static_cast<void**>(p) = kept;
+          kept = p;
+        }
+      }
+    }
+    free_ = kept;
     return true;
   }
 
@@ -380,7 +406,12 @@ class basic_pool {
  public:
   basic_pool(std::size_t size, std::size_t align, Upstream up = Upstream()) noexcept
       : store_(slot_size_for(size, align), slot_align_for(align), std::move(up)) {}
-  basic_pool(basic_pool&&) noexcept = default;
+  // The moved-from pool is empty, its counters too (stats() keeps capacity = live + free).
+  basic_pool(basic_pool&& o) noexcept
+      : store_(std::move(o.store_)), live_(std::exchange(o.live_, 0)),
+        high_water_(std::exchange(o.high_water_, 0)),
+        allocations_(std::exchange(o.allocations_, 0)), misses_(std::exchange(o.misses_, 0)),
+        refills_(std::exchange(o.refills_, 0)) {}
   basic_pool& operator=(basic_pool&&) = delete;
 
   // Raw storage for one object; nullptr only if a malloc-like upstream failed.
@@ -427,10 +458,11 @@ class basic_pool {
     return s;
   }
 
-  // Calls fn(slot) for every object handed out and not returned (see slot_store).
+  // Calls fn(slot) for every object handed out and not returned; fn may deallocate objects
+  // (see slot_store::for_each_live).
   template <class Fn>
   bool for_each_live(Fn&& fn) noexcept {
-    return store_.for_each_live(std::forward<Fn>(fn));
+    return store_.for_each_live(std::forward<Fn>(fn), [] {});
   }
 
  private:

@@ -37,9 +37,9 @@ typedef struct strata_pool_stats {
   size_t bytes_released; /* bytes given back by strata_pool_shrink so far */
 } strata_pool_stats_t;
 
-/* A pool of objects of object_size bytes aligned to alignment (a power of two, 0 for the
- * natural alignment), with room for capacity objects made at once.  NULL with errno EINVAL
- * (bad size/alignment/flags) or ENOMEM. */
+/* A pool of objects of object_size bytes (1 to 2^30) aligned to alignment (a power of two up to
+ * 4096, 0 for the natural alignment), with room for capacity objects made at once.  NULL with
+ * errno EINVAL (bad size/alignment/flags) or ENOMEM. */
 strata_pool_t* strata_pool_create(size_t object_size, size_t alignment, size_t capacity,
                                   unsigned flags);
 /* Frees every chunk.  Objects still live are freed with it (no destructors in C).  A NULL pool

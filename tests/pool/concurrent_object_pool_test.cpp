@@ -9,6 +9,7 @@
 #include <new>
 #include <random>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -212,6 +213,100 @@ TEST(ConcurrentObjectPool, DestructionReturnsEverything) {
     EXPECT_EQ(pool.stats().live, 3u * 2500u);
   }
   EXPECT_EQ(counting_upstream::outstanding_bytes.load(), 0);
+}
+
+// Session 45's probe: a pool destroyed with live objects whose destructors destroy() the objects
+// they own destroyed those twice (unchecked: a double free of their strings) or deadlocked
+// (checked: the walk held the depot lock that the destructor's destroy() takes).
+template <bool Checked>
+struct owning_node {
+  using pool_type = strata::concurrent_object_pool<owning_node, strata::new_delete_upstream, Checked>;
+  static inline int destructions = 0;
+  pool_type* pool;
+  owning_node* child = nullptr;
+  std::string text = std::string(64, 'x');
+  explicit owning_node(pool_type* p) : pool(p) {}
+  ~owning_node() {
+    ++destructions;
+    if (child != nullptr) pool->destroy(child);
+  }
+};
+
+template <bool Checked>
+void expect_owned_objects_destroyed_once() {
+  using node = owning_node<Checked>;
+  node::destructions = 0;
+  {
+    typename node::pool_type pool;
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 2; ++t)
+      threads.emplace_back([&] {
+        for (int i = 0; i < 200; ++i) {  // over a magazine's worth: objects in the depot too
+          node* a = pool.create(&pool);
+          node* b = pool.create(&pool);
+          (a < b ? a : b)->child = a < b ? b : a;  // the owner, walked first, is the lower address
+        }
+      });
+    for (auto& t : threads) t.join();
+  }
+  EXPECT_EQ(node::destructions, 800);
+}
+
+TEST(ConcurrentObjectPool, DestructorsThatDestroyWhatTheyOwnDestroyEachObjectOnce) {
+  expect_owned_objects_destroyed_once<false>();
+  expect_owned_objects_destroyed_once<true>();
+}
+
+// Session 45's probe: a thread without a cache (one whose index holder is gone, as in a late
+// thread-exit destructor) took objects from the store without raising high_water: live 1 with
+// high_water 0, where the header promises an upper bound of live.
+TEST(ConcurrentObjectPool, HighWaterBoundsLiveForAThreadWithoutACache) {
+  strata::concurrent_object_pool<std::uint64_t, strata::new_delete_upstream, false> pool;
+  std::vector<std::uint64_t*> objects;
+  std::thread([&] {
+    strata::detail::t_thread_index_plus1 = strata::detail::thread_index_exited;
+    for (int i = 0; i < 3; ++i) objects.push_back(pool.create(std::uint64_t(i)));
+  }).join();
+  strata::pool_stats s = pool.stats();
+  EXPECT_EQ(s.live, 3u);
+  EXPECT_GE(s.high_water, s.live);
+  for (std::uint64_t* p : objects) pool.destroy(p);
+}
+
+// Session 45's probe: when the upstream threw while a thread's cache was set up, the magazines
+// already taken for it were lost (one or two 528-byte blocks never given back).
+struct failing_upstream {
+  static inline std::int64_t outstanding = 0;
+  static inline int calls = 0;
+  static inline int fail_at = -1;
+  static void* allocate(std::size_t bytes, std::size_t align) {
+    if (calls++ == fail_at) throw std::bad_alloc();
+    ++outstanding;
+    return strata::new_delete_upstream::allocate(bytes, align);
+  }
+  static void deallocate(void* p, std::size_t bytes, std::size_t align) noexcept {
+    --outstanding;
+    strata::new_delete_upstream::deallocate(p, bytes, align);
+  }
+};
+
+TEST(ConcurrentObjectPool, UpstreamExceptionWhileAttachingAThreadLosesNothing) {
+  for (int fail_at = 0; fail_at < 8; ++fail_at) {
+    failing_upstream::calls = 0;
+    failing_upstream::fail_at = fail_at;
+    failing_upstream::outstanding = 0;
+    {
+      strata::concurrent_object_pool<std::uint64_t, failing_upstream, false> pool;
+      std::thread([&] {
+        try {
+          pool.destroy(pool.create(1));
+        } catch (const std::bad_alloc&) {
+        }
+      }).join();
+    }
+    EXPECT_EQ(failing_upstream::outstanding, 0) << "upstream call " << fail_at << " threw";
+  }
+  failing_upstream::fail_at = -1;
 }
 
 // Session 40b's probe: 24 x capacity wrapped to 8 bytes and the pool handed out objects past

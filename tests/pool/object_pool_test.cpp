@@ -267,6 +267,46 @@ TEST(ObjectPool, DestructionDestroysLiveObjectsAndReturnsEveryChunk) {
   EXPECT_EQ(counting_upstream::outstanding_bytes, 0);
 }
 
+// Session 45's probe: a pool destroyed with a tree alive whose nodes destroy() their children
+// destroyed every child twice (the walk had listed it as live before its parent's destructor
+// returned it): a double free of each child's string, checked or not.
+template <class Pool>
+struct owning_node {
+  static inline int destructions = 0;
+  Pool* pool;
+  owning_node* child = nullptr;
+  std::string text = std::string(64, 'x');  // a second destruction frees it twice
+  explicit owning_node(Pool* p) : pool(p) {}
+  ~owning_node() {
+    ++destructions;
+    if (child != nullptr) pool->destroy(child);
+  }
+};
+template <bool Checked>
+struct owning_pool : strata::object_pool<owning_node<owning_pool<Checked>>,
+                                         strata::new_delete_upstream, Checked> {};
+
+template <class Pool>
+void expect_owned_objects_destroyed_once() {
+  using node = typename Pool::value_type;
+  node::destructions = 0;
+  {
+    Pool pool;
+    for (int i = 0; i < 100; ++i) {
+      node* a = pool.create(&pool);
+      node* b = pool.create(&pool);
+      // The owner is the lower address, walked first: it returns its child before the child's turn.
+      (a < b ? a : b)->child = a < b ? b : a;
+    }
+  }
+  EXPECT_EQ(node::destructions, 200);
+}
+
+TEST(ObjectPool, DestructorsThatDestroyWhatTheyOwnDestroyEachObjectOnce) {
+  expect_owned_objects_destroyed_once<owning_pool<false>>();
+  expect_owned_objects_destroyed_once<owning_pool<true>>();
+}
+
 // Session 40b's probe: 24 x capacity wrapped to 8 bytes, and the pool handed out objects at
 // +24, +48... past its one chunk.  A capacity whose bytes do not fit in a size_t is one the
 // upstream cannot give: with_capacity throws, reserve says false, and nothing is allocated.
@@ -366,6 +406,28 @@ TEST(ObjectPool, MovedPoolFindsChunksThatCameAtFallingAddresses) {
   }  // b destroys the 76 objects still alive
   EXPECT_EQ(kib_object::alive, 0);
   EXPECT_EQ(falling_upstream::outstanding_bytes, 0);
+}
+
+// Session 45's probe: a moved-from pool kept its live and allocation counters while its chunks
+// went with the move: live 3 with capacity 0 (the stats promise capacity = live + free), and
+// live 3 with 1024 free of 1024 once used again.
+TEST(ObjectPool, MovedFromPoolIsEmptyAndItsStatsSaySo) {
+  strata::object_pool<std::uint64_t> a;
+  for (std::uint64_t i = 0; i < 3; ++i) a.create(i);
+  auto b = std::move(a);
+  strata::pool_stats s = a.stats();  // NOLINT(bugprone-use-after-move): the point of the test
+  EXPECT_EQ(s.live, 0u);
+  EXPECT_EQ(s.capacity, 0u);
+  EXPECT_EQ(s.allocations, 0u);
+  EXPECT_EQ(s.high_water, 0u);
+  a.destroy(a.create(7));
+  s = a.stats();
+  EXPECT_EQ(s.live, 0u);
+  EXPECT_EQ(s.capacity, s.live + s.free);
+  s = b.stats();
+  EXPECT_EQ(s.live, 3u);
+  EXPECT_EQ(s.allocations, 3u);
+  EXPECT_EQ(s.capacity, s.live + s.free);
 }
 
 // Session 41's probe: a reserve took at least 8 objects' worth (512 here); it takes what was asked.

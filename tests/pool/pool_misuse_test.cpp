@@ -112,6 +112,30 @@ TEST_F(PoolMisuseDeathTest, CApiCheckedPool) {
 }
 
 // The checks must not fire on correct use, including frees after shrink and from other chunks.
+// Session 45's probe: a pool destroyed with an object whose destructor destroy()s an object of
+// the pool already destroyed by the walk (lower address) destroyed it twice, silently, though
+// the pool was checked.  Now the second destroy() is a double deallocate.
+struct destroys_a_neighbour {
+  using pool_type = strata::object_pool<destroys_a_neighbour, strata::new_delete_upstream, true>;
+  pool_type* pool;
+  destroys_a_neighbour* other = nullptr;
+  explicit destroys_a_neighbour(pool_type* p) : pool(p) {}
+  ~destroys_a_neighbour() {
+    if (other != nullptr) pool->destroy(other);
+  }
+};
+
+TEST_F(PoolMisuseDeathTest, DestructorReachingAnObjectAlreadyDestroyedAtPoolDestruction) {
+  EXPECT_DEATH(
+      {
+        destroys_a_neighbour::pool_type pool;
+        destroys_a_neighbour* a = pool.create(&pool);
+        destroys_a_neighbour* b = pool.create(&pool);
+        (a < b ? b : a)->other = a < b ? a : b;  // the higher destroys the lower, walked first
+      },
+      "double deallocate");
+}
+
 TEST(PoolChecks, CorrectUseDoesNotTrip) {
   checked_pool pool;
   std::vector<item*> v;

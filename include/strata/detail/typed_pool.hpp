@@ -5,7 +5,8 @@
 //
 // A Core provides: allocate() -> void* (nullptr on upstream failure), deallocate(void*),
 // is_live(const void*) (Checked cores), reserve(n) -> bool, shrink() -> bytes, owns(const void*),
-// stats() -> pool_stats, and for_each_live(fn) (fn(slot) for every object not returned).
+// stats() -> pool_stats, and for_each_live(fn) (fn(slot) for every object not returned; fn may
+// deallocate objects).
 // Internal: include object_pool.hpp or concurrent_object_pool.hpp, not this header.
 #pragma once
 
@@ -69,10 +70,11 @@ class typed_pool {
   typed_pool& operator=(const typed_pool&) = delete;
   typed_pool& operator=(typed_pool&&) = delete;
 
-  // Objects still alive are destroyed; the core's destructor then returns every chunk.
+  // Objects still alive are destroy()ed, so that a destructor that destroys objects it owns
+  // does not destroy them a second time; the core's destructor then returns every chunk.
   ~typed_pool() {
     if constexpr (!std::is_trivially_destructible_v<T>) {
-      core_.for_each_live([](void* p) { static_cast<T*>(p)->~T(); });
+      core_.for_each_live([this](void* p) { destroy(static_cast<T*>(p)); });
     }
   }
 
