@@ -43,6 +43,16 @@ void at_exit() noexcept { stats_report_at_exit(); }
 // while another is half-way through global_init (the child would wait for it forever).
 // An allocation made before this constructor runs initialises earlier, from the same place.
 __attribute__((constructor(101))) void init_at_load() noexcept { global_init(); }
+
+// A copy of strata linked into a plug-in (libstrata.a in a shared object its user dlopens) is
+// unmapped at the plug-in's dlclose, but its key stayed: the next thread to exit that had used it
+// called heap_thread_done in unmapped code (SIGSEGV).  The shared libraries are never unloaded
+// (-z nodelete); at the process's exit this runs after the atexit handlers, and a thread exiting
+// after it leaves its heap to the process's end.
+__attribute__((destructor(101))) void fini_at_unload() noexcept {
+  if (key_made) pthread_key_delete(key);
+  key_made = false;
+}
 }  // namespace
 
 bool thread_key(pthread_key_t* out) noexcept {

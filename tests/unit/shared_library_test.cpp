@@ -28,11 +28,12 @@ using free_fn = void (*)(void*);
 
 // A thread allocates through the library and waits; the library is closed; the thread then
 // frees nothing more and exits (its heap's key destructor runs), and the process forks.
-[[noreturn]] void thread_outlives_dlclose(const char* path) {
+[[noreturn]] void thread_outlives_dlclose(const char* path, const char* alloc_name = "strata_malloc",
+                                          const char* free_name = "strata_free") {
   void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) fail(2, dlerror());
-  auto alloc = reinterpret_cast<alloc_fn>(dlsym(lib, "strata_malloc"));
-  auto release = reinterpret_cast<free_fn>(dlsym(lib, "strata_free"));
+  auto alloc = reinterpret_cast<alloc_fn>(dlsym(lib, alloc_name));
+  auto release = reinterpret_cast<free_fn>(dlsym(lib, free_name));
   if (alloc == nullptr || release == nullptr) fail(3, "dlsym");
   std::mutex m;
   std::condition_variable cv;
@@ -104,6 +105,13 @@ TEST(SharedLibrary, AThreadExitsAfterTheLibraryIsClosed) {
 
 TEST(SharedLibrary, AThreadExitsAfterTheHardenedLibraryIsClosed) {
   EXPECT_EXIT(thread_outlives_dlclose(STRATA_SECURE_SHARED_LIB), testing::ExitedWithCode(0), "");
+}
+
+// Session 45: strata linked into a plug-in (libstrata.a), which its user does not link -z nodelete:
+// the plug-in is unmapped at its dlclose, and the key destructor it left killed the next thread
+// to exit (SIGSEGV), as the preload library's did before session 40.
+TEST(SharedLibrary, AThreadExitsAfterAPluginCarryingStrataIsClosed) {
+  EXPECT_EXIT(thread_outlives_dlclose(STRATA_IN_PLUGIN, "plugin_malloc", "plugin_free"), testing::ExitedWithCode(0), "");
 }
 
 }  // namespace
