@@ -320,7 +320,14 @@ STRATA_EXPORT void* strata_realloc(void* p, size_t size) {
     global_init();
     q = huge_alloc(want, 0);
   } else {
-    q = malloc_inline(size);
+    // A block that grows by less than half takes half again as much: a buffer grown in small
+    // steps (a string or array appended to, a file read piece by piece) moved at every size
+    // class, four a doubling, and was copied about five times its final size; with the
+    // headroom, twice.  Buffers of 16-512 B steps up to 256 KiB (the patterns suite's realloc):
+    // 1.91x [1.75-1.98] / 2.05x [2.02-2.15] at 1/2 threads, peak RSS 0.84x (fewer blocks left
+    // behind half-used); the real programs' peak RSS and time unchanged (docs/design.md).
+    // tcmalloc grows by a quarter at least, rpmalloc by 37.5 %.
+    q = malloc_inline(size > usable && size < usable + usable / 2 ? usable + usable / 2 : size);
   }
   if (q == nullptr) return nullptr;  // p is untouched, errno = ENOMEM
   memcpy(q, p, size < usable ? size : usable);

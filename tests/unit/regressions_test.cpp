@@ -138,6 +138,33 @@ TEST(Issue17Realloc, GrowingStepByStepMapsOnlyAFewTimes) {
   strata_free(p);
 }
 
+// Session 45: a block that grows by less than half takes half again as much, so that a buffer
+// grown in small steps moves a few times a doubling, not at every size class (four a doubling:
+// 48 moves from 16 B to 64 KiB in 64-byte steps, each a copy).
+TEST(Issue10Realloc, SmallGrowthStepsMoveAFewTimesADoubling) {
+  void* p = strata_malloc(1000);
+  ASSERT_EQ(strata_usable_size(p), 1024u);
+  p = strata_realloc(p, 1100);
+  EXPECT_GE(strata_usable_size(p), 1536u);  // before: 1280, the next class
+  strata_free(p);
+  auto* b = static_cast<unsigned char*>(strata_malloc(64));
+  memset(b, 0x33, 64);
+  b[0] = 0x5a;
+  size_t moves = 0;
+  for (size_t size = 128; size <= 64 * 1024; size += 64) {
+    auto* q = static_cast<unsigned char*>(strata_realloc(b, size));
+    ASSERT_NE(q, nullptr);
+    ASSERT_EQ(q[0], 0x5a) << size;
+    ASSERT_EQ(q[size - 65], 0x33) << size;  // the previous step's last byte
+    moves += q != b;
+    b = q;
+    memset(q + size - 64, 0x33, 64);
+  }
+  // log(64 KiB / 64 B) / log(1.5) = 17 growths at most, plus the steps a class adds.
+  EXPECT_LE(moves, 24u);
+  strata_free(b);
+}
+
 TEST(Issue17Realloc, HugeBlocksShrinkAndGrowKeepingTheirContents) {
   auto* p = static_cast<unsigned char*>(strata_malloc(40 * MiB));
   ASSERT_NE(p, nullptr);
