@@ -120,6 +120,19 @@ bool block_is_clean(const void* p) noexcept {
 // A block that realloc grows past this size moves to a huge mapping of its own (strata_realloc).
 constexpr size_t realloc_huge_min = size_t{1} << 20;
 
+// The usable size of p when it is the start of a live block in a page of blocks, by free's
+// fast-path test (carved, and not carrying the free canary, which also marks the start of a
+// block that an aligned allocation handed out further in); 0 otherwise, where find_block
+// decides.  realloc in place and malloc_usable_size of a plain block: about 40 instructions
+// fewer than the full lookup.
+inline size_t live_block_usable(const void* p) noexcept {
+  page* pg = page_lookup(p);
+  if (pg == nullptr) return 0;
+  auto* b = static_cast<const block*>(p);
+  size_t offset = static_cast<size_t>(static_cast<const uint8_t*>(p) - pg->start);
+  return is_carved_block_start(pg, offset) && b->canary != canary_of(b) ? pg->block_size : 0;
+}
+
 size_t usable_of(const lookup& l, const void* p) noexcept {
   if (l.status == lookup_status::huge) return l.seg->huge_size;
   return l.pg->block_size - static_cast<size_t>(static_cast<const uint8_t*>(p) - reinterpret_cast<uint8_t*>(l.b));
@@ -286,6 +299,7 @@ STRATA_EXPORT void* strata_calloc(size_t count, size_t size) {
 
 STRATA_EXPORT size_t strata_usable_size(const void* p) {
   if (p == nullptr) return 0;
+  if (size_t usable = live_block_usable(p)) return usable;
   segment* seg = segment_of(p);
   lookup l = find_block(map_has_segment(seg) ? seg : nullptr, const_cast<void*>(p));
   if (l.status == lookup_status::invalid || is_freed(l)) return 0;
@@ -298,18 +312,21 @@ STRATA_EXPORT void* strata_realloc(void* p, size_t size) {
     free_inline(p);
     return nullptr;
   }
-  segment* seg = segment_of(p);
-  lookup l = find_block(map_has_segment(seg) ? seg : nullptr, p);
-  if (l.status == lookup_status::invalid || is_freed(l)) {
-    // A freed block must not come back: it is on a free list (or in the huge cache).
-    bool freed = is_freed(l) || huge_was_freed(p);
-    report_bad_free(p, freed ? "realloc of the freed block" : "realloc of a pointer strata did not allocate:");
-    errno = EINVAL;
-    return nullptr;
+  size_t usable = live_block_usable(p);
+  if (usable == 0) {
+    segment* seg = segment_of(p);
+    lookup l = find_block(map_has_segment(seg) ? seg : nullptr, p);
+    if (l.status == lookup_status::invalid || is_freed(l)) {
+      // A freed block must not come back: it is on a free list (or in the huge cache).
+      bool freed = is_freed(l) || huge_was_freed(p);
+      report_bad_free(p, freed ? "realloc of the freed block" : "realloc of a pointer strata did not allocate:");
+      errno = EINVAL;
+      return nullptr;
+    }
+    // A huge block grows or shrinks in its own mapping (mremap: pages move, never copied).
+    if (l.status == lookup_status::huge && size > realloc_huge_min / 2) return huge_realloc(l.seg, size);
+    usable = usable_of(l, p);
   }
-  // A huge block grows or shrinks in its own mapping (mremap: pages move, never copied).
-  if (l.status == lookup_status::huge && size > realloc_huge_min / 2) return huge_realloc(l.seg, size);
-  size_t usable = usable_of(l, p);
   if (size <= usable && size >= usable / 2) return p;  // fits without wasting half
   void* q;
   if (size > usable && size > realloc_huge_min) {
