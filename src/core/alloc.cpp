@@ -253,8 +253,15 @@ void* alloc_aligned(size_t alignment, size_t size) noexcept {
       if (a != reinterpret_cast<uintptr_t>(p)) {
         segment* seg = segment_of(p);
         page* pg = page_of(seg, p);
-        // The page is the calling heap's (malloc just served it): the owner writes flags.
-        if (!(flags_of(pg) & page_flag::has_aligned)) flags_set(pg, page_flag::has_aligned);
+        // The page is the calling heap's (malloc just served it): the owner writes flags.  A
+        // thread whose heap is gone (still &empty_heap after a malloc that succeeded) shares
+        // the orphan heap's pages with the other exiting threads: under its lock.
+        if (!(flags_of(pg) & page_flag::has_aligned)) {
+          if (STRATA_UNLIKELY(tl_heap == &empty_heap))
+            orphan_page_flags_set(pg, page_flag::has_aligned);
+          else
+            flags_set(pg, page_flag::has_aligned);
+        }
         auto* b = static_cast<block*>(p);
         b->next = reinterpret_cast<block*>(a);
         b->canary = canary_of(b);  // the mark (aligned_marked)

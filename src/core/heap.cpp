@@ -795,27 +795,50 @@ void* heap_alloc_walk(heap* h, size_t cls) noexcept {
 
 // A page of a heap whose thread a fork left behind (the child has only the forking thread): that
 // thread may have stopped inside malloc's pop, after the block left the free list and before
-// `used` counted it, so that the block is neither listed nor counted (strata_heap_check in the
-// child failed).  Counted again from its lists, every block on neither is out: the stopped
-// thread's block stays out for good (a block's memory, never a live block's).  The count only
-// ever rises: a stop inside a carve whose stores the compiler ordered otherwise could list more
-// blocks than `capacity` says, and a lower count could give the span back under live blocks.  (A
-// stop inside free's push leaves `used` one high: that page keeps its span, which the check in
-// the child still reports.)
+// `used` counted it (the block is neither listed nor counted), inside free's push, after the
+// block joined local_free and before `used` let it go (it is both), inside a carve, after
+// `capacity` took the new blocks and before the free list or the block bound did, or as
+// local_free became the free list, before local_free was emptied (one chain on both lists: the
+// next allocations would have handed its blocks out twice).  strata_heap_check in the child
+// failed.  The stopped thread never runs in the child, so its lists are the truth: every carved
+// block on neither is out, for good if the thread held it.  Only when a listed block lies past
+// `capacity` (a carve whose stores the compiler ordered otherwise) can the lists not be
+// trusted: the count then only rises, since a lower one could give the span back under live
+// blocks.  A listed block is no longer known to be zero: a stop inside free's push left the
+// block of a one-block page fresh from the OS, written, on its local_free list with the page
+// still flagged clean, and the child's calloc that took it over wrote no zeros.
 void page_recount(page* pg) noexcept {
+  if (pg->local_free == pg->free) pg->local_free = nullptr;
   uint32_t listed = 0;
-  for (block* list : {pg->free, pg->local_free})
-    for (block* b = list; b != nullptr && listed <= pg->capacity; b = link_get(pg, b)) ++listed;
-  if (listed <= pg->capacity && pg->capacity - listed > pg->used) pg->used = pg->capacity - listed;
+  bool past_capacity = false;
+  size_t carved_bytes = size_t{pg->capacity} * pg->block_size;
+  for (block* list : {pg->free, pg->local_free}) {
+    for (block* b = list; b != nullptr && listed <= pg->capacity; b = link_get(pg, b)) {
+      ++listed;
+      if (static_cast<size_t>(reinterpret_cast<uint8_t*>(b) - pg->start) >= carved_bytes) past_capacity = true;
+    }
+  }
+  if (listed != 0) page_block_back(pg);
+  if (listed > pg->capacity) return;
+  if (past_capacity) {
+    if (pg->capacity - listed > pg->used) pg->used = pg->capacity - listed;
+    return;
+  }
+  pg->used = pg->capacity - listed;
+  pg->block_bound.store(block_bound_of(pg->block_size, pg->capacity), std::memory_order_relaxed);
 }
 
 // Thread exit: everything the heap holds goes back or is abandoned to whoever reclaims it.
 // `forked`: h's thread did not survive a fork (heap_locks_release), and its pages are recounted.
 void heap_abandon(heap* h, bool forked = false) noexcept {
-  if (forked)  // first: whatever follows may check the pages (debug builds)
-    for (size_t c = 0; c < size_class_count; ++c)
-      for (page_list* l : {&h->queue[c], &h->full[c]})
-        for (page* pg = l->first; pg; pg = pg->next) page_recount(pg);
+  if (forked) {  // first: whatever follows may check the pages and segments (debug builds)
+    // Every page in use, not only the listed ones: the thread may have stopped with a page
+    // between two lists, whoever adopts the segment lists it again.
+    for (segment* seg = h->segments; seg; seg = seg->next) {
+      segment_repair_after_fork(seg);
+      for_each_page(seg, page_recount);
+    }
+  }
   foreign_flush(h);
   huge_spare_release(h);
   remote_flush(h);
@@ -1205,6 +1228,11 @@ void heap_trim_as(heap* h, bool force, bool adopt) noexcept {
 }  // namespace
 
 void heap_trim(heap* h, bool force) noexcept { heap_trim_as(h, force, force); }
+
+void orphan_page_flags_set(page* pg, uint8_t f) noexcept {
+  lock_guard g(orphan_lock);
+  flags_set(pg, f);
+}
 
 void orphan_trim() noexcept {
   lock_guard g(orphan_lock);

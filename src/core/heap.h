@@ -55,6 +55,10 @@ void heap_trim(heap* h, bool force) noexcept;
 // thread-key destructors that ran after strata's), under its lock, without taking over abandoned
 // segments: a forced strata_collect from any thread (malloc_trim) trims it too.
 void orphan_trim() noexcept;
+// Sets flags f of pg, a page of the orphan heap, under its lock: the threads that allocate from it
+// (orphan_alloc) change its pages' flags under that lock, and flags_set is a load and a store, so
+// one made outside it could undo another thread's change (a lost in_full or has_aligned).
+void orphan_page_flags_set(page* pg, uint8_t f) noexcept;
 // The spans of h's spare pages (empty pages kept for their class) go back to their segments,
 // where a purge may take their memory (before strata maps more: purge_before_growth).
 void heap_spares_release(heap* h) noexcept;

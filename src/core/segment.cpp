@@ -654,6 +654,31 @@ void segments_abandon(heap* h) noexcept {
   h->purge_due_ms = 0;
 }
 
+void segment_repair_after_fork(segment* seg) noexcept {
+  uint32_t used = 0;
+  size_t end = secure ? slices_per_segment - 1 : slices_per_segment;  // the hardened build's guard slice stays
+  for (size_t idx = header_slices; idx < end;) {
+    page* pg = &seg->pages[idx];
+    size_t n = pg->slice_count;
+    if ((flags_of(pg) & page_flag::in_use) && n != 0 && idx + n <= end) {
+      if (!page_map_ready())
+        for (size_t k = 1; k < n; ++k) pg[k].slice_offset = static_cast<uint16_t>(k);
+      page_map_set(seg, idx, n, pg);
+      bits_assign(seg->free_bits, idx, n, false);
+      used += static_cast<uint32_t>(n);
+      idx += n;
+      continue;
+    }
+    pg->flags.store(0, std::memory_order_relaxed);
+    if (!page_map_ready()) pg->slice_offset = 0;
+    page_map_set(seg, idx, 1, nullptr);
+    bits_assign(seg->free_bits, idx, 1, true);
+    ++idx;
+  }
+  seg->used_slices = used;
+  STRATA_ASSERT_EXPENSIVE(segment_is_valid(seg));
+}
+
 namespace {
 // Takes seg off the abandoned list (the caller holds its lock).
 void abandoned_unlink(segment* seg) noexcept {

@@ -56,6 +56,15 @@ int64_t segments_idle_due() noexcept;
 void segments_purge_idle(int64_t now) noexcept;
 // Moves every segment of h to the abandoned list (or releases it when empty).
 void segments_abandon(heap* h) noexcept;
+// In a child of fork, for a segment of a heap whose thread the child does not have: that thread
+// changes its segments without a lock, and may have stopped inside span_init or span_free, its
+// span's flags, the free bits and used_slices telling different stories (strata_heap_check
+// failed in about 1 in 100 children of a program whose threads allocate while it forks).  The
+// span's flags decide, as every walk of the segment's pages reads them: a span flagged in use
+// keeps its slices (empty, it goes back when the segment is adopted), any other slice is free,
+// and used_slices is counted again.  Counted low, it let the segment go back to the cache, or
+// to the OS, under a live span; high, the segment never emptied.
+void segment_repair_after_fork(segment* seg) noexcept;
 // Takes one segment off the abandoned list (nullptr when there is none); the caller attaches it
 // to its heap (segment_attach) and adopts its pages (heap.cpp).
 segment* segment_take_abandoned() noexcept;
