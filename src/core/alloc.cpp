@@ -120,6 +120,9 @@ bool block_is_clean(const void* p) noexcept {
 // A block that realloc grows past this size moves to a huge mapping of its own (strata_realloc).
 constexpr size_t realloc_huge_min = size_t{1} << 20;
 
+// (Not std::has_single_bit: without -mpopcnt that is a call into libgcc.)
+inline bool is_power_of_two(size_t x) noexcept { return x != 0 && (x & (x - 1)) == 0; }
+
 // The usable size of p when it is the start of a live block in a page of blocks, by free's
 // fast-path test (carved, and not carrying the free canary, which also marks the start of a
 // block that an aligned allocation handed out further in); 0 otherwise, where find_block
@@ -127,10 +130,7 @@ constexpr size_t realloc_huge_min = size_t{1} << 20;
 // fewer than the full lookup.
 inline size_t live_block_usable(const void* p) noexcept {
   page* pg = page_lookup(p);
-  if (pg == nullptr) return 0;
-  auto* b = static_cast<const block*>(p);
-  size_t offset = static_cast<size_t>(static_cast<const uint8_t*>(p) - pg->start);
-  return is_carved_block_start(pg, offset) && b->canary != canary_of(b) ? pg->block_size : 0;
+  return pg != nullptr && is_live_block_start(pg, static_cast<const block*>(p)) ? pg->block_size : 0;
 }
 
 size_t usable_of(const lookup& l, const void* p) noexcept {
@@ -232,7 +232,7 @@ void* alloc_aligned(size_t alignment, size_t size) noexcept {
   // Only operator new with an std::align_val_t that is no power of two (undefined in C++) gets
   // here with one: refused, as libstdc++'s over glibc's aligned_alloc refuses it (bad_alloc).
   // The tables below are by the alignment's power of two.
-  if (STRATA_UNLIKELY(!std::has_single_bit(alignment))) {
+  if (STRATA_UNLIKELY(!is_power_of_two(alignment))) {
     errno = EINVAL;
     return nullptr;
   }
@@ -282,10 +282,6 @@ void* alloc_aligned(size_t alignment, size_t size) noexcept {
 }  // namespace strata::detail
 
 using namespace strata::detail;
-
-namespace {
-bool is_power_of_two(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
-}  // namespace
 
 STRATA_EXPORT void* strata_malloc(size_t size) { return malloc_inline(size); }
 STRATA_EXPORT void strata_free(void* p) { free_inline(p); }
@@ -342,23 +338,23 @@ STRATA_EXPORT void* strata_realloc(void* p, size_t size) {
     usable = usable_of(l, p);
   }
   if (size <= usable && size >= usable / 2) return p;  // fits without wasting half
+  // A block that grows by less than half takes half again as much: a buffer grown in small
+  // steps (a string or array appended to, a file read piece by piece) moved at every size
+  // class, four a doubling, and was copied about five times its final size; with the headroom,
+  // twice.  Buffers of 16-512 B steps up to 256 KiB (the patterns suite's realloc): 1.91x
+  // [1.75-1.98] / 2.05x [2.02-2.15] at 1/2 threads, peak RSS 0.84x (fewer blocks left behind
+  // half-used); the real programs' peak RSS and time unchanged (docs/design.md).  tcmalloc
+  // grows by a quarter at least, rpmalloc by 37.5 %.
+  size_t want = size > usable && size < usable + usable / 2 ? usable + usable / 2 : size;
   void* q;
   if (size > usable && size > realloc_huge_min) {
-    // A block growing past realloc_huge_min moves to a mapping of its own, with headroom, so
-    // that further growth is an mremap (a buffer grown step by step to 64 MiB is not copied
-    // at every size class).
-    size_t want = usable + usable / 2 > size ? usable + usable / 2 : size;
+    // A block growing past realloc_huge_min moves to a mapping of its own, with the same
+    // headroom, so that further growth is an mremap (a buffer grown step by step to 64 MiB is
+    // not copied at every size class).
     global_init();
     q = huge_alloc(want, 0);
   } else {
-    // A block that grows by less than half takes half again as much: a buffer grown in small
-    // steps (a string or array appended to, a file read piece by piece) moved at every size
-    // class, four a doubling, and was copied about five times its final size; with the
-    // headroom, twice.  Buffers of 16-512 B steps up to 256 KiB (the patterns suite's realloc):
-    // 1.91x [1.75-1.98] / 2.05x [2.02-2.15] at 1/2 threads, peak RSS 0.84x (fewer blocks left
-    // behind half-used); the real programs' peak RSS and time unchanged (docs/design.md).
-    // tcmalloc grows by a quarter at least, rpmalloc by 37.5 %.
-    q = malloc_inline(size > usable && size < usable + usable / 2 ? usable + usable / 2 : size);
+    q = malloc_inline(want);
   }
   if (q == nullptr) return nullptr;  // p is untouched, errno = ENOMEM
   memcpy(q, p, size < usable ? size : usable);

@@ -51,16 +51,22 @@ inline void* malloc_inline(size_t size) noexcept {
   return malloc_huge(size, 0);
 }
 
+// The start of a live block of pg: carved, and not carrying the free canary (a free block does,
+// and so does the start of a block that an aligned allocation handed out further in: alloc.cpp
+// aligned_marked).  Free's fast path's one test for the rare cases (not a block start, not
+// carved, not in use, already free); realloc and malloc_usable_size take it first too.
+// (The secret is read before the carve test, which lets free's load of it start first.)
+inline bool is_live_block_start(const page* pg, const block* b) noexcept {
+  size_t offset = static_cast<size_t>(reinterpret_cast<const uint8_t*>(b) - pg->start);
+  uintptr_t canary = canary_of(b);
+  return is_carved_block_start(pg, offset) && b->canary != canary;
+}
+
 inline void free_inline(void* p) noexcept {
   page* pg = page_lookup(p);
   if (STRATA_UNLIKELY(pg == nullptr)) return free_slow(p);
   auto* b = static_cast<block*>(p);
-  size_t offset = static_cast<size_t>(static_cast<uint8_t*>(p) - pg->start);
-  uintptr_t canary = canary_of(b);
-  // One test for the rare cases: not a block start, not carved, not in use, already free (or the
-  // start of a block that an aligned allocation handed out further in, which carries the free
-  // canary too: alloc.cpp aligned_marked).
-  if (STRATA_LIKELY(is_carved_block_start(pg, offset) && b->canary != canary)) {
+  if (STRATA_LIKELY(is_live_block_start(pg, b))) {
     if (STRATA_LIKELY(pg->owner_tid.load(std::memory_order_relaxed) == thread_id())) {
       page_push_local(pg, b);
       if (STRATA_UNLIKELY(page_count_local_free(pg))) page_local_event(tl_heap, pg);

@@ -120,7 +120,7 @@ struct aligned_table {
       size_t a = size_t{1} << s, found = size_class_count;
       for (size_t c = size_class_count; c-- > 0;) {
         size_t bs = block_stride(c);
-        if (class_size(c) <= (size_t{2} << 20) && bs % a == 0 && (bs <= one_block_page_min || a <= 64)) found = c;
+        if (class_size(c) <= huge_min && bs % a == 0 && (bs <= one_block_page_min || a <= 64)) found = c;
         next[s - aligned_shift_min][c] = static_cast<uint8_t>(found);
       }
     }
@@ -141,7 +141,7 @@ struct aligned_small_table {
       size_t a = size_t{1} << s;
       for (size_t i = 1; i <= small_table_max / 16; ++i) {
         size_t hi = i * 16, lo = hi - 15, want = hi < a ? a : hi;
-        size_t c = aligned_table().next[s - aligned_shift_min][size_class_of_computed(want)];
+        size_t c = aligned_classes.next[s - aligned_shift_min][size_class_of_computed(want)];
         if (c < size_class_count && c <= size_class_of_computed(lo + a - 1))
           size[s - aligned_shift_min][i] = static_cast<uint16_t>(class_size(c));
       }
