@@ -16,6 +16,9 @@ void* load_library(const char* name, char* why, size_t why_size) noexcept {
   return lib;
 }
 
+void* loaded_library(const char* name) noexcept { return dlopen(name, RTLD_NOW | RTLD_NOLOAD); }
+void close_library(void* library) noexcept { dlclose(library); }
+
 void* find_symbol(void* library, const char* symbol) noexcept { return dlsym(library, symbol); }
 
 }  // namespace strata::os

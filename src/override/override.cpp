@@ -4,6 +4,7 @@
 // records the event: one test of a flag that is written only at load, exit and fork.
 // No libstdc++ at run time: std::get_new_handler and std::__throw_bad_alloc are weak
 // references, present whenever the program itself uses libstdc++.
+#include <atomic>
 #include <cerrno>
 #include <cstddef>
 #include <climits>
@@ -13,6 +14,7 @@
 #include "core/alloc.h"
 #include "override/new_handler_call.h"
 #include "core/segment.h"
+#include "os/dl.h"
 #include "os/os.h"
 #include "strata/strata.h"
 #include "trace/trace.h"
@@ -149,14 +151,50 @@ new_handler_fn strata_get_new_handler() __asm__("_ZSt15get_new_handlerv") __attr
 }
 
 namespace {
+// libstdc++'s std::get_new_handler and std::__throw_bad_alloc, for operator new's failure.  The
+// weak references above are bound at load (-z now): a C program (CPython, say) that loads C++
+// code later, a module and the libstdc++ it needs opened RTLD_LOCAL, left them null for good, so
+// operator new out of memory trapped (SIGILL) instead of throwing std::bad_alloc, and ignored
+// std::set_new_handler.  The preload libraries then ask the loader for the libstdc++ already in
+// the process (RTLD_NOLOAD: never loads it), on this failure path only; the handle is kept, so
+// the functions stay mapped.  libstrata.a is linked into the program, whose own references bind
+// the weak ones when it uses libstdc++ at all, and does not reference the loader (a static link).
+struct cxx_runtime {
+  new_handler_fn (*get_new_handler)();
+  void (*throw_bad_alloc)();
+};
+#if defined(STRATA_PRELOAD)
+std::atomic<void*> libstdcxx{nullptr};
+#endif
+cxx_runtime cxx_runtime_now() noexcept {
+  if (strata_get_new_handler) return {strata_get_new_handler, strata_throw_bad_alloc};
+#if defined(STRATA_PRELOAD)
+  void* lib = libstdcxx.load(std::memory_order_acquire);
+  if (lib == nullptr) {
+    lib = strata::os::loaded_library("libstdc++.so.6");
+    if (lib == nullptr) return {nullptr, nullptr};
+    void* expected = nullptr;
+    if (!libstdcxx.compare_exchange_strong(expected, lib, std::memory_order_acq_rel)) {
+      strata::os::close_library(lib);  // another thread kept one
+      lib = expected;
+    }
+  }
+  return {reinterpret_cast<new_handler_fn (*)()>(strata::os::find_symbol(lib, "_ZSt15get_new_handlerv")),
+          reinterpret_cast<void (*)()>(strata::os::find_symbol(lib, "_ZSt17__throw_bad_allocv"))};
+#else
+  return {nullptr, nullptr};
+#endif
+}
+
 // operator new's contract: call the new-handler until it succeeds or there is none, then throw
 // std::bad_alloc (or return nullptr for the nothrow forms).
 __attribute__((noinline)) void* new_failed(size_t size, size_t alignment, bool nothrow) {
   for (;;) {
-    new_handler_fn handler = strata_get_new_handler ? strata_get_new_handler() : nullptr;
+    cxx_runtime rt = cxx_runtime_now();
+    new_handler_fn handler = rt.get_new_handler ? rt.get_new_handler() : nullptr;
     if (handler == nullptr) {
       if (nothrow) return nullptr;
-      if (strata_throw_bad_alloc) strata_throw_bad_alloc();
+      if (rt.throw_bad_alloc) rt.throw_bad_alloc();
       strata::detail::throw_bad_alloc();  // a static link: libstdc++'s thrower not linked in
     }
     if (!nothrow) {
