@@ -776,35 +776,44 @@ TEST(Issue10Purge, RefaultsLengthenTheDelayAndCalmShortensIt) {
 // the previous refault was a delay ago, so such a stream held it at twice the option, and each
 // round's memory was purged and faulted in again (17 k faults against 9.6 k with the doubling
 // timed from the last doubling).
+// The stream must start within two delays of the purge and keep its pace: on a loaded machine
+// (the test suite runs two at a time) a sleep of 2 ms can take 20, so the stream is tried up to
+// five times, and one that kept pace must have doubled the delay twice.
 TEST(Issue10Purge, AStreamOfRefaultsLengthensTheDelayOncePerDelay) {
   scoped_option delay(strata::option::purge_delay, 10);
-  strata_collect(true);
   constexpr int count = 48;
   constexpr size_t size = 256 * 1024;  // a page each: freed spans go back to the segment
-  void* blocks[count];
-  for (auto& b : blocks) {
-    b = strata_malloc(size);
-    memset(b, 1, size);
+  int64_t best = 0;
+  std::string tries;
+  for (int attempt = 0; attempt < 5 && best < 40; ++attempt) {
+    strata_collect(true);
+    void* blocks[count];
+    for (auto& b : blocks) {
+      b = strata_malloc(size);
+      memset(b, 1, size);
+    }
+    for (auto& b : blocks) strata_free(b);
+    strata::detail::purge_delay_reset();  // the fill refaulted what the forced collect purged
+    for (int i = 0; i < 3; ++i) {  // two passes a delay apart: what stayed free is purged
+      std::this_thread::sleep_for(std::chrono::milliseconds(strata::detail::purge_delay() + 2));
+      strata_collect(false);
+    }
+    ASSERT_EQ(strata::detail::purge_delay(), 10);
+    // Refill one block every 2 ms (a fifth of the option's delay): each is a refault of purged
+    // slices.  Over 48 of them (96 ms or more) the delay doubles at 0, 20, 60 ms...
+    auto start = std::chrono::steady_clock::now();
+    for (auto& b : blocks) {
+      b = strata_malloc(size);
+      memset(b, 1, size);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    int64_t ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+    best = std::max(best, strata::detail::purge_delay());
+    tries += " " + std::to_string(strata::detail::purge_delay()) + " ms after " + std::to_string(ms) + " ms;";
+    for (auto& b : blocks) strata_free(b);
+    strata::detail::purge_delay_reset();
   }
-  for (auto& b : blocks) strata_free(b);
-  strata::detail::purge_delay_reset();  // the fill refaulted what the forced collect purged
-  for (int i = 0; i < 3; ++i) {  // two passes a delay apart: what stayed free is purged
-    std::this_thread::sleep_for(std::chrono::milliseconds(strata::detail::purge_delay() + 2));
-    strata_collect(false);
-  }
-  ASSERT_EQ(strata::detail::purge_delay(), 10);
-  // Refill one block every 2 ms (a fifth of the option's delay): each is a refault of purged
-  // slices.  Over 48 of them (96 ms or more) the delay doubles at 0, 20, 60 ms...
-  auto start = std::chrono::steady_clock::now();
-  for (auto& b : blocks) {
-    b = strata_malloc(size);
-    memset(b, 1, size);
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  int64_t ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_GE(strata::detail::purge_delay(), 40) << "after " << count << " refaults over " << ms << " ms";
-  for (auto& b : blocks) strata_free(b);
-  strata::detail::purge_delay_reset();
+  EXPECT_GE(best, 40) << count << " refaults a try:" << tries;
 }
 
 // Issue 10 (single-threaded programs with few allocations): arrays of one size allocated one
