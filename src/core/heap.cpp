@@ -828,16 +828,63 @@ void page_recount(page* pg) noexcept {
   pg->block_bound.store(block_bound_of(pg->block_size, pg->capacity), std::memory_order_relaxed);
 }
 
+// The remote batches of a heap whose thread a fork left behind: that thread may have stopped
+// inside remote_free_batched, a block counted in a slot and not yet at its chain's head (the
+// compiled order: the count's add, then the head's store), or linked and not yet counted, or a
+// new chain's page, head and tail not all stored; or inside remote_flush_slot's emptying of a
+// slot (which comes before the push: such a slot was not pushed).  Pushed with a count off by
+// one, the chain left its page's `used` off by one from the blocks out (strata_heap_check failed
+// in the child; one low, the page could give its span back under a live block).  A slot whose
+// chain runs from head to tail through carved blocks of its page is pushed with its blocks
+// counted again; any other is dropped, its blocks out for good (a leak, never a block handed out
+// twice).
+void remote_batches_repair(heap* h) noexcept {
+  for (remote_batch& r : h->remote) {
+    page* pg = r.pg;
+    uint32_t n = 0;
+    if (pg != nullptr && r.head != nullptr && r.tail != nullptr && link_is_valid(pg, r.head)) {
+      block* b = r.head;
+      for (n = 1; b != r.tail; ++n) {
+        b = link_get(pg, b);
+        if (b == nullptr || !link_is_valid(pg, b) || n >= pg->capacity) {
+          n = 0;
+          break;
+        }
+      }
+    }
+    if (n == 0) r = remote_batch{};
+    else r.count = n;
+  }
+}
+
 // Thread exit: everything the heap holds goes back or is abandoned to whoever reclaims it.
 // `forked`: h's thread did not survive a fork (heap_locks_release), and its pages are recounted.
 void heap_abandon(heap* h, bool forked = false) noexcept {
   if (forked) {  // first: whatever follows may check the pages and segments (debug builds)
+    // The segment list as its forward links have it, its back links written again: the thread
+    // may have stopped inside heap_unlink_segment or heap_link_segment, a neighbour's back link
+    // naming a segment no longer (or not yet) on the list.  segments_abandon's unlink of that
+    // neighbour then wrote the other segment's link instead of the list's head, took the
+    // neighbour again and put it on the abandoned list twice (linked to itself: the next thread
+    // to adopt it looped for ever in span_alloc_owned).  A segment is h's list's only while h
+    // owns it (its owner is stored before the link and cleared after the unlink): the walk
+    // stops at one that is not, its stores caught in some other order.
+    segment* back = nullptr;
+    for (segment** link = &h->segments; segment* seg = *link; link = &seg->next) {
+      if (seg->owner.load(std::memory_order_relaxed) != h) {
+        *link = nullptr;
+        break;
+      }
+      seg->prev = back;
+      back = seg;
+    }
     // Every page in use, not only the listed ones: the thread may have stopped with a page
     // between two lists, whoever adopts the segment lists it again.
     for (segment* seg = h->segments; seg; seg = seg->next) {
       segment_repair_after_fork(seg);
       for_each_page(seg, page_recount);
     }
+    remote_batches_repair(h);
   }
   foreign_flush(h);
   huge_spare_release(h);
@@ -851,6 +898,11 @@ void heap_abandon(heap* h, bool forked = false) noexcept {
   std::fill(std::begin(h->bin_mask), std::end(h->bin_mask), uint64_t{0});
   for (size_t c = 0; c < size_class_count; ++c) {
     set_direct(h, c, &empty_page);
+    // Forked: the lists are not walked (below).  A move caught inside list_remove left a
+    // neighbour's link naming the page taken off: the walk removed that neighbour, left it
+    // first in the list, and took it again, its span given back twice (used_slices counted
+    // it off twice: "segment used_slices does not match its spans" in the child).
+    if (forked) h->queue[c] = h->full[c] = page_list{};
     for (page_list* l : {&h->queue[c], &h->full[c]}) {
       while (page* pg = l->first) {
         list_remove(*l, pg);
@@ -864,6 +916,19 @@ void heap_abandon(heap* h, bool forked = false) noexcept {
     }
     h->remote_hint[c].store(0, std::memory_order_relaxed);
     h->spare_count[c] = 0;  // 0 already, but for a heap a fork caught mid-operation (above)
+  }
+  // Forked, every page in use of the heap's segments is taken as the lists would have taken it,
+  // found by its segment (which segment_repair_after_fork made the truth) instead: loose pages
+  // and one a move left on no list included.
+  if (forked) {
+    for (segment* seg = h->segments; seg; seg = seg->next) {
+      for_each_page(seg, [h](page* pg) {
+        pg->next = pg->prev = nullptr;
+        flags_clear(pg, page_flag::in_full | page_flag::spare);
+        page_collect(h, pg);
+        if (pg->used == 0) page_release(h, pg, false);
+      });
+    }
   }
   h->spare_bytes = 0;
   h->remote_loose.store(0, std::memory_order_relaxed);  // its loose pages leave with their segments
@@ -898,9 +963,18 @@ void heap_abandon(heap* h, bool forked = false) noexcept {
 }  // namespace
 
 namespace {
+// The slot is emptied before its chain is pushed, not after: a fork that caught the thread
+// between the push and the emptying (the owner's hint is set between them) left the child a
+// slot already pushed, and heap_abandon pushed it again (the chain's tail linked to its own head,
+// or its blocks on the page's lists twice: a cycle on local_free, a page emptied with blocks
+// out, whose span went back twice; about 1 child in 1300 failed strata_heap_check).  A thread
+// stopped before the push now leaves an empty slot, or one half emptied, which the child drops
+// (remote_batches_repair): its blocks stay out, a leak.  The stores cannot sink below the push,
+// whose compare-exchange releases them.
 void remote_flush_slot(remote_batch& r) noexcept {
-  page_push_remote(r.pg, r.head, r.tail, r.count);
+  remote_batch out = r;
   r = remote_batch{};
+  page_push_remote(out.pg, out.head, out.tail, out.count);
 }
 }  // namespace
 
