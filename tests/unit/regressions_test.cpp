@@ -15,6 +15,8 @@
 #include <condition_variable>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -569,6 +571,49 @@ TEST(Issue17ThreadExit, AForkChildRecountsASegmentItsThreadLeftMidSpanInit) { fo
 
 TEST(Issue17ThreadExit, AForkChildRecountsASegmentItsThreadLeftMidSpanFree) { fork_child_finds_segment_repaired(1); }
 
+// The scaffolding of the tests below: `stop` runs on a thread of its own and leaves its heap as
+// a fork would find it in the middle of an operation (it returns whether the heap was as it needs
+// it); the process forks while that thread waits; the child runs `child` and exits 0 if it
+// returns true (20 s at most: a child that loops dies of SIGALRM); then `resume` finishes the
+// operation on the thread, which is joined.
+void fork_while_a_thread_is_stopped(const std::function<bool()>& stop, const std::function<void()>& resume,
+                                    const std::function<bool()>& child, const char* shape) {
+  std::mutex m;
+  std::condition_variable cv;
+  int phase = 0;
+  bool shaped = false;
+  std::thread t([&] {
+    shaped = stop();
+    {
+      std::lock_guard<std::mutex> g(m);
+      phase = 1;
+    }
+    cv.notify_all();
+    std::unique_lock<std::mutex> g(m);
+    cv.wait(g, [&] { return phase == 2; });
+    resume();
+  });
+  {
+    std::unique_lock<std::mutex> g(m);
+    cv.wait(g, [&] { return phase == 1; });
+  }
+  EXPECT_TRUE(shaped) << shape;  // EXPECT: the thread must still be joined
+  pid_t pid = fork();
+  if (pid == 0) {
+    alarm(20);
+    _exit(child() ? 0 : 1);
+  }
+  int status = 0;
+  EXPECT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child failed or looped, status " << status;
+  {
+    std::lock_guard<std::mutex> g(m);
+    phase = 2;
+  }
+  cv.notify_all();
+  t.join();
+}
+
 // A fork caught another thread inside remote_free_batched, its third free into another thread's
 // page counted in the slot (count 3) and not yet at its chain's head (the compiled order: the
 // count's add, then the head's store).  The child pushed the slot as it was: the page took 3
@@ -584,58 +629,34 @@ TEST(Issue17ThreadExit, AForkChildRecountsARemoteBatchItsThreadLeftMidFree) {
   for (void*& p : mine) p = strata_malloc(size);
   strata::detail::page* pg = strata::detail::page_lookup(mine[0]);
   for (void* p : mine) ASSERT_EQ(strata::detail::page_lookup(p), pg) << "the blocks are not in one page";
-  std::mutex m;
-  std::condition_variable cv;
-  int phase = 0;
-  bool batched = false;
-  std::thread t([&] {
-    strata_free(strata_malloc(16));  // a heap of its own
-    strata_free(mine[0]);
-    strata_free(mine[1]);
-    strata::detail::heap* h = strata::detail::tl_heap;
-    strata::detail::remote_batch* slot = nullptr;
-    for (auto& r : h->remote)
-      if (r.pg == pg) slot = &r;
-    auto* third = static_cast<strata::detail::block*>(mine[2]);
-    if (slot != nullptr && slot->count == 2) {
-      batched = true;
-      third->canary = strata::detail::canary_of(third);
-      strata::detail::link_set(pg, third, slot->head);
-      slot->count++;  // counted, not at the head yet: where the fork stops it
-    }
-    {
-      std::lock_guard<std::mutex> g(m);
-      phase = 1;
-    }
-    cv.notify_all();
-    std::unique_lock<std::mutex> g(m);
-    cv.wait(g, [&] { return phase == 2; });
-    if (slot != nullptr && batched) slot->head = third;  // the free finishes
-    else strata_free(mine[2]);
-  });
-  {
-    std::unique_lock<std::mutex> g(m);
-    cv.wait(g, [&] { return phase == 1; });
-  }
-  EXPECT_TRUE(batched) << "the frees were not batched";  // EXPECT: the thread must still be joined
-  pid_t child = fork();
-  if (child == 0) {
-    strata_collect(true);  // the page takes back what the stopped thread's slot held
-    void* more[64];
-    for (void*& p : more) p = strata_malloc(size);  // through the page's lists
-    bool ok = strata_heap_check();
-    for (void* p : more) strata_free(p);
-    _exit(ok && strata_heap_check() ? 0 : 1);
-  }
-  int status = 0;
-  EXPECT_EQ(waitpid(child, &status, 0), child);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child's heap check failed, status " << status;
-  {
-    std::lock_guard<std::mutex> g(m);
-    phase = 2;
-  }
-  cv.notify_all();
-  t.join();
+  strata::detail::remote_batch* slot = nullptr;
+  auto* third = static_cast<strata::detail::block*>(mine[2]);
+  fork_while_a_thread_is_stopped(
+      [&] {
+        strata_free(strata_malloc(16));  // a heap of its own
+        strata_free(mine[0]);
+        strata_free(mine[1]);
+        for (auto& r : strata::detail::tl_heap->remote)
+          if (r.pg == pg) slot = &r;
+        if (slot == nullptr || slot->count != 2) return false;
+        third->canary = strata::detail::canary_of(third);
+        strata::detail::link_set(pg, third, slot->head);
+        slot->count++;  // counted, not at the head yet: where the fork stops it
+        return true;
+      },
+      [&] {
+        if (slot != nullptr && slot->count == 3) slot->head = third;  // the free finishes
+        else strata_free(mine[2]);
+      },
+      [&] {
+        strata_collect(true);  // the page takes back what the stopped thread's slot held
+        void* more[64];
+        for (void*& p : more) p = strata_malloc(size);  // through the page's lists
+        bool ok = strata_heap_check();
+        for (void* p : more) strata_free(p);
+        return ok && strata_heap_check();
+      },
+      "the frees were not batched");
   strata_free(mine[3]);
   strata_collect(true);
   EXPECT_TRUE(strata_heap_check());
@@ -649,69 +670,53 @@ TEST(Issue17ThreadExit, AForkChildRecountsARemoteBatchItsThreadLeftMidFree) {
 // allocate and exit).  The child takes the pages of such a heap by its segments now, not its
 // lists.  Here the thread stops at that point on purpose (P from the full list, where it was).
 TEST(Issue17ThreadExit, AForkChildAbandonsAHeapItsThreadLeftMidListRemove) {
-  std::mutex m;
-  std::condition_variable cv;
-  int phase = 0;
+  using namespace strata::detail;
+  segment* seg = nullptr;
+  heap* h = nullptr;
+  page *p = nullptr, *b = nullptr;
+  size_t c = 0;
+  void* other = nullptr;
+  std::vector<void*> in_p;
   bool shaped = false;
-  strata::detail::segment* seg = nullptr;
-  std::thread t([&] {
-    using namespace strata::detail;
-    void* other = strata_malloc(1000);  // a page of another class in the segment
-    std::vector<void*> in_p, in_b;
-    void* first = strata_malloc(48);
-    page* p = page_lookup(first);
-    page* b = nullptr;
-    in_p.push_back(first);
-    for (int i = 0; i < 100000 && b == nullptr; ++i) {
-      void* x = strata_malloc(48);
-      if (page_lookup(x) == p) in_p.push_back(x);
-      else in_b.push_back(x), b = page_lookup(x);
-    }
-    heap* h = tl_heap;
-    size_t c = p->size_class;
-    for (void* x : in_b) strata_free(x);  // B empty, its class's one page in the queue
-    seg = segment_of(p);
-    shaped = b != nullptr && segment_of(b) == seg && segment_of(page_lookup(other)) == seg && b->used == 0 &&
-             h->queue[c].first == b && b->next == nullptr && h->full[c].first == p && p->next == nullptr;
-    if (shaped) {
-      h->full[c] = page_list{};
-      p->next = b;  // P was first, B next: the head names B, B's back link still P
-      b->prev = p;
-    }
-    {
-      std::lock_guard<std::mutex> g(m);
-      phase = 1;
-    }
-    cv.notify_all();
-    std::unique_lock<std::mutex> g(m);
-    cv.wait(g, [&] { return phase == 2; });
-    if (shaped) {  // as it was
-      b->prev = nullptr;
-      p->next = nullptr;
-      h->full[c].first = h->full[c].last = p;
-    }
-    for (void* x : in_p) strata_free(x);
-    strata_free(other);
-  });
-  {
-    std::unique_lock<std::mutex> g(m);
-    cv.wait(g, [&] { return phase == 1; });
-  }
-  EXPECT_TRUE(shaped) << "the thread's pages are not as the test needs them";  // EXPECT: the thread must still be joined
-  pid_t child = fork();
-  if (child == 0) {
-    strata_collect(true);  // takes over the abandoned segments: the stopped thread's is checked
-    _exit(strata_heap_check() && seg->owner.load() != nullptr ? 0 : 1);
-  }
-  int status = 0;
-  EXPECT_EQ(waitpid(child, &status, 0), child);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child's heap check failed, status " << status;
-  {
-    std::lock_guard<std::mutex> g(m);
-    phase = 2;
-  }
-  cv.notify_all();
-  t.join();
+  fork_while_a_thread_is_stopped(
+      [&] {
+        other = strata_malloc(1000);  // a page of another class in the segment
+        std::vector<void*> in_b;
+        void* first = strata_malloc(48);
+        p = page_lookup(first);
+        in_p.push_back(first);
+        for (int i = 0; i < 100000 && b == nullptr; ++i) {
+          void* x = strata_malloc(48);
+          if (page_lookup(x) == p) in_p.push_back(x);
+          else in_b.push_back(x), b = page_lookup(x);
+        }
+        h = tl_heap;
+        c = p->size_class;
+        for (void* x : in_b) strata_free(x);  // B empty, its class's one page in the queue
+        seg = segment_of(p);
+        shaped = b != nullptr && segment_of(b) == seg && segment_of(page_lookup(other)) == seg && b->used == 0 &&
+                 h->queue[c].first == b && b->next == nullptr && h->full[c].first == p && p->next == nullptr;
+        if (shaped) {
+          h->full[c] = page_list{};
+          p->next = b;  // P was first, B next: the head names B, B's back link still P
+          b->prev = p;
+        }
+        return shaped;
+      },
+      [&] {
+        if (shaped) {  // as it was
+          b->prev = nullptr;
+          p->next = nullptr;
+          h->full[c].first = h->full[c].last = p;
+        }
+        for (void* x : in_p) strata_free(x);
+        strata_free(other);
+      },
+      [&] {
+        strata_collect(true);  // takes over the abandoned segments: the stopped thread's is checked
+        return strata_heap_check() && seg->owner.load() != nullptr;
+      },
+      "the thread's pages are not as the test needs them");
   EXPECT_TRUE(strata_heap_check());
 }
 
@@ -723,55 +728,37 @@ TEST(Issue17ThreadExit, AForkChildAbandonsAHeapItsThreadLeftMidListRemove) {
 // of such a heap's segment list again from its forward ones.  Here the thread stops at that point
 // on purpose; a child that does not finish in 20 s is taken as looping.
 TEST(Issue17ThreadExit, AForkChildAbandonsASegmentListItsThreadLeftMidUnlink) {
-  std::mutex m;
-  std::condition_variable cv;
-  int phase = 0;
+  using namespace strata::detail;
+  std::vector<void*> held;
+  heap* h = nullptr;
+  segment* a = nullptr;
   bool shaped = false;
-  std::thread t([&] {
-    using namespace strata::detail;
-    std::vector<void*> held;
-    void* first = strata_malloc(512 * 1024);
-    held.push_back(first);
-    for (int i = 0; i < 200 && segment_of(held.back()) == segment_of(first); ++i) held.push_back(strata_malloc(512 * 1024));
-    heap* h = tl_heap;
-    segment* a = segment_of(held.back());
-    segment* b = a->next;
-    shaped = a != segment_of(first) && h->segments == a && b != nullptr && b->prev == a;
-    if (shaped) h->segments = b;  // A off the front, B's back link not written yet
-    {
-      std::lock_guard<std::mutex> g(m);
-      phase = 1;
-    }
-    cv.notify_all();
-    std::unique_lock<std::mutex> g(m);
-    cv.wait(g, [&] { return phase == 2; });
-    if (shaped) h->segments = a;  // as it was
-    for (void* p : held) strata_free(p);
-  });
-  {
-    std::unique_lock<std::mutex> g(m);
-    cv.wait(g, [&] { return phase == 1; });
-  }
-  EXPECT_TRUE(shaped) << "the thread's segments are not as the test needs them";  // EXPECT: the thread must still be joined
-  pid_t child = fork();
-  if (child == 0) {
-    alarm(20);  // looping, the child dies of SIGALRM
-    strata_collect(true);  // takes over the abandoned segments
-    std::vector<void*> more;
-    for (int i = 0; i < 100; ++i) more.push_back(strata_malloc(512 * 1024));
-    bool ok = strata_heap_check();
-    for (void* p : more) strata_free(p);
-    _exit(ok && strata_heap_check() ? 0 : 1);
-  }
-  int status = 0;
-  EXPECT_EQ(waitpid(child, &status, 0), child);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child failed or looped, status " << status;
-  {
-    std::lock_guard<std::mutex> g(m);
-    phase = 2;
-  }
-  cv.notify_all();
-  t.join();
+  fork_while_a_thread_is_stopped(
+      [&] {
+        void* first = strata_malloc(512 * 1024);
+        held.push_back(first);
+        for (int i = 0; i < 200 && segment_of(held.back()) == segment_of(first); ++i)
+          held.push_back(strata_malloc(512 * 1024));
+        h = tl_heap;
+        a = segment_of(held.back());
+        segment* b = a->next;
+        shaped = a != segment_of(first) && h->segments == a && b != nullptr && b->prev == a;
+        if (shaped) h->segments = b;  // A off the front, B's back link not written yet
+        return shaped;
+      },
+      [&] {
+        if (shaped) h->segments = a;  // as it was
+        for (void* p : held) strata_free(p);
+      },
+      [&] {
+        strata_collect(true);  // takes over the abandoned segments
+        std::vector<void*> more;
+        for (int i = 0; i < 100; ++i) more.push_back(strata_malloc(512 * 1024));
+        bool ok = strata_heap_check();
+        for (void* p : more) strata_free(p);
+        return ok && strata_heap_check();
+      },
+      "the thread's segments are not as the test needs them");
   EXPECT_TRUE(strata_heap_check());
 }
 
