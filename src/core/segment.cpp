@@ -637,11 +637,18 @@ void segments_abandon(heap* h) noexcept {
       segment_release(h, seg);
       continue;
     }
+    // The pages' owner words first, while the segment is still on h's list: a fork that caught
+    // the thread after the unlink left the child a segment on no list whose pages still named
+    // the dead thread, and glibc gives the child's new threads the dead threads' stacks (their
+    // thread pointers): one of them freed such a page's block by free's fast path as its own,
+    // into its heap's bins or lists (strata_heap_check: "bin page of another heap's segment").
+    // Listed, the segment is the child's to abandon (heap_locks_release).  No other thread's
+    // free ever matched the exiting thread's id: with the words 0 they take the same path.
+    for_each_page(seg, [](page* pg) { pg->owner_tid.store(0, std::memory_order_release); });
     heap_unlink_segment(h, seg);
     seg->freed_abandoned.store(0, std::memory_order_relaxed);
     sweep_at_set(seg);
     seg->owner.store(nullptr, std::memory_order_release);
-    for_each_page(seg, [](page* pg) { pg->owner_tid.store(0, std::memory_order_release); });
     lock_guard g(abandoned_lock);
     purge_schedule_unowned(seg);
     seg->prev = nullptr;

@@ -2,6 +2,9 @@
 // API.  Each failed before its fix; the comment above each says how.
 #include <gtest/gtest.h>
 #include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <sys/syscall.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -760,6 +763,138 @@ TEST(Issue17ThreadExit, AForkChildAbandonsASegmentListItsThreadLeftMidUnlink) {
       },
       "the thread's segments are not as the test needs them");
   EXPECT_TRUE(strata_heap_check());
+}
+
+// A fork caught a thread inside its exit's segments_abandon, with a segment taken off its heap's
+// list and its owner cleared, and its pages' owner words (the exiting thread's id) not all
+// cleared yet.  In the child the segment was on no list, and its pages still named the dead
+// thread: glibc gives the child's new threads the dead threads' stacks, and with them their
+// thread pointers, so a new thread with that id freed a block of such a page by free's fast path,
+// as its own, and its heap kept the span of a segment it did not own ("bin page of another heap's
+// segment"; a page of many blocks went onto its lists).  The owner words are cleared now while the
+// segment is still on the heap's list, where the child's abandon finds it.  Here the exiting
+// thread stops at the first write to the page table's OS page that holds its loose pages: the
+// header page is write-protected and the SIGSEGV handler waits there until the child is done.
+namespace segv_stop {
+sem_t in_handler, release;
+uintptr_t lo = 0, hi = 0;
+std::atomic<long> stopped_tid{0};
+struct sigaction old_action;
+void on_segv(int sig, siginfo_t* si, void* ctx) {
+  auto a = reinterpret_cast<uintptr_t>(si->si_addr);
+  if (a < lo || a >= hi) {  // not ours: as before
+    sigaction(SIGSEGV, &old_action, nullptr);
+    return;
+  }
+  if (syscall(SYS_gettid) == stopped_tid.load()) {
+    sem_post(&in_handler);
+    while (sem_wait(&release) != 0) {
+    }
+  }
+  mprotect(reinterpret_cast<void*>(lo), hi - lo, PROT_READ | PROT_WRITE);  // the write is retried
+  (void)sig;
+  (void)ctx;
+}
+}  // namespace segv_stop
+
+TEST(Issue17ThreadExit, AForkChildsNewThreadsDoNotFreeAsTheirOwnTheBlocksOfASegmentLeftMidAbandon) {
+  using namespace strata::detail;
+  constexpr size_t size = 1 << 20;  // a one-block page each, loose while its block is out
+  std::vector<void*> held;
+  uintptr_t dead_tid = 0;
+  void* target = nullptr;
+  bool shaped = false;
+  std::atomic<int> set_up{0};  // 1: shaped and protected, 2: not shaped
+  sem_init(&segv_stop::in_handler, 0, 0);
+  sem_init(&segv_stop::release, 0, 0);
+  struct sigaction sa {};
+  sa.sa_sigaction = segv_stop::on_segv;
+  sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+  sigemptyset(&sa.sa_mask);
+  ASSERT_EQ(sigaction(SIGSEGV, &sa, &segv_stop::old_action), 0);
+  strata_collect(true);  // the segments earlier tests' threads left: to this thread, not the new one
+  std::thread t([&] {
+    auto ps = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    uintptr_t at = 0;
+    // Every page in use whose record lies in the OS page of the target's owner word is one of
+    // the loose pages (nothing before segments_abandon writes it), and the segment's own fields
+    // lie before it.
+    auto shape = [&](segment* seg, page* pg) {
+      at = reinterpret_cast<uintptr_t>(&pg->owner_tid) & ~(ps - 1);
+      if (pg->reserved != 1 || at <= reinterpret_cast<uintptr_t>(&seg->pages[0])) return false;
+      std::set<page*> loose;
+      for (void* p : held) loose.insert(page_lookup(p));
+      bool ok = true;
+      for_each_page(seg, [&](page* q) {
+        auto a = reinterpret_cast<uintptr_t>(q);
+        if (a + sizeof(page) > at && a < at + ps && !loose.count(q)) ok = false;
+      });
+      return ok;
+    };
+    for (int i = 0; i < 40 && !shaped; ++i) {
+      held.push_back(strata_malloc(size));
+      target = held.back();
+      shaped = i >= 2 && shape(segment_of(target), page_lookup(target));
+    }
+    if (!shaped) return set_up.store(2);
+    dead_tid = thread_id();
+    segv_stop::lo = at;
+    segv_stop::hi = at + ps;
+    segv_stop::stopped_tid.store(syscall(SYS_gettid));
+    mprotect(reinterpret_cast<void*>(at), ps, PROT_READ);  // the thread's exit stops at its first write
+    set_up.store(1);
+  });
+  while (set_up.load() == 0) usleep(100);
+  if (!shaped) {
+    t.join();
+    for (void* p : held) strata_free(p);
+    sigaction(SIGSEGV, &segv_stop::old_action, nullptr);
+    GTEST_SKIP() << "the thread's pages are not as the test needs them";
+  }
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += 20;
+  bool stopped = sem_timedwait(&segv_stop::in_handler, &until) == 0;
+  EXPECT_TRUE(stopped) << "the exiting thread never wrote its page table";
+  bool missed = false;  // no thread of the child got the dead thread's stack (another libc)
+  pid_t pid = stopped ? fork() : -1;
+  if (pid == 0) {
+    alarm(20);
+    // The child's threads, kept alive until one has the dead thread's thread pointer (its stack).
+    std::atomic<bool> done{false}, ok{true}, found{false};
+    std::vector<std::thread> hunt;
+    for (int i = 0; i < 64 && !found.load(); ++i) {
+      std::atomic<bool> checked{false};
+      hunt.emplace_back([&] {
+        if (thread_id() == dead_tid) {
+          strata_free(strata_malloc(64));  // a heap of its own
+          strata_free(target);
+          ok = strata_heap_check();
+          found = true;
+        }
+        checked = true;
+        while (!done.load()) usleep(1000);
+      });
+      while (!checked.load()) usleep(100);
+    }
+    done = true;
+    for (auto& h : hunt) h.join();
+    strata_collect(true);
+    _exit(!found.load() ? 2 : ok.load() && strata_heap_check() ? 0 : 1);
+  }
+  if (pid > 0) {
+    int status = 0;
+    EXPECT_EQ(waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 1) << "the child's heap check failed, status " << status;
+    missed = WIFEXITED(status) && WEXITSTATUS(status) == 2;
+  }
+  sem_post(&segv_stop::release);
+  t.join();
+  sigaction(SIGSEGV, &segv_stop::old_action, nullptr);
+  for (void* p : held) strata_free(p);
+  strata_collect(true);
+  EXPECT_TRUE(strata_heap_check());
+  if (missed) GTEST_SKIP() << "no thread of the child had the dead thread's thread pointer";
 }
 
 TEST(Issue17ThreadExit, AllocatingInTheLastDestructorRoundLeavesNoHeapBehind) {
