@@ -410,170 +410,6 @@ void allocating_destructor(void* round) {
   if (r < PTHREAD_DESTRUCTOR_ITERATIONS) pthread_setspecific(churn_key, reinterpret_cast<void*>(r + 1));
 }
 
-// A fork caught another thread inside malloc's pop: the block had left its page's free list and
-// `used` had not counted it yet.  That thread is gone in the child, and its page was one block
-// short (free + local + used = capacity - 1): strata_heap_check() failed in 7-41 % of the
-// children of a program whose threads allocate while it forks.  The child recounts the pages of
-// the heaps it abandons.  Here the thread stops at that point on purpose.
-TEST(Issue17ThreadExit, AForkChildRecountsAPageItsThreadLeftMidPop) {
-  std::mutex m;
-  std::condition_variable cv;
-  int phase = 0;
-  strata::detail::page* pg = nullptr;
-  strata::detail::block* held = nullptr;
-  std::thread t([&] {
-    void* first = strata_malloc(48);  // the thread's own page of 48-byte blocks, with free ones
-    pg = strata::detail::page_lookup(first);
-    held = pg->free;
-    pg->free = strata::detail::link_get(pg, held);  // popped, not counted: where the fork stops it
-    {
-      std::lock_guard<std::mutex> g(m);
-      phase = 1;
-    }
-    cv.notify_all();
-    std::unique_lock<std::mutex> g(m);
-    cv.wait(g, [&] { return phase == 2; });
-    strata::detail::page_count_pop(pg);  // the pop finishes: the block is out and counted
-    strata_free(held);
-    strata_free(first);
-  });
-  {
-    std::unique_lock<std::mutex> g(m);
-    cv.wait(g, [&] { return phase == 1; });
-  }
-  ASSERT_NE(held, nullptr);
-  pid_t child = fork();
-  if (child == 0) {
-    strata_collect(true);  // takes over the abandoned segments: the stopped thread's page is checked
-    _exit(strata_heap_check() ? 0 : 1);
-  }
-  int status = 0;
-  EXPECT_EQ(waitpid(child, &status, 0), child);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child's heap check failed";
-  {
-    std::lock_guard<std::mutex> g(m);
-    phase = 2;
-  }
-  cv.notify_all();
-  t.join();
-  EXPECT_TRUE(strata_heap_check());
-}
-
-// A fork caught another thread inside free's push of the one block of a page whose span was fresh
-// from the OS (page_flag::clean): the block was on the page's local_free list, written, and
-// `used` still counted it.  The page is loose (on no list), so the child's recount never saw it;
-// the segment was adopted with the page in its queue and the clean flag set, and the child's
-// calloc of that class got the block without zeroing it: the parent thread's bytes (0x5a).
-TEST(Issue17ThreadExit, AForkChildsCallocIsZeroAfterAThreadStoppedInsideFreesPush) {
-  constexpr size_t size = 1536 * 1024;  // a one-block page of 24 slices
-  scoped_option at_once(strata::option::purge_delay, 0);
-  strata_collect(true);  // free slices purged: the thread's span comes clean from the OS
-  std::mutex m;
-  std::condition_variable cv;
-  int phase = 0;
-  bool clean = false;
-  std::thread t([&] {
-    std::vector<void*> dirty;  // in case a span is not clean: kept until the end, then freed
-    void* p = nullptr;
-    for (int i = 0; i < 8 && !clean; ++i) {
-      if (p) dirty.push_back(p);
-      p = strata_calloc(1, size);
-      clean = strata::detail::flags_of(strata::detail::page_lookup(p)) & strata::detail::page_flag::clean;
-    }
-    memset(p, 0x5a, size);
-    strata::detail::page* pg = strata::detail::page_lookup(p);
-    strata::detail::page_push_local(pg, static_cast<strata::detail::block*>(p));  // pushed, not counted
-    {
-      std::lock_guard<std::mutex> g(m);
-      phase = 1;
-    }
-    cv.notify_all();
-    std::unique_lock<std::mutex> g(m);
-    cv.wait(g, [&] { return phase == 2; });
-    // The free finishes.
-    if (strata::detail::page_count_local_free(pg)) strata::detail::page_local_event(strata::detail::tl_heap, pg);
-    for (void* d : dirty) strata_free(d);
-  });
-  {
-    std::unique_lock<std::mutex> g(m);
-    cv.wait(g, [&] { return phase == 1; });
-  }
-  EXPECT_TRUE(clean) << "no clean span to test with";  // EXPECT: the thread must still be joined
-  pid_t child = fork();
-  if (child == 0) {
-    strata_collect(true);  // takes over the abandoned segments, the stopped thread's page among them
-    int bad = 0;
-    for (int i = 0; i < 8; ++i) {
-      auto* q = static_cast<unsigned char*>(strata_calloc(1, size));
-      for (size_t k = 0; q && k < size; k += 4096) bad |= q[k];
-    }
-    _exit(bad ? 1 : 0);
-  }
-  int status = 0;
-  EXPECT_EQ(waitpid(child, &status, 0), child);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "a calloc in the child was not zero (status " << status << ")";
-  {
-    std::lock_guard<std::mutex> g(m);
-    phase = 2;
-  }
-  cv.notify_all();
-  t.join();
-  EXPECT_TRUE(strata_heap_check());
-}
-
-// A fork caught another thread inside span_init or span_free of a segment of its own (a heap's
-// segment operations take no lock): the span's flags said in use, its slices were not counted in
-// used_slices yet (or the other way round), and the segment the child abandoned and adopted
-// failed strata_heap_check ("segment used_slices does not match its spans") in about 1 % of the
-// children of a program whose threads allocate while it forks.  Counted low, used_slices would
-// have let the segment go back to the cache under a live span.  The child counts the segments of
-// the heaps it abandons again; here the thread stops with one span uncounted (then high).
-void fork_child_finds_segment_repaired(int32_t off_by) {
-  std::mutex m;
-  std::condition_variable cv;
-  int phase = 0;
-  strata::detail::segment* seg = nullptr;
-  std::thread t([&] {
-    void* first = strata_malloc(48);  // the thread's own page, in a segment of its own
-    strata::detail::page* pg = strata::detail::page_lookup(first);
-    seg = strata::detail::segment_of(pg);
-    seg->used_slices += static_cast<uint32_t>(off_by * pg->slice_count);  // where the fork stops it
-    {
-      std::lock_guard<std::mutex> g(m);
-      phase = 1;
-    }
-    cv.notify_all();
-    std::unique_lock<std::mutex> g(m);
-    cv.wait(g, [&] { return phase == 2; });
-    seg->used_slices -= static_cast<uint32_t>(off_by * pg->slice_count);  // the operation finishes
-    strata_free(first);
-  });
-  {
-    std::unique_lock<std::mutex> g(m);
-    cv.wait(g, [&] { return phase == 1; });
-  }
-  pid_t child = fork();
-  if (child == 0) {
-    strata_collect(true);  // takes over the abandoned segments: the stopped thread's is checked
-    // Counted low (its one page uncounted), the segment went to the cache under the live block.
-    _exit(strata_heap_check() && seg->owner.load() != nullptr ? 0 : 1);
-  }
-  int status = 0;
-  EXPECT_EQ(waitpid(child, &status, 0), child);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child's heap check failed, status " << status;
-  {
-    std::lock_guard<std::mutex> g(m);
-    phase = 2;
-  }
-  cv.notify_all();
-  t.join();
-  EXPECT_TRUE(strata_heap_check());
-}
-
-TEST(Issue17ThreadExit, AForkChildRecountsASegmentItsThreadLeftMidSpanInit) { fork_child_finds_segment_repaired(-1); }
-
-TEST(Issue17ThreadExit, AForkChildRecountsASegmentItsThreadLeftMidSpanFree) { fork_child_finds_segment_repaired(1); }
-
 // The scaffolding of the tests below: `stop` runs on a thread of its own and leaves its heap as
 // a fork would find it in the middle of an operation (it returns whether the heap was as it needs
 // it); the process forks while that thread waits; the child runs `child` and exits 0 if it
@@ -616,6 +452,118 @@ void fork_while_a_thread_is_stopped(const std::function<bool()>& stop, const std
   cv.notify_all();
   t.join();
 }
+
+// A fork caught another thread inside malloc's pop: the block had left its page's free list and
+// `used` had not counted it yet.  That thread is gone in the child, and its page was one block
+// short (free + local + used = capacity - 1): strata_heap_check() failed in 7-41 % of the
+// children of a program whose threads allocate while it forks.  The child recounts the pages of
+// the heaps it abandons.  Here the thread stops at that point on purpose.
+TEST(Issue17ThreadExit, AForkChildRecountsAPageItsThreadLeftMidPop) {
+  strata::detail::page* pg = nullptr;
+  strata::detail::block* held = nullptr;
+  void* first = nullptr;
+  fork_while_a_thread_is_stopped(
+      [&] {
+        first = strata_malloc(48);  // the thread's own page of 48-byte blocks, with free ones
+        pg = strata::detail::page_lookup(first);
+        held = pg->free;
+        if (held == nullptr) return false;
+        pg->free = strata::detail::link_get(pg, held);  // popped, not counted: where the fork stops it
+        return true;
+      },
+      [&] {
+        if (held != nullptr) {
+          strata::detail::page_count_pop(pg);  // the pop finishes: the block is out and counted
+          strata_free(held);
+        }
+        strata_free(first);
+      },
+      [] {
+        strata_collect(true);  // takes over the abandoned segments: the stopped thread's page is checked
+        return strata_heap_check();
+      },
+      "the thread's page has no free block");
+  EXPECT_TRUE(strata_heap_check());
+}
+
+// A fork caught another thread inside free's push of the one block of a page whose span was fresh
+// from the OS (page_flag::clean): the block was on the page's local_free list, written, and
+// `used` still counted it.  The page is loose (on no list), so the child's recount never saw it;
+// the segment was adopted with the page in its queue and the clean flag set, and the child's
+// calloc of that class got the block without zeroing it: the parent thread's bytes (0x5a).
+TEST(Issue17ThreadExit, AForkChildsCallocIsZeroAfterAThreadStoppedInsideFreesPush) {
+  constexpr size_t size = 1536 * 1024;  // a one-block page of 24 slices
+  scoped_option at_once(strata::option::purge_delay, 0);
+  strata_collect(true);  // free slices purged: the thread's span comes clean from the OS
+  std::vector<void*> dirty;  // in case a span is not clean: kept until the end, then freed
+  strata::detail::page* pg = nullptr;
+  fork_while_a_thread_is_stopped(
+      [&] {
+        bool clean = false;
+        void* p = nullptr;
+        for (int i = 0; i < 8 && !clean; ++i) {
+          if (p) dirty.push_back(p);
+          p = strata_calloc(1, size);
+          clean = strata::detail::flags_of(strata::detail::page_lookup(p)) & strata::detail::page_flag::clean;
+        }
+        memset(p, 0x5a, size);
+        pg = strata::detail::page_lookup(p);
+        strata::detail::page_push_local(pg, static_cast<strata::detail::block*>(p));  // pushed, not counted
+        return clean;
+      },
+      [&] {
+        // The free finishes.
+        if (strata::detail::page_count_local_free(pg)) strata::detail::page_local_event(strata::detail::tl_heap, pg);
+        for (void* d : dirty) strata_free(d);
+      },
+      [] {
+        strata_collect(true);  // takes over the abandoned segments, the stopped thread's page among them
+        int bad = 0;
+        for (int i = 0; i < 8; ++i) {
+          auto* q = static_cast<unsigned char*>(strata_calloc(1, size));
+          for (size_t k = 0; q && k < size; k += 4096) bad |= q[k];
+        }
+        return bad == 0;  // a calloc in the child was not zero
+      },
+      "no clean span to test with");
+  EXPECT_TRUE(strata_heap_check());
+}
+
+// A fork caught another thread inside span_init or span_free of a segment of its own (a heap's
+// segment operations take no lock): the span's flags said in use, its slices were not counted in
+// used_slices yet (or the other way round), and the segment the child abandoned and adopted
+// failed strata_heap_check ("segment used_slices does not match its spans") in about 1 % of the
+// children of a program whose threads allocate while it forks.  Counted low, used_slices would
+// have let the segment go back to the cache under a live span.  The child counts the segments of
+// the heaps it abandons again; here the thread stops with one span uncounted (then high).
+void fork_child_finds_segment_repaired(int32_t off_by) {
+  strata::detail::segment* seg = nullptr;
+  strata::detail::page* pg = nullptr;
+  void* first = nullptr;
+  fork_while_a_thread_is_stopped(
+      [&] {
+        first = strata_malloc(48);  // the thread's own page, in a segment of its own
+        pg = strata::detail::page_lookup(first);
+        seg = strata::detail::segment_of(pg);
+        seg->used_slices += static_cast<uint32_t>(off_by * pg->slice_count);  // where the fork stops it
+        return true;
+      },
+      [&] {
+        seg->used_slices -= static_cast<uint32_t>(off_by * pg->slice_count);  // the operation finishes
+        strata_free(first);
+      },
+      [&] {
+        strata_collect(true);  // takes over the abandoned segments: the stopped thread's is checked
+        // Counted low (its one page uncounted), the segment went to the cache under the live block.
+        return strata_heap_check() && seg->owner.load() != nullptr;
+      },
+      "");
+  EXPECT_TRUE(strata_heap_check());
+}
+
+TEST(Issue17ThreadExit, AForkChildRecountsASegmentItsThreadLeftMidSpanInit) { fork_child_finds_segment_repaired(-1); }
+
+TEST(Issue17ThreadExit, AForkChildRecountsASegmentItsThreadLeftMidSpanFree) { fork_child_finds_segment_repaired(1); }
 
 // A fork caught another thread inside remote_free_batched, its third free into another thread's
 // page counted in the slot (count 3) and not yet at its chain's head (the compiled order: the
