@@ -25,20 +25,17 @@ def cmd_record(a: argparse.Namespace) -> int:
         argv = argv[1:]
     if not argv:
         raise LabError("record: give the command after --, e.g. strata-lab record -- python3 work.py")
-    if "%p" in a.output:
-        # The recorder would expand it too, in a name the lab could not predict for the children.
-        raise LabError(f"record: -o {a.output!r} contains %p; give a plain file name (the traces of "
-                       "processes the command starts go beside it as TRACE.<pid>)")
     strata = allocators.resolve("strata")
     out = Path(a.output).resolve()
     # Checked before the command runs: afterwards its trace would be left at TRACE.<pid>.
     if out.is_dir():
         raise LabError(f"record: -o {out} is a directory; give the trace's file name, e.g. -o {out / 'strata.trace'}")
     results.make_dir(out.parent, "record: cannot create the directory")
-    template = out.with_name(out.name + ".%p")
+    # The recorder expands "%p" to the process id and "%%" to "%": a "%" of the name is doubled.
+    template = str(out).replace("%", "%%") + ".%p"
     env = dict(os.environ)
     env["LD_PRELOAD"] = " ".join(x for x in (strata.library, env.get("LD_PRELOAD")) if x)
-    env["STRATA_TRACE"] = str(template)
+    env["STRATA_TRACE"] = template
     before = _traces_beside(out)
     try:
         proc = subprocess.Popen(argv, env=env)

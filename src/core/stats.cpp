@@ -148,29 +148,6 @@ static void stats_print_to(int fd) noexcept {
   }
 }
 
-// STRATA_STATS_FILE with "%p" replaced by the process id ("%%" by "%"), so that every process of
-// a program that forks or runs others can write its own file.  False when it does not fit.
-bool expand_stats_path(const char* in, char* out, size_t cap) noexcept {
-  size_t n = 0;
-  for (const char* s = in; *s; ++s) {
-    char pid[24];
-    const char* piece = s;
-    size_t len = 1;
-    if (s[0] == '%' && s[1] == 'p') {
-      len = static_cast<size_t>(snprintf(pid, sizeof pid, "%d", static_cast<int>(getpid())));
-      piece = pid;
-      ++s;
-    } else if (s[0] == '%' && s[1] == '%') {
-      ++s;
-    }
-    if (n + len >= cap) return false;
-    memcpy(out + n, piece, len);
-    n += len;
-  }
-  out[n] = 0;
-  return true;
-}
-
 namespace {
 // STRATA_SHOW_STATS prints at exit, after the program's own exit handlers: by then many programs
 // have closed stderr (coreutils' close_stdout: `STRATA_SHOW_STATS=1 ls` printed nothing), and
@@ -222,7 +199,7 @@ void stats_report_at_exit() noexcept {
   }
   if (const char* pattern = options::get_text(option::stats_file)) {
     char path[4096];
-    if (!expand_stats_path(pattern, path, sizeof path)) {
+    if (!os::expand_path(pattern, path, sizeof path)) {
       if (const int fd = exit_stderr(); fd >= 0)
         report::to_fd(fd, "strata: warning: STRATA_STATS_FILE is too long once expanded\n");
       return;

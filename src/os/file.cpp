@@ -124,6 +124,35 @@ uint64_t resident_anon_kib() noexcept { return status_kib({"RssAnon:"}); }
 
 uint32_t process_id() noexcept { return static_cast<uint32_t>(getpid()); }
 uint32_t thread_os_id() noexcept { return static_cast<uint32_t>(syscall(SYS_gettid)); }
+
+bool expand_path(const char* in, char* out, size_t cap) noexcept {
+  size_t o = 0;
+  for (const char* s = in; *s; s++) {
+    char digits[12];  // reversed
+    int n = 0;
+    if (s[0] == '%' && s[1] == 'p') {
+      for (uint32_t pid = process_id(); pid || n == 0; pid /= 10) digits[n++] = char('0' + pid % 10);
+      s++;
+    } else {
+      digits[n++] = *s;
+      if (s[0] == '%' && s[1] == '%') s++;
+    }
+    if (o + static_cast<size_t>(n) >= cap) return false;
+    while (n) out[o++] = digits[--n];
+  }
+  if (cap == 0) return false;
+  out[o] = 0;
+  return true;
+}
+
+bool path_has_process_id(const char* in) noexcept {
+  for (const char* s = in; *s; s++) {
+    if (s[0] != '%') continue;
+    if (s[1] == 'p') return true;
+    if (s[1] == '%') s++;
+  }
+  return false;
+}
 uint64_t now_ns() noexcept {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

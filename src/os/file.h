@@ -42,6 +42,12 @@ uint64_t resident_anon_kib() noexcept;
 
 uint32_t process_id() noexcept;
 uint32_t thread_os_id() noexcept;
+// A path option's template (STRATA_TRACE, STRATA_STATS_FILE) with each "%p" replaced by the
+// process id and each "%%" by "%", written to out with its NUL.  False when it does not fit in
+// cap bytes.
+bool expand_path(const char* in, char* out, size_t cap) noexcept;
+// Whether expand_path puts the process id into the path ("%p", not the "%p" of "%%p").
+bool path_has_process_id(const char* in) noexcept;
 // Nanoseconds of CLOCK_MONOTONIC (vDSO).
 uint64_t now_ns() noexcept;
 

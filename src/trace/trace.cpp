@@ -251,26 +251,6 @@ uint64_t runtime_libs_loaded() noexcept {
   return bits;
 }
 
-// The trace's path: path_template with each %p replaced by the process id.  False when it does
-// not fit in path_max bytes (with its NUL), as STRATA_STATS_FILE's expansion.
-bool expand_path(char (&path)[path_max]) noexcept {
-  size_t o = 0;
-  for (const char* s = path_template; *s; s++) {
-    char digits[12];
-    int n = 0;
-    if (s[0] == '%' && s[1] == 'p') {
-      for (uint32_t pid = os::process_id(); pid || n == 0; pid /= 10) digits[n++] = char('0' + pid % 10);
-      s++;
-    } else {
-      digits[n++] = *s;
-    }
-    if (o + static_cast<size_t>(n) >= path_max) return false;
-    while (n) path[o++] = digits[--n];
-  }
-  path[o] = 0;
-  return true;
-}
-
 // Nothing is recorded: strata_options_json lists STRATA_TRACE as unset.
 void not_recording() noexcept {
   active = false;
@@ -279,7 +259,7 @@ void not_recording() noexcept {
 
 bool write_file_header(uint32_t parent) noexcept {
   char path[path_max];
-  if (!expand_path(path)) {
+  if (!os::expand_path(path_template, path, sizeof path)) {
     // A path cut to fit would name another file (or none): say so, as STRATA_STATS_FILE does.
     not_recording();
     os::print_error("strata: warning: STRATA_TRACE is too long once expanded (over 4095 bytes): "
@@ -528,7 +508,7 @@ void after_fork_child() noexcept {
   if (!active) return;
   if (fd_is_trace()) os::file_close(fd);  // the parent's (its lock stays with the parent's descriptor)
   fd = -1;
-  if (strstr(path_template, "%p") == nullptr) {
+  if (!os::path_has_process_id(path_template)) {
     not_recording();
     return;
   }

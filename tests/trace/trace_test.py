@@ -102,6 +102,17 @@ with tempfile.TemporaryDirectory() as tmp:
            f"fixed path, parent only: {parent} {err}")
     for f in glob.glob(os.path.join(tmp, "*")):
         os.unlink(f)
+    # "%%" is a "%" (as in STRATA_STATS_FILE): "fixed%%p" names the file "fixed%p", which holds
+    # no process id, so again the child does not record.  Before, the path became "fixed%<pid>"
+    # and the child wrote a second trace.
+    p = record(tmp, "fork", "500", trace="fixed%%p")
+    files = sorted(os.listdir(tmp))
+    expect(files == ["fixed%p"], f"'%%' in the path: files {files}")
+    rc, parent, err = check(os.path.join(tmp, "fixed%p"))
+    expect(rc == 0 and parent["complete"] and parent["counts"]["malloc"] < 500,
+           f"'%%' in the path, parent only: {parent} {err}")
+    for f in glob.glob(os.path.join(tmp, "*")):
+        os.unlink(f)
 
     # Thread churn: a thread's buffer goes to the next thread once its thread is done with it.
     # Each thread kept a mapped buffer (2 MiB of address space, its 4 KiB header resident) for
