@@ -311,6 +311,11 @@ std::size_t log_uniform(std::mt19937_64& rng, std::size_t lo, std::size_t hi) {
 struct block {
   void* p;
   std::size_t n;
+  // What the block was allocated with, for a free that has no trace line of its own (a replay's
+  // blocks still live at its end): a block aligned past the default freed with the default
+  // alignment handed the resource its aligned pointer, not the one it had made.
+  std::size_t alignment = device_memory_resource::native_alignment;
+  stream_view s{};
 };
 
 // One thread's part of a cell: its stream, its timer and the blocks it pins until the cell ends.
@@ -547,6 +552,7 @@ cell_result run_cell(const std::string& name, int nthreads, const config& c,
       for (auto& b : w.pinned) mr.deallocate(b.p, b.n, w.s);
     dev->device_synchronize();
     for (auto s : streams) dev->stream_destroy(s);
+    if (logger) logger->flush();  // a trace that lost lines (full disk) fails the cell
     if (failed) out.error = failure;
   } catch (const std::exception& e) {
     out.error = e.what();
@@ -645,7 +651,7 @@ int replay(const config& c, std::shared_ptr<device_backend> dev) {
             const auto t1 = clk::now();
             void* p = mr.allocate(op.bytes, s, op.alignment);
             tm.ns += static_cast<std::uint64_t>((clk::now() - t1).count());
-            live[op.ptr] = block{p, op.bytes};
+            live[op.ptr] = block{p, op.bytes, op.alignment, s};
           } catch (const std::bad_alloc&) {
             ++failed;
           }
@@ -662,7 +668,7 @@ int replay(const config& c, std::shared_ptr<device_backend> dev) {
       const auto info = mr.info();
       frag = info.fragmentation();
       peak = info.peak_reserved_bytes;
-      for (auto& [k, b] : live) mr.deallocate(b.p, b.n, {});
+      for (auto& [k, b] : live) mr.deallocate(b.p, b.n, b.s, b.alignment);
       dev->device_synchronize();
       for (auto& [id, s] : streams) dev->stream_destroy(s);
     } catch (const std::exception& e) {

@@ -20,6 +20,7 @@ logging_adaptor::logging_adaptor(device_memory_resource& upstream, const std::st
       upstream_(upstream),
       owned_(std::make_unique<std::ofstream>(csv_path, std::ios::trunc)),
       out_(owned_.get()),
+      where_(csv_path),
       start_(std::chrono::steady_clock::now()) {
   if (!*owned_) throw std::runtime_error("logging_adaptor: cannot open " + csv_path);
   *out_ << header << '\n';
@@ -29,15 +30,24 @@ logging_adaptor::logging_adaptor(device_memory_resource& upstream, std::ostream&
     : device_memory_resource(upstream.shared_backend()),
       upstream_(upstream),
       out_(&out),
+      where_("the caller's stream"),
       start_(std::chrono::steady_clock::now()) {
   *out_ << header << '\n';
 }
 
-logging_adaptor::~logging_adaptor() { flush(); }
+// A destructor must not throw: a caller's stream with exceptions() set that fails here would
+// otherwise end the program (std::terminate).
+logging_adaptor::~logging_adaptor() {
+  try {
+    flush();
+  } catch (...) {
+  }
+}
 
 void logging_adaptor::flush() {
   std::lock_guard lock(mutex_);
   out_->flush();
+  if (!*out_) throw std::runtime_error("logging_adaptor: the trace could not be written whole to " + where_);
 }
 
 void logging_adaptor::write(const char* op, const void* p, std::size_t bytes, stream_view stream,
@@ -58,10 +68,22 @@ void* logging_adaptor::do_allocate(std::size_t bytes, stream_view stream, std::s
   try {
     p = upstream_.allocate(bytes, stream, alignment);
   } catch (const std::bad_alloc&) {
-    write("oom", nullptr, bytes, stream, alignment);
+    try {
+      write("oom", nullptr, bytes, stream, alignment);
+    } catch (...) {
+      // The caller is told about the out-of-memory, not about the trace.
+    }
     throw;
   }
-  write("alloc", p, bytes, stream, alignment);
+  // A write that throws (a caller's stream with exceptions() set, a full disk, no memory for
+  // the stream's buffer) fails the allocate; the block goes back upstream first, so it is not
+  // lost, and the trace has no line for it, so a replay stays consistent.
+  try {
+    write("alloc", p, bytes, stream, alignment);
+  } catch (...) {
+    upstream_.deallocate(p, bytes, stream, alignment);
+    throw;
+  }
   return p;
 }
 

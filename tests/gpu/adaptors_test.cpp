@@ -3,7 +3,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <fstream>
+#include <ios>
+#include <ostream>
+#include <streambuf>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -170,6 +175,83 @@ TEST_F(adaptors, logging_writes_a_replayable_csv_trace) {
   EXPECT_LE(std::stoll(alloc[2]), std::stoll(free[2]));     // time never runs backwards
   EXPECT_EQ(oom[3], "0x0");
   dev->stream_destroy(s);
+}
+
+// A stream buffer that takes `room` characters (the header, say) and then refuses every write,
+// or that refuses only to sync (flush).
+class failing_buf final : public std::streambuf {
+ public:
+  explicit failing_buf(std::size_t room, bool sync_fails = false)
+      : room_(room), sync_fails_(sync_fails) {}
+  std::string taken;
+
+ private:
+  std::streamsize xsputn(const char* s, std::streamsize n) override {
+    const auto k = std::min<std::streamsize>(n, static_cast<std::streamsize>(room_ - taken.size()));
+    taken.append(s, static_cast<std::size_t>(k));
+    return k;
+  }
+  int_type overflow(int_type c) override {
+    if (taken.size() >= room_ || traits_type::eq_int_type(c, traits_type::eof()))
+      return traits_type::eof();
+    taken.push_back(traits_type::to_char_type(c));
+    return c;
+  }
+  int sync() override { return sync_fails_ ? -1 : 0; }
+  std::size_t room_;
+  bool sync_fails_;
+};
+
+// An alloc line that cannot be written (a caller's stream with exceptions() set) failed the
+// allocate after the upstream had handed out the block: the caller never saw the pointer, so
+// the block was lost (4096 bytes still allocated upstream), and an oom line that could not be
+// written replaced the out_of_memory_error with std::ios_base::failure.
+TEST_F(adaptors, logging_a_failed_write_loses_no_block_and_keeps_the_out_of_memory_error) {
+  failing_buf buf(std::string(logging_adaptor::header).size() + 1);
+  std::ostream out(&buf);
+  out.exceptions(std::ios::badbit);
+  {
+    logging_adaptor log(upstream, out);
+    EXPECT_THROW(log.allocate(4096), std::ios_base::failure);
+    EXPECT_EQ(upstream.info().allocated_bytes, 0u) << "the block the trace could not record leaked";
+    EXPECT_THROW(log.allocate(std::size_t{1} << 40), out_of_memory_error);
+  }
+  EXPECT_EQ(buf.taken, std::string(logging_adaptor::header) + "\n");
+}
+
+// ~logging_adaptor flushes; a flush that throws (sync fails, exceptions() set) ended the program
+// with std::terminate from the destructor.
+TEST_F(adaptors, logging_destructor_survives_a_flush_that_throws) {
+  failing_buf buf(1 << 20, /*sync_fails=*/true);
+  std::ostream out(&buf);
+  out.exceptions(std::ios::badbit);
+  {
+    logging_adaptor log(upstream, out);
+    log.deallocate(log.allocate(4096), 4096);
+  }  // before: terminate called after throwing an instance of 'std::ios_base::failure'
+  EXPECT_TRUE(out.bad());
+  EXPECT_EQ(upstream.info().allocated_bytes, 0u);
+  EXPECT_NE(buf.taken.find("free,"), std::string::npos) << buf.taken;
+}
+
+// A trace that could not be written (here /dev/full: the file opens, every write fails) was lost
+// in silence: flush() and the destructor said nothing, and strata-bench-e2-gpu --trace reported
+// success with an empty file.
+TEST_F(adaptors, logging_flush_reports_a_trace_that_could_not_be_written) {
+  if (!std::ofstream("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  logging_adaptor log(upstream, "/dev/full");
+  void* p = log.allocate(4096);
+  log.deallocate(p, 4096);
+  EXPECT_THROW(log.flush(), std::runtime_error);
+  EXPECT_EQ(upstream.info().allocated_bytes, 0u);
+}
+
+TEST_F(adaptors, logging_flush_succeeds_when_the_whole_trace_was_written) {
+  std::ostringstream out;
+  logging_adaptor log(upstream, out);
+  log.deallocate(log.allocate(4096), 4096);
+  EXPECT_NO_THROW(log.flush());
+  EXPECT_NE(out.str().find("\nfree,"), std::string::npos) << out.str();
 }
 
 }  // namespace
