@@ -5,6 +5,7 @@
 // Runs inside malloc: no allocation, no libstdc++ at run time, errno preserved on success paths.
 #include "core/numa.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -162,10 +163,13 @@ bool parse_spec(const char* spec, policy& out, char* why, size_t why_len) noexce
   const char* list = colon + 1;
   if (!parse_node_list(list, list + strlen(list), out.nodes, bad_begin, bad_end)) {
     if (bad_begin != nullptr)
-      snprintf(why, why_len, "node %.*s does not exist (this machine has node%s %s)",
-               static_cast<int>(bad_end - bad_begin), bad_begin, online.count() == 1 ? "" : "s", existing);
+      snprintf(why, why_len, "node %.*s%s does not exist (this machine has node%s %s)",
+               static_cast<int>(std::min<size_t>(bad_end - bad_begin, report::quote_max)), bad_begin,
+               bad_end - bad_begin > static_cast<ptrdiff_t>(report::quote_max) ? "..." : "",
+               online.count() == 1 ? "" : "s", existing);
     else
-      snprintf(why, why_len, "malformed node list \"%s\"; %s", list, usage);
+      snprintf(why, why_len, "malformed node list \"%.*s%s\"; %s", report::quote_len(list), list,
+               report::quote_cut(list), usage);
     return false;
   }
   for (int n = 0; n < max_nodes; ++n) {
@@ -197,8 +201,8 @@ void numa_init() noexcept {
   policy p;
   char why[512];
   if (!parse_spec(spec, p, why, sizeof why)) {
-    report::message("strata: warning: STRATA_NUMA=\"%s\" ignored: %s; no NUMA policy applied\n",
-                    spec, why);
+    report::message("strata: warning: STRATA_NUMA=\"%.*s%s\" ignored: %s; no NUMA policy applied\n",
+                    report::quote_len(spec), spec, report::quote_cut(spec), why);
     options::reset(option::numa);  // strata_options_json shows what is in effect: unset
     return;
   }
@@ -244,7 +248,8 @@ STRATA_EXPORT int strata_numa_set_policy(const char* spec) {
     return -1;
   }
   if (!parse_spec(spec, p, why, sizeof why)) {
-    strata::report::message("strata: NUMA policy \"%s\" rejected: %s\n", spec, why);
+    strata::report::message("strata: NUMA policy \"%.*s%s\" rejected: %s\n", strata::report::quote_len(spec), spec,
+                            strata::report::quote_cut(spec), why);
     errno = EINVAL;
     return -1;
   }

@@ -122,11 +122,11 @@ void init() noexcept {
     if (ok) {
       values[i] = v;
     } else if (d.type == kind::flag) {
-      report::message("strata: warning: %s=\"%s\" is not a flag (use 0/1, true/false, yes/no, on/off); keeping the default %lld (%s: %s)\n",
-                      d.env, s, static_cast<long long>(d.def), d.env, d.help);
+      report::message("strata: warning: %s=\"%.*s%s\" is not a flag (use 0/1, true/false, yes/no, on/off); keeping the default %lld (%s: %s)\n",
+                      d.env, report::quote_len(s), s, report::quote_cut(s), static_cast<long long>(d.def), d.env, d.help);
     } else {
-      report::message("strata: warning: %s=\"%s\" is not an integer in [%lld, %lld]; keeping the default %lld (%s: %s)\n",
-                      d.env, s, static_cast<long long>(d.lo), static_cast<long long>(d.hi),
+      report::message("strata: warning: %s=\"%.*s%s\" is not an integer in [%lld, %lld]; keeping the default %lld (%s: %s)\n",
+                      d.env, report::quote_len(s), s, report::quote_cut(s), static_cast<long long>(d.lo), static_cast<long long>(d.hi),
                       static_cast<long long>(d.def), d.env, d.help);
     }
   }

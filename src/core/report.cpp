@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
+#include <cstring>
 #include <unistd.h>
 
 #include "os/os.h"
@@ -30,7 +31,11 @@ void vto_fd(int fd, const char* fmt, va_list ap) noexcept {
   os::no_cancel hold;  // write is a cancellation point: free's reports, malloc_stats
   char line[1024];
   int n = vsnprintf(line, sizeof line, fmt, ap);
-  if (n > static_cast<int>(sizeof line) - 1) n = sizeof line - 1;
+  if (n > static_cast<int>(sizeof line) - 1) {
+    // Cut short, it still ends as a line, and says it was cut: the next message started on it.
+    n = sizeof line - 1;
+    memcpy(line + n - 4, "...\n", 4);
+  }
   for (int off = 0; n > off;) {
     ssize_t w = write(fd, line + off, static_cast<size_t>(n - off));
     if (w <= 0) break;
@@ -88,9 +93,29 @@ void json_writer::field_uint(const char* k, uint64_t v) noexcept {
   first_ = false;
 }
 
+// Written digit by digit, six decimals at most: printf's %g takes its decimal point from the
+// program's locale, and a program that had called setlocale(LC_ALL, "") under de_DE got
+// "fragmentation":0,995833 from strata_stats_json and in its STRATA_STATS_FILE (no longer JSON).
+// A value that is not finite has no JSON number: null.  (Integer arithmetic: no libm.)
 void json_writer::field_double(const char* k, double v) noexcept {
   key(k);
-  printf("%.6g", v);
+  double a = v < 0 ? -v : v;
+  if (!__builtin_isfinite(v)) {
+    raw("null");
+  } else if (a >= 1e12) {  // a * 1e6 below stays under 2^64
+    printf("%s%.0f", v < 0 ? "-" : "", a);  // no decimal point, and no grouping without '
+  } else {
+    auto scaled = static_cast<unsigned long long>(a * 1e6 + 0.5);
+    unsigned long long whole = scaled / 1000000, micros = scaled % 1000000;
+    printf("%s%llu", v < 0 && scaled != 0 ? "-" : "", whole);
+    if (micros != 0) {
+      char frac[8];
+      snprintf(frac, sizeof frac, "%06llu", micros);
+      int n = 6;
+      while (frac[n - 1] == '0') --n;
+      printf(".%.*s", n, frac);
+    }
+  }
   first_ = false;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace strata::report {
 
@@ -10,6 +11,13 @@ namespace strata::report {
 void message(const char* fmt, ...) noexcept __attribute__((format(printf, 1, 2)));
 // Same, to a file descriptor.
 void to_fd(int fd, const char* fmt, ...) noexcept __attribute__((format(printf, 2, 3)));
+
+// A value of the user's (an option, a NUMA spec) quoted in a message, cut to its first
+// quote_max bytes with "..." after them: a message is one line of at most 1023 bytes, and the
+// reason after a long value was cut off.  Print as "%.*s%s", quote_len(v), v, quote_cut(v).
+constexpr size_t quote_max = 200;
+inline int quote_len(const char* v) noexcept { return static_cast<int>(strnlen(v, quote_max)); }
+inline const char* quote_cut(const char* v) noexcept { return v[strnlen(v, quote_max)] ? "..." : ""; }
 
 // A tiny JSON writer over a caller's buffer: truncates safely, and finish() returns the length
 // the whole document needed (the snprintf contract).

@@ -175,9 +175,11 @@ void stats_file_failed(const char* what, const char* path, int err) noexcept {
   if (fd < 0) return;
   const char* why = strerrordesc_np(err);
   if (why != nullptr)
-    report::to_fd(fd, "strata: warning: STRATA_STATS_FILE=%s cannot be %s: %s\n", path, what, why);
+    report::to_fd(fd, "strata: warning: STRATA_STATS_FILE=%.*s%s cannot be %s: %s\n", report::quote_len(path), path,
+                  report::quote_cut(path), what, why);
   else
-    report::to_fd(fd, "strata: warning: STRATA_STATS_FILE=%s cannot be %s: errno %d\n", path, what, err);
+    report::to_fd(fd, "strata: warning: STRATA_STATS_FILE=%.*s%s cannot be %s: errno %d\n", report::quote_len(path),
+                  path, report::quote_cut(path), what, err);
 }
 }  // namespace
 

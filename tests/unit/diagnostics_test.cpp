@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <clocale>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +22,7 @@
 #include "core/errors.h"
 #include "core/stats.h"
 #include "core/numa.h"
+#include "core/report.h"
 #include "strata/strata.h"
 
 namespace {
@@ -325,6 +327,109 @@ TEST(Issue17Options, WhitespaceInsideOrInsteadOfAValueIsRejected) {
     EXPECT_EQ(options::get(option::verbose), 0) << '"' << v << '"';
     options::reset(option::verbose);
   }
+}
+
+// ---- 6. long values in messages, numbers in JSON whatever the locale ---------------------------
+
+// A rejected value over a message line's 1023 bytes is quoted cut short: the line still says why,
+// and ends.  Before: cut at 1023 bytes, the reason and the newline were gone, and the next message
+// went on the same line.
+TEST(Issue17Messages, ALongRejectedValueKeepsTheReasonAndEndsTheLine) {
+  std::string digits(3000, '9');
+  std::string err = init_with("STRATA_PURGE_DELAY", digits.c_str());
+  EXPECT_EQ(lines(err), 1) << err.size() << " bytes";
+  EXPECT_NE(err.find("is not an integer in [-1,"), std::string::npos) << err.substr(0, 200);
+  EXPECT_NE(err.find(digits.substr(0, 100) + "...\""), std::string::npos) << err.substr(0, 200);
+  EXPECT_EQ(options::get(option::purge_delay), 40);
+  options::reset(option::purge_delay);
+
+  std::string node = "bind:" + std::string(3000, '1'), unknown(3000, 'x');
+  for (bool is_node : {true, false}) {
+    const std::string& spec = is_node ? node : unknown;
+    testing::internal::CaptureStderr();
+    errno = 0;
+    EXPECT_EQ(strata_numa_set_policy(spec.c_str()), -1);
+    EXPECT_EQ(errno, EINVAL);
+    err = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(lines(err), 1) << err.size() << " bytes";
+    EXPECT_NE(err.find(is_node ? "does not exist (this machine has node" : "unknown policy"), std::string::npos)
+        << err.substr(0, 300);
+  }
+  EXPECT_NE(options_json().find("\"STRATA_NUMA\":null"), std::string::npos);
+
+  ASSERT_EQ(init_with("STRATA_NUMA", node.c_str()), "");
+  testing::internal::CaptureStderr();
+  strata::detail::numa_init();
+  err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(lines(err), 1) << err.size() << " bytes";
+  EXPECT_NE(err.find("no NUMA policy applied"), std::string::npos) << err.substr(0, 300);
+  options::reset(option::numa);
+}
+
+namespace {
+// Puts LC_NUMERIC in a locale whose decimal point is a comma: an installed one, else one built
+// with localedef under a scratch LOCPATH.  False when there is none to be had.
+bool comma_decimal_locale() {
+  auto comma = [] {
+    char b[8];
+    snprintf(b, sizeof b, "%.1f", 0.5);
+    return strcmp(b, "0,5") == 0;
+  };
+  const char* names[] = {"de_DE.UTF-8", "de_DE.utf8", "fr_FR.UTF-8", "fr_FR.utf8", "de_DE", "fr_FR"};
+  for (const char* name : names)
+    if (setlocale(LC_NUMERIC, name) && comma()) return true;
+  static char dir[] = "/tmp/strata-locale-XXXXXX";
+  if (mkdtemp(dir) == nullptr) return false;
+  std::string cmd = std::string("localedef -i de_DE -f UTF-8 ") + dir + "/de_DE.UTF-8 >/dev/null 2>&1";
+  bool built = system(cmd.c_str()) == 0;
+  setenv("LOCPATH", dir, 1);  // glibc's setlocale reads it at each call
+  bool ok = built && setlocale(LC_NUMERIC, "de_DE.UTF-8") && comma();
+  unsetenv("LOCPATH");
+  system((std::string("rm -rf ") + dir).c_str());
+  return ok;
+}
+}  // namespace
+
+// strata_stats_json (and STRATA_STATS_FILE) in a program that called setlocale(LC_ALL, "") under
+// a locale with a decimal comma.  Before: "fragmentation":0,995833 (%g's decimal point is the
+// locale's): no longer JSON.
+TEST(Issue17Stats, JsonNumbersDoNotFollowTheLocale) {
+  void* held = strata_malloc(1000);  // in use, and less than what is committed: a fraction
+  if (!comma_decimal_locale()) {
+    strata_free(held);
+    GTEST_SKIP() << "no locale with a decimal comma, and localedef could not build one";
+  }
+  char doc[16384];
+  size_t n = strata_stats_json(doc, sizeof doc);
+  char one[128];
+  strata::report::json_writer w(one, sizeof one);
+  w.open();
+  w.field_double("a", 0.5);
+  w.field_double("b", -0.25);
+  w.field_double("c", 0.99999999);
+  w.field_double("d", 1e20);
+  w.field_double("e", __builtin_nan(""));
+  w.field_double("f", 5e13);  // past 2^64 / 1e6: written whole, not scaled
+  w.close();
+  w.finish();
+  setlocale(LC_NUMERIC, "C");
+  strata_free(held);
+  ASSERT_LT(n, sizeof doc);
+  std::string json(doc);
+  size_t at = json.find("\"fragmentation\":");
+  ASSERT_NE(at, std::string::npos) << json;
+  at += strlen("\"fragmentation\":");
+  size_t end = json.find_first_of(",}", at);
+  ASSERT_NE(end, std::string::npos) << json;
+  // The number runs to the next key: what follows the comma is a key, not more digits.
+  EXPECT_EQ(json.compare(end, 2, ",\""), 0) << json.substr(at - 16, 48);
+  std::string number = json.substr(at, end - at);
+  char* stop = nullptr;
+  double f = strtod(number.c_str(), &stop);
+  EXPECT_EQ(*stop, 0) << number;
+  EXPECT_GT(f, 0.0) << number;
+  EXPECT_LT(f, 1.0) << number;
+  EXPECT_STREQ(one, "{\"a\":0.5,\"b\":-0.25,\"c\":1,\"d\":100000000000000000000,\"e\":null,\"f\":50000000000000}");
 }
 
 // ---- 2. the report cap says it is reached (last: it spends the cap) -----------------------------
