@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <time.h>
 
 #include "core/alloc.h"
 #include "core/init.h"
@@ -49,6 +50,7 @@ struct buffer {
   uint64_t* area[2];
   int current;             // the area the thread fills
   std::atomic<bool> queued;  // the other area waits for the writer
+  std::atomic<bool> flushing;  // its thread writes or queues an area (enter_flush): at_exit waits
   chunk_header queued_header;
   const uint64_t* queued_words;
   uint64_t base_cycles;  // the cycle counter before the first event of the current chunk
@@ -80,7 +82,7 @@ constexpr size_t sample_units = 128;
 // limit: the fast path's one test sends it to the slow path, with no test for a null buffer.
 uint32_t no_units[long_units + 2];
 buffer no_buffer{no_units + long_units + 1, no_units, no_units + long_units + 1, 0, nullptr, nullptr, {nullptr, nullptr}, 0,
-                 {false}, {}, nullptr, 0, 0, 0, 0, {}};
+                 {false}, {false}, {}, nullptr, 0, 0, 0, 0, {}};
 
 // buffer::limit for a thread at `cursor` that writes the next time sample `sample_units` on.
 uint32_t* limit_after(uint32_t* cursor, uint32_t* end) noexcept {
@@ -92,6 +94,16 @@ __thread buffer* tl_buffer __attribute__((tls_model("initial-exec"))) = &no_buff
 int fd = -1;
 uint64_t fd_device = 0, fd_inode = 0;  // the trace's file: the program may close fd and reuse the number
 std::atomic<bool> writes_failed{false};  // a write failed: nothing more is written
+// One write to the file at a time: the writer thread, a thread writing its own chunk (at its exit,
+// or with no writer) and at_exit.  A regular file opened O_APPEND takes each writev whole, but a
+// FIFO takes over 4 KiB (PIPE_BUF) in pieces when its reader lags, and two chunks written at once
+// were interleaved (a thread's exit chunk beside the writer's: a checksum mismatch).
+pthread_mutex_t write_lock = PTHREAD_MUTEX_INITIALIZER;
+// Set by at_exit (the end chunk follows): no thread writes or queues an area after it.  Threads
+// keep running through exit(); one whose area filled, or that exited, while at_exit wrote a
+// snapshot of its events wrote them again (a copy after the end chunk, or in the middle of
+// at_exit's chunk through a FIFO) and emptied its area under at_exit's write.
+std::atomic<bool> closing{false};
 uint32_t traced_pid = 0;  // the process the open trace belongs to
 char path_template[path_max];
 pthread_key_t key;
@@ -107,12 +119,16 @@ std::atomic<uint32_t> next_thread{0};
 // allocation).  It starts when the first area fills: a program that records less than one area
 // never pays for a second thread (about 0.3 ms to start and stop on the lab's VM).  Without it
 // (not started yet, it could not start, a forked child, after exit) threads write their chunks
-// themselves.
+// themselves.  It leaves after writer_idle_ms with nothing to write, and the next area to fill
+// starts it again: a process ends when its last thread does, and a program whose main thread
+// called pthread_exit never ended while the writer waited for work (all signals blocked in it,
+// not even SIGTERM ended it).
 pthread_mutex_t queue_lock = PTHREAD_MUTEX_INITIALIZER;
 pthread_cond_t queue_ready = PTHREAD_COND_INITIALIZER;
 buffer *queue_head = nullptr, *queue_tail = nullptr;
-std::atomic<bool> writer_running{false};
-std::atomic<bool> writer_wanted{false};  // set at load; taken by the thread that starts it
+std::atomic<bool> writer_running{false};  // written under queue_lock; flush queues only when set
+std::atomic<bool> writer_wanted{false};  // set at load and when the writer leaves; taken by the thread that starts it
+constexpr long writer_idle_ms = 100;
 
 void lock() noexcept {
   while (registry_lock.test_and_set(std::memory_order_acquire)) {
@@ -145,8 +161,14 @@ void write_out(const void* a, size_t na, const void* b, size_t nb) noexcept {
   if (fd < 0 || writes_failed.load(std::memory_order_acquire)) return;
   if (unseen_child()) return;
   const char* why = nullptr;
-  if (!fd_is_trace()) why = "the program closed or replaced the trace's descriptor";
-  else if (!os::file_write2(fd, a, na, b, nb)) why = strerror(errno);
+  pthread_mutex_lock(&write_lock);
+  if (writes_failed.load(std::memory_order_acquire)) {
+  } else if (!fd_is_trace()) {
+    why = "the program closed or replaced the trace's descriptor";
+  } else if (!os::file_write2(fd, a, na, b, nb)) {
+    why = strerror(errno);
+  }
+  pthread_mutex_unlock(&write_lock);
   if (why != nullptr && !writes_failed.exchange(true, std::memory_order_acq_rel)) stop(why);
 }
 
@@ -185,41 +207,71 @@ void wait_queued(buffer* b) noexcept {
   while (b->queued.load(std::memory_order_acquire)) sched_yield();
 }
 
+// A thread about to write or queue its area (flush) or empty it (on_thread_exit) says so first;
+// false: at_exit has begun, and the area stays as it is for at_exit to write.  (Sequentially
+// consistent on both sides: either at_exit sees `flushing` and waits, or the thread sees
+// `closing`.)
+bool enter_flush(buffer* b) noexcept {
+  b->flushing.store(true, std::memory_order_seq_cst);
+  if (!closing.load(std::memory_order_seq_cst)) return true;
+  b->flushing.store(false, std::memory_order_release);
+  return false;
+}
+void leave_flush(buffer* b) noexcept { b->flushing.store(false, std::memory_order_release); }
+
 // The owner's flush: the chunk goes to the writer (or out, `now` or without one) and the
 // thread goes on in its other area.
 void flush(buffer* b, uint32_t flags, bool now = false) noexcept {
   if (b->queued.load(std::memory_order_acquire) && b->fill < area_words) b->fill *= 2;
   wait_queued(b);
   b->cursor = pad_to_word(b->cursor);
+  bool queued = false;
   if (!now && writer_running.load(std::memory_order_relaxed)) {
     b->queued_header = header_of(b, b->cursor, flags);
     b->queued_words = b->words();
-    b->queued.store(true, std::memory_order_release);
     pthread_mutex_lock(&queue_lock);
-    b->next_queued = nullptr;
-    (queue_tail ? queue_tail->next_queued : queue_head) = b;
-    queue_tail = b;
-    pthread_cond_signal(&queue_ready);
+    if (writer_running.load(std::memory_order_relaxed)) {  // under the lock: it may have left
+      b->queued.store(true, std::memory_order_release);
+      b->next_queued = nullptr;
+      (queue_tail ? queue_tail->next_queued : queue_head) = b;
+      queue_tail = b;
+      pthread_cond_signal(&queue_ready);
+      queued = true;
+    }
     pthread_mutex_unlock(&queue_lock);
-    b->current ^= 1;
-  } else {
-    write_chunk(b, b->cursor, flags);
   }
+  if (queued) b->current ^= 1;
+  else write_chunk(b, b->cursor, flags);
   start_area(b);
 }
 
 void* writer_main(void*) noexcept {
+  pthread_mutex_lock(&queue_lock);
   for (;;) {
-    pthread_mutex_lock(&queue_lock);
-    while (queue_head == nullptr) pthread_cond_wait(&queue_ready, &queue_lock);
+    while (queue_head == nullptr) {
+      timespec until;
+      clock_gettime(CLOCK_REALTIME, &until);
+      until.tv_nsec += writer_idle_ms * 1000000;
+      if (until.tv_nsec >= 1000000000) {
+        until.tv_sec += 1;
+        until.tv_nsec -= 1000000000;
+      }
+      if (pthread_cond_timedwait(&queue_ready, &queue_lock, &until) == ETIMEDOUT && queue_head == nullptr) {
+        // Idle: the next area to fill starts a writer again (unless the trace has ended).
+        writer_running.store(false, std::memory_order_relaxed);
+        if (!closing.load(std::memory_order_relaxed)) writer_wanted.store(true, std::memory_order_relaxed);
+        pthread_mutex_unlock(&queue_lock);
+        return nullptr;
+      }
+    }
     buffer* b = queue_head;
     queue_head = b->next_queued;
     if (queue_head == nullptr) queue_tail = nullptr;
     pthread_mutex_unlock(&queue_lock);
     write_words(b->queued_header, b->queued_words);
     b->queued.store(false, std::memory_order_release);
+    pthread_mutex_lock(&queue_lock);
   }
-  return nullptr;
 }
 
 void start_writer() noexcept {
@@ -227,10 +279,17 @@ void start_writer() noexcept {
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
+  // Running before it starts: it clears the flag (under the lock) when it leaves.
+  pthread_mutex_lock(&queue_lock);
+  writer_running.store(true, std::memory_order_relaxed);
+  pthread_mutex_unlock(&queue_lock);
   pthread_t t;
   if (pthread_create(&t, nullptr, writer_main, nullptr) == 0) {
     pthread_detach(t);
-    writer_running.store(true, std::memory_order_relaxed);
+  } else {
+    pthread_mutex_lock(&queue_lock);
+    writer_running.store(false, std::memory_order_relaxed);
+    pthread_mutex_unlock(&queue_lock);
   }
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }
@@ -336,6 +395,7 @@ __attribute__((noinline)) buffer* new_buffer() noexcept {
 buffer* make_room(buffer* b) noexcept {
   if (!active || unseen_child()) return nullptr;
   if (b == &no_buffer) return new_buffer();
+  if (!enter_flush(b)) return nullptr;
   if (writer_wanted.exchange(false, std::memory_order_relaxed)) {
     // This area goes out from here; what pthread_create allocates is recorded in the next.
     flush(b, 0, true);
@@ -343,6 +403,7 @@ buffer* make_room(buffer* b) noexcept {
   } else {
     flush(b, 0);
   }
+  leave_flush(b);
   return active ? b : nullptr;
 }
 
@@ -453,20 +514,27 @@ void on_thread_exit(void* arg) noexcept {
     unlock();
     return;
   }
+  if (!enter_flush(b)) return;  // exit() has begun: at_exit writes what the area holds
   flush(b, chunk_thread_exit, true);
   os::discard_plain(reinterpret_cast<char*>(b) + header_bytes, buffer_bytes - header_bytes);
+  leave_flush(b);
   pthread_setspecific(key, b);
 }
 
 void at_exit() noexcept {
   if (!active || fd < 0 || unseen_child()) return;
   active = false;
+  closing.store(true, std::memory_order_seq_cst);
   writer_wanted.store(false, std::memory_order_relaxed);
   writer_running.store(false, std::memory_order_relaxed);
   // Other threads may still be running: their chunks are written from a snapshot of their
-  // cursors, and their buffers are left as they are.  Each waits for its area at the writer.
+  // cursors, once no flush of theirs is under way (none starts now), and their buffers are left
+  // as they are.  Each waits for its area at the writer.  (The calling thread's own flag may be
+  // set: a signal handler that called exit() inside its flush.)
   lock();
   for (buffer* b = registry; b; b = b->next) {
+    if (b != tl_buffer)
+      while (b->flushing.load(std::memory_order_acquire)) sched_yield();
     wait_queued(b);
     if (b == tl_buffer) {
       flush(b, 0, true);
@@ -487,8 +555,10 @@ void at_exit() noexcept {
 void before_fork() noexcept {
   lock();
   pthread_mutex_lock(&queue_lock);
+  pthread_mutex_lock(&write_lock);
 }
 void after_fork_parent() noexcept {
+  pthread_mutex_unlock(&write_lock);
   pthread_mutex_unlock(&queue_lock);
   unlock();
 }
@@ -503,6 +573,7 @@ void after_fork_child() noexcept {
   queue_head = queue_tail = nullptr;
   writer_wanted.store(false, std::memory_order_relaxed);
   writer_running.store(false, std::memory_order_relaxed);
+  pthread_mutex_unlock(&write_lock);
   pthread_mutex_unlock(&queue_lock);
   unlock();
   if (!active) return;

@@ -10,6 +10,8 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 
 LIB, WORKLOAD, REPLAY = sys.argv[1:4]
 failures = []
@@ -21,9 +23,9 @@ def expect(cond, what):
         print("FAIL:", what)
 
 
-def record(tmp, *args, trace="t.%p", env_extra=None):
+def record(tmp, *args, trace="t.%p", env_extra=None, timeout=60):
     env = dict(os.environ, LD_PRELOAD=LIB, STRATA_TRACE=os.path.join(tmp, trace), **(env_extra or {}))
-    return subprocess.run([WORKLOAD, *args], env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run([WORKLOAD, *args], env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def check(path):
@@ -267,6 +269,19 @@ with tempfile.TemporaryDirectory() as tmp:
            f"killed trace: {killed} {err}")
     os.unlink(os.path.join(tmp, "killed"))
 
+    # The main thread calls pthread_exit: the process ends with its last thread, which the
+    # writer thread (started once an area filled) never was: the program never ended, and, all
+    # signals blocked in the writer, SIGTERM could not end it either.
+    try:
+        p = record(tmp, "mainexit", "100000", trace="mainexit", timeout=20)
+        rc, got, err = check(os.path.join(tmp, "mainexit"))
+        expect(p.returncode == 0 and p.stderr == "" and rc == 0 and got["complete"]
+               and got["counts"]["malloc"] >= json.loads(p.stdout)["mallocs"],
+               f"pthread_exit from main: rc {p.returncode} {p.stderr!r} {got} {err}")
+    except subprocess.TimeoutExpired:
+        expect(False, "pthread_exit from main: the program did not end")
+    os.unlink(os.path.join(tmp, "mainexit"))
+
     # A FIFO (the trace streamed to a reader) and /dev/null are traces too: creating them emptied
     # them with ftruncate, which they refuse (EINVAL), and nothing was recorded.
     fifo = os.path.join(tmp, "fifo")
@@ -282,8 +297,62 @@ with tempfile.TemporaryDirectory() as tmp:
     p = subprocess.run([WORKLOAD, "threads", "100"], capture_output=True, text=True, timeout=60,
                        env=dict(os.environ, LD_PRELOAD=LIB, STRATA_TRACE="/dev/null"))
     expect(p.returncode == 0 and p.stderr == "", f"STRATA_TRACE=/dev/null: rc {p.returncode}, {p.stderr!r}")
-    for f in (fifo, streamed):
-        os.unlink(f)
+    os.unlink(streamed)
+
+    # A FIFO whose reader pauses once the program prints its line, so that two writes block on it
+    # at once: writes to a FIFO over 4 KiB are not atomic, and two chunks interleaved.
+    def paused_fifo(mode, n):
+        rd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        os.set_blocking(rd, False)
+        printed = threading.Event()
+
+        def read_all():
+            paused = False
+            read = 0  # a FIFO reads as ended (no data) until the program opens it
+            with open(streamed, "wb") as out:
+                while True:
+                    if printed.is_set() and not paused:
+                        time.sleep(1.0)
+                        paused = True
+                    try:
+                        data = os.read(rd, 1 << 16)
+                    except BlockingIOError:
+                        time.sleep(0.001)
+                        continue
+                    if not data and (read or proc.poll() is not None):
+                        return
+                    if not data:
+                        time.sleep(0.001)
+                    read += len(data)
+                    out.write(data)
+
+        env = dict(os.environ, LD_PRELOAD=LIB, STRATA_TRACE=fifo)
+        proc = subprocess.Popen([WORKLOAD, mode, str(n)], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        reader = threading.Thread(target=read_all, daemon=True)
+        reader.start()
+        line = proc.stdout.readline()
+        printed.set()
+        _, err = proc.communicate(timeout=60)
+        reader.join(timeout=60)
+        os.close(rd)
+        rc, got, check_err = check(streamed)
+        os.unlink(streamed)
+        return proc.returncode, err, json.loads(line)["mallocs"] if line else -1, rc, got, check_err
+
+    # A thread that exits while exit()'s handler writes its events: its own exit wrote them again
+    # (into the handler's chunk, or after it: each malloc twice), and emptied its area under the
+    # handler's write (a checksum mismatch).
+    rc_p, err_p, want, rc, got, err = paused_fifo("exitrace", 30000)
+    expect(rc_p == 0 and err_p == "" and rc == 0 and got["complete"] and got["reused_live"] == 0
+           and want <= got["counts"]["malloc"] < 2 * want,
+           f"a thread exiting during exit's trace: rc {rc_p} {err_p!r} {got} {err}")
+    # A thread's exit chunk written while the writer thread writes another's: interleaved.
+    rc_p, err_p, want, rc, got, err = paused_fifo("fifoexit", 40000)
+    expect(rc_p == 0 and err_p == "" and rc == 0 and got["complete"] and got["reused_live"] == 0
+           and got["counts"]["malloc"] >= want,
+           f"a thread's exit chunk beside the writer's, through a FIFO: rc {rc_p} {err_p!r} {got} {err}")
+    os.unlink(fifo)
 
     # STRATA_TRACE unset: nothing is written.
     env = dict(os.environ, LD_PRELOAD=LIB)

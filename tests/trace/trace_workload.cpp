@@ -21,9 +21,20 @@
 //                              posix_memalign with alignment 24
 //   trace_workload threadchurn N  N threads one after another, each allocating and freeing 100
 //                              blocks; prints how much the address space grew (KiB)
+//   trace_workload exitrace N  a thread allocates N blocks and waits; the main thread prints its
+//                              line and calls exit(), and the thread exits 300 ms later, while the
+//                              exit handlers may still be writing (trace_test.py reads the FIFO
+//                              only after a pause)
+//   trace_workload mainexit N  N malloc/free pairs (the writer thread starts), then a thread makes
+//                              N more and the main thread calls pthread_exit: the process ends
+//                              when that thread does
+//   trace_workload fifoexit N  N malloc/free pairs (the writer thread starts), the line printed,
+//                              then a thread allocates and frees N / 2 blocks and exits while
+//                              the main thread makes N more pairs (the writer writes its area)
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -234,6 +245,52 @@ int main(int argc, char** argv) {
       });
     for (auto& t : threads) t.join();
     printf("{\"mallocs\": %d}\n", n);
+    return 0;
+  }
+  if (strcmp(argv[1], "exitrace") == 0) {
+    std::atomic<bool> made{false};
+    std::thread([&] {
+      for (int i = 0; i < n; i++) blocks[i] = malloc(24);
+      made.store(true);
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    }).detach();
+    while (!made.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    printf("{\"mallocs\": %d}\n", n);
+    fflush(stdout);
+    exit(0);
+  }
+  if (strcmp(argv[1], "mainexit") == 0) {
+    static int count = n;
+    auto pairs = [] {
+      for (int i = 0; i < count; i++) {
+        void* volatile p = malloc(32);
+        free(p);
+      }
+    };
+    pairs();
+    std::thread(pairs).detach();
+    printf("{\"mallocs\": %d}\n", 2 * n);
+    fflush(stdout);
+    pthread_exit(nullptr);
+  }
+  if (strcmp(argv[1], "fifoexit") == 0) {
+    auto pairs = [](int count) {
+      for (int i = 0; i < count; i++) {
+        void* volatile p = malloc(32);
+        free(p);
+      }
+    };
+    pairs(n);
+    printf("{\"mallocs\": %d}\n", 2 * n + n / 2);
+    fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::thread exiting([&] {
+      for (int i = 0; i < n / 2; i++) blocks[i] = malloc(24);
+      for (int i = 0; i < n / 2; i++) free(blocks[i]);
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    pairs(n);
+    exiting.join();
     return 0;
   }
   if (strcmp(argv[1], "kill") == 0) {
