@@ -15,6 +15,7 @@ in include/strata/gpu/plugin.h and docs/gpu.md.
 """
 
 import ctypes
+import operator
 import os
 import pathlib
 import threading
@@ -75,14 +76,41 @@ def _last_error(lib) -> str:
     return (lib.strata_gpu_last_error() or b"").decode(errors="replace")
 
 
+# ctypes converts a Python int to c_int / c_ssize_t / c_size_t / c_void_p by keeping its low
+# bits, without a word: a size of 2**64 + 100 would allocate 100 bytes, device 2**32 would be
+# device 0, keep_bytes=-1 would keep everything.  Every number is checked before it gets there.
+_INT_MAX = 2**31 - 1
+_SSIZE_MAX = 2**63 - 1
+_UINTPTR_MAX = 2**64 - 1
+
+
+def _integer(value, what: str, lowest: int, highest: int) -> int:
+    try:
+        n = operator.index(value)
+    except TypeError:
+        raise TypeError(f"strata_gpu: {what} must be an integer, not {type(value).__name__}") from None
+    if not lowest <= n <= highest:
+        raise ValueError(f"strata_gpu: {what} {n} out of range [{lowest}, {highest}]")
+    return n
+
+
+def _device(device) -> int:
+    return _integer(device, "device ordinal", 0, _INT_MAX)
+
+
 class StrataAllocation:
     """Owns one block: freed through strata, on the stream it was allocated on, when the last
-    reference goes (CuPy keeps it as the owner of an UnownedMemory)."""
+    reference goes (CuPy keeps it as the owner of an UnownedMemory).  size >= 1 bytes, device_id
+    >= 0, stream a handle (int or None): anything else raises TypeError or ValueError before it
+    reaches the library."""
 
     __slots__ = ("ptr", "size", "device_id", "stream", "_lib")
 
     def __init__(self, size: int, device_id: int, stream: int):
         self.ptr = 0  # __del__ runs even when the allocation below fails
+        size = _integer(size, "size", 1, _SSIZE_MAX)
+        device_id = _device(device_id)
+        stream = _integer(0 if stream is None else stream, "stream", 0, _UINTPTR_MAX)
         lib = library()
         ptr = lib.strata_torch_malloc(size, device_id, stream)
         if not ptr:
@@ -104,6 +132,7 @@ def cupy_malloc(size: int):
     device and CuPy's current stream.  The block goes back to strata when CuPy drops the pointer."""
     import cupy
 
+    size = _integer(size, "size", 0, _SSIZE_MAX)
     device_id = cupy.cuda.runtime.getDevice()
     stream = cupy.cuda.get_current_stream().ptr
     if size == 0:  # CuPy asks for 0-byte buffers; strata's allocate(0) is nullptr
@@ -124,7 +153,9 @@ def torch_allocator():
 def stats(device: int = 0) -> dict:
     """What strata holds on `device`: bytes_in_use, peak_bytes_in_use, reserved, peak_reserved,
     free, largest_free_block, fragmentation (1 - largest free / free), allocations,
-    total_allocations, failed_allocations.  Allocations from PyTorch and CuPy both count."""
+    total_allocations, failed_allocations.  Allocations from PyTorch and CuPy both count.
+    A device that is not an int >= 0: TypeError / ValueError; one strata cannot use: RuntimeError."""
+    device = _device(device)
     lib = library()
     s = _Stats()
     if lib.strata_gpu_get_stats(device, ctypes.byref(s)) != 0:
@@ -133,7 +164,10 @@ def stats(device: int = 0) -> dict:
 
 
 def trim(device: int = 0, keep_bytes: int = 0) -> None:
-    """Synchronises the device and returns free memory until at most keep_bytes stay reserved."""
+    """Synchronises the device and returns free memory until at most keep_bytes stay reserved
+    (keep_bytes: an int >= 0, else TypeError / ValueError)."""
+    device = _device(device)
+    keep_bytes = _integer(keep_bytes, "keep_bytes", 0, 2**64 - 1)
     lib = library()
     if lib.strata_gpu_trim(device, keep_bytes) != 0:
         raise RuntimeError(f"strata_gpu: trim failed on device {device}: {_last_error(lib)}")

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <utility>
@@ -56,6 +57,53 @@ TEST_F(plugin, sizes_of_zero_or_less_and_null_frees_do_nothing) {
   EXPECT_EQ(strata_torch_malloc(-5, dev, nullptr), nullptr);
   strata_torch_free(nullptr, 100, dev, nullptr);
   EXPECT_EQ(stats(dev).total_allocations, 0u);
+}
+
+// Helper H6's probe: a NULL for a size of 0 or less, and -1 for a NULL statistics pointer, left
+// strata_gpu_last_error() as an earlier failure had set it, so the reason given (Python's
+// MemoryError repeats it) was another call's: "device ordinal -1 out of range" for malloc(-5).
+TEST_F(plugin, refused_arguments_leave_their_own_reason) {
+  constexpr int dev = 1;
+  const auto after_another_failure = [] {
+    EXPECT_EQ(strata_gpu_trim(-1, 0), -1);
+    EXPECT_NE(std::string(strata_gpu_last_error()).find("ordinal -1"), std::string::npos);
+  };
+  after_another_failure();
+  EXPECT_EQ(strata_torch_malloc(-5, dev, nullptr), nullptr);
+  std::string why = strata_gpu_last_error();
+  EXPECT_NE(why.find("size -5"), std::string::npos) << why;
+  after_another_failure();
+  EXPECT_EQ(strata_torch_malloc(0, dev, nullptr), nullptr);
+  why = strata_gpu_last_error();
+  EXPECT_NE(why.find("size 0"), std::string::npos) << why;
+  after_another_failure();
+  EXPECT_EQ(strata_gpu_get_stats(dev, nullptr), -1);
+  why = strata_gpu_last_error();
+  EXPECT_NE(why.find("NULL"), std::string::npos) << why;
+  after_another_failure();
+  int not_a_block = 0;
+  strata_torch_free(&not_a_block, 0, dev, nullptr);  // no size: not freed, and said so
+  why = strata_gpu_last_error();
+  EXPECT_NE(why.find("size 0"), std::string::npos) << why;
+  EXPECT_EQ(stats(dev).total_allocations, 0u);
+}
+
+// Helper H6's probe: the reason was a thread_local std::string, destroyed when the thread ends,
+// which for the main thread is before the atexit handlers and static destructors that plugin.h
+// says frameworks free tensors from.  A failure there wrote into the destroyed string (ASan:
+// heap-use-after-free; glibc: "double free detected" once the reason outgrew the freed buffer).
+TEST(plugin_teardown, a_failure_after_thread_local_destructors_still_has_its_reason) {
+  EXPECT_EXIT(
+      {
+        setenv("STRATA_GPU_BACKEND", "sim", 1);
+        EXPECT_EQ(strata_gpu_trim(1000000, 0), -1);  // a reason longer than the inline buffer
+        std::atexit([] {
+          const int r = strata_gpu_trim(1000000000, 0);  // longer still
+          std::fprintf(stderr, "at exit: %d %s\n", r, strata_gpu_last_error());
+        });
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "at exit: -1 device ordinal 1000000000 out of range");
 }
 
 TEST_F(plugin, streams_reuse_memory_only_in_stream_order) {

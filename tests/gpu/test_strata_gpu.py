@@ -127,3 +127,46 @@ def test_torch_allocator_needs_torch():
             strata_gpu.torch_allocator()
     else:
         pytest.skip("torch is installed: building its allocator would initialise CUDA")
+
+
+# Helper H6's probe: ctypes keeps the low bits of an int that does not fit the C type, without a
+# word, so StrataAllocation(2**64 + 100, ...) allocated 100 bytes while recording (and cupy_malloc
+# handing CuPy) a size of 2**64 + 100; device 2**32 was device 0; trim(keep_bytes=-1) kept
+# everything; a size of 0 or less raised MemoryError with no reason (or an older call's); a
+# stream of -1 reached the simulated device as 0xffffffffffffffff and crashed the process.
+@pytest.mark.parametrize("args", [
+    (2**64 + 100, 0, 0), (2**63, 0, 0), (0, 0, 0), (-1, 0, 0),
+    (100, 2**32, 0), (100, -1, 0), (100, 0, -1), (100, 0, 2**64),
+])
+def test_allocations_refuse_numbers_the_c_types_cannot_hold(args):
+    before = strata_gpu.stats(0)["total_allocations"]
+    with pytest.raises(ValueError, match="out of range"):
+        strata_gpu.StrataAllocation(*args)
+    assert strata_gpu.stats(0)["total_allocations"] == before
+
+
+@pytest.mark.parametrize("args", [(1.5, 0, 0), ("8", 0, 0), (8, "0", 0), (8, 0, 1.0)])
+def test_allocations_refuse_what_is_not_an_integer(args):
+    with pytest.raises(TypeError, match="must be an integer"):
+        strata_gpu.StrataAllocation(*args)
+
+
+def test_cupy_malloc_refuses_negative_and_too_large_sizes(cupy):
+    cupy(device=0)
+    for size in (-1, 2**64 + 4096):
+        with pytest.raises(ValueError, match="size"):
+            strata_gpu.cupy_malloc(size)
+    assert strata_gpu.stats(0)["bytes_in_use"] == 0
+
+
+def test_stats_and_trim_refuse_numbers_the_c_types_cannot_hold():
+    with pytest.raises(ValueError, match="device ordinal 4294967296"):
+        strata_gpu.stats(2**32)
+    with pytest.raises(ValueError, match="device ordinal -1"):
+        strata_gpu.stats(-1)
+    with pytest.raises(TypeError):
+        strata_gpu.stats("0")
+    with pytest.raises(ValueError, match="keep_bytes -1"):
+        strata_gpu.trim(0, -1)
+    with pytest.raises(ValueError, match="keep_bytes"):
+        strata_gpu.trim(0, 2**64)

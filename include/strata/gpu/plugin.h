@@ -40,7 +40,8 @@ extern "C" {
 #endif
 
 /* PyTorch's CUDAPluggableAllocator signatures (cudaStream_t spelled as void*).  malloc returns
- * NULL when the memory is not there (the reason: strata_gpu_last_error()), or for size <= 0. */
+ * NULL when the memory is not there, or for size <= 0 (the reason: strata_gpu_last_error()).
+ * free ignores NULL, and refuses (with a reason, freeing nothing) a size <= 0. */
 STRATA_GPU_API void* strata_torch_malloc(ssize_t size, int device, void* stream);
 STRATA_GPU_API void strata_torch_free(void* p, ssize_t size, int device, void* stream);
 
@@ -75,7 +76,8 @@ STRATA_GPU_API int strata_gpu_synchronize(int device);
  * before their release on another stream could still be pending.  -1 on the real driver. */
 STRATA_GPU_API long strata_gpu_sim_violations(int device);
 
-/* The reason for this thread's last failure, "" if none. */
+/* The reason for this thread's last failure (a NULL or -1 above, or a free that was refused),
+ * "" if none.  The text stays valid until this thread's next failure, at exit too. */
 STRATA_GPU_API const char* strata_gpu_last_error(void);
 
 #ifdef __cplusplus

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <memory>
@@ -25,7 +26,15 @@ namespace {
 
 constexpr int max_devices = 64;
 
-thread_local std::string last_error;
+// This thread's last failure.  A plain array, not a std::string: a thread_local with a
+// destructor dies when its thread ends, for the main thread before the atexit handlers and
+// static destructors from which frameworks still free tensors (plugin.h), and a failure there
+// would write into freed memory.  Longer reasons are cut; the array is never freed.
+thread_local char last_error[512];
+
+void set_last_error(const char* why) noexcept {
+  std::snprintf(last_error, sizeof last_error, "%s", why);
+}
 
 // A whole number in digits from the environment, at most `max`; nothing when unset or empty.
 std::optional<unsigned long long> env_count(const char* name, unsigned long long max, const char* unit) {
@@ -117,12 +126,9 @@ R guarded(F&& f, R failure) noexcept {
   try {
     return f();
   } catch (const std::exception& e) {
-    try {
-      last_error = e.what();
-    } catch (...) {
-    }
+    set_last_error(e.what());
   } catch (...) {
-    last_error.clear();
+    set_last_error("unknown exception");
   }
   return failure;
 }
@@ -135,7 +141,12 @@ using namespace strata::gpu;
 extern "C" {
 
 void* strata_torch_malloc(ssize_t size, int device, void* stream) {
-  if (size <= 0) return nullptr;
+  if (size <= 0) [[unlikely]] {  // not a failure of the device, but NULL must come with its reason
+    char why[96];
+    std::snprintf(why, sizeof why, "strata_torch_malloc: size %zd: nothing to allocate", size);
+    set_last_error(why);
+    return nullptr;
+  }
   return guarded(
       [&]() -> void* {
         device_stack& s = stack_for(device);
@@ -150,7 +161,13 @@ void* strata_torch_malloc(ssize_t size, int device, void* stream) {
 }
 
 void strata_torch_free(void* p, ssize_t size, int device, void* stream) {
-  if (p == nullptr || size <= 0) return;
+  if (p == nullptr) return;
+  if (size <= 0) [[unlikely]] {  // no block of strata's has such a size: left alone, and said so
+    char why[128];
+    std::snprintf(why, sizeof why, "strata_torch_free: size %zd for %p: not freed", size, p);
+    set_last_error(why);
+    return;
+  }
   guarded(
       [&] {
         stack_for(device).stats->deallocate(p, static_cast<std::size_t>(size), stream_view{stream});
@@ -160,7 +177,10 @@ void strata_torch_free(void* p, ssize_t size, int device, void* stream) {
 }
 
 int strata_gpu_get_stats(int device, strata_gpu_stats* out) {
-  if (out == nullptr) return -1;
+  if (out == nullptr) {
+    set_last_error("strata_gpu_get_stats: out is NULL");
+    return -1;
+  }
   return guarded(
       [&] {
         device_stack& s = stack_for(device);
@@ -223,6 +243,6 @@ long strata_gpu_sim_violations(int device) {
       -1L);
 }
 
-const char* strata_gpu_last_error(void) { return last_error.c_str(); }
+const char* strata_gpu_last_error(void) { return last_error; }
 
 }  // extern "C"
