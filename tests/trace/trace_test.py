@@ -256,16 +256,20 @@ with tempfile.TemporaryDirectory() as tmp:
                f"a replay of 4 M events with one block live peaks at {rep['peak_rss_kib']} KiB")
     os.unlink(os.path.join(tmp, "churn"))
 
-    # Killed: the chunks written before the kill are there (4 full areas: at most one waited for
-    # the writer), and the trace says it is incomplete and where it ends: after its last chunk
-    # ("no end chunk"), or inside the chunk the writer thread was writing when the kill came (the
-    # kernel ends a write to a file early at a fatal signal: "a chunk cut short", seen once in CI).
+    # Killed: the chunks written before the kill are there, and the trace says it is incomplete
+    # and where it ends: after its last chunk ("no end chunk"), or inside the chunk the writer
+    # thread was writing when the kill came (the kernel ends a write to a file early at a fatal
+    # signal: "a chunk cut short", seen once in CI).  Lost: the area being filled and at most one
+    # waiting for the writer, each at most 1 MiB of one-unit (4-byte) events once the thread has
+    # found the writer behind (docs/trace-format.md).  (The bound was 350 000 of the 600 000
+    # mallocs, for 256 KiB areas: four copies of this test at once on 2 cores gave 322 455 in one
+    # run of 48, its areas grown to 1 MiB.)
     p = record(tmp, "kill", "600000", trace="killed")
     expect(p.returncode == -9, f"kill workload: {p.returncode}")
     rc, killed, err = check(os.path.join(tmp, "killed"))
     ends = killed.get("truncated", "")
     expect(rc == 0 and not killed["complete"] and ("no end chunk" in ends or "cut short" in ends)
-           and killed["counts"]["malloc"] >= 350000 and killed["chunks"] >= 3,
+           and killed["counts"]["malloc"] >= 600000 - 2 * (1 << 20) // 4 and killed["chunks"] >= 1,
            f"killed trace: {killed} {err}")
     os.unlink(os.path.join(tmp, "killed"))
 
