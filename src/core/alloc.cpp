@@ -140,6 +140,10 @@ size_t usable_of(const lookup& l, const void* p) noexcept {
 
 }  // namespace
 
+STRATA_NOINLINE void free_of_idle_page(void* p) noexcept {
+  report_bad_free(p, "double free (the block was written after its first free) of");
+}
+
 STRATA_NOINLINE void free_slow(void* p) noexcept {
   if (p == nullptr) return;
   segment* seg = segment_of(p);
@@ -203,6 +207,8 @@ STRATA_NOINLINE void free_block_other(page* pg, block* b, bool from_foreign, hea
     return;
   }
   if (owner == h) {
+    if constexpr (secure)
+      if (STRATA_UNLIKELY(pg->used == 0)) return free_of_idle_page(b);  // as free_inline
     page_push_local(pg, b);
     if (!from_foreign) h->free_count[pg->size_class].add();
     if (--pg->used == 0 || (flags_of(pg) & page_flag::in_full)) page_local_event(h, pg);

@@ -29,6 +29,9 @@ void free_slow(void* p) noexcept;
 // cache (foreign_flush), its free counted already, and goes back to its page.
 void free_block(page* pg, block* b, bool from_foreign = false) noexcept;
 void* alloc_aligned(size_t alignment, size_t size) noexcept;
+// Hardened build: the owner's free of p, a block of a page with no block out.  Reports it (a
+// double free whose canary a write after the first free overwrote).
+void free_of_idle_page(void* p) noexcept;
 
 inline void* malloc_inline(size_t size) noexcept {
   heap* h = tl_heap;
@@ -68,6 +71,12 @@ inline void free_inline(void* p) noexcept {
   auto* b = static_cast<block*>(p);
   if (STRATA_LIKELY(is_live_block_start(pg, b))) {
     if (STRATA_LIKELY(pg->owner_tid.load(std::memory_order_relaxed) == thread_id())) {
+      // Hardened: a page with no block out has none to free.  The canary test misses a double
+      // free once a write after the first free overwrote the canary; pushed again, the block sat
+      // on its list twice and the page's count went below zero (a one-block page handed its
+      // block out and kept it listed; a page of many could give its span back under a live one).
+      if constexpr (secure)
+        if (STRATA_UNLIKELY(pg->used == 0)) return free_of_idle_page(p);
       page_push_local(pg, b);
       if (STRATA_UNLIKELY(page_count_local_free(pg))) page_local_event(tl_heap, pg);
       return;

@@ -121,6 +121,43 @@ TEST_F(SecureDeathTest, DoubleFreeAfterInterveningAllocationsAborts) {
       "double free .*aborting");
 }
 
+// A use-after-free write over a freed block's first 16 bytes (its link and canary), then a second
+// free of it.  The canary no longer says "free", so the free took the block for a live one.  A
+// one-block page's block (300000 bytes) went onto its page's list a second time, linked to
+// itself, with the page counting 2^32 - 1 blocks out: the next allocation of the size handed the
+// block out and left it on the free list (a cycle: 1.5 MB blocks made the program loop for ever),
+// no report.  The page has no block out to free: the free is refused as a double free.
+TEST_F(SecureDeathTest, DoubleFreeOfAOneBlockPagesBlockWithItsCanaryOverwrittenAborts) {
+  EXPECT_DEATH(
+      {
+        void* p = strata_malloc(300000);
+        strata_free(p);
+        std::memset(opaque(p), 0, 16);
+        strata_free(opaque(p));
+        _exit(0);  // not caught (a clean exit fails a death test)
+      },
+      "double free .*aborting");
+}
+
+// The same with a neighbour still out: the second free took the page's count of blocks out to 0
+// with x live (a page that could give its span back under x); x's free finds the page with no
+// block out.
+TEST_F(SecureDeathTest, DoubleFreeWithItsCanaryOverwrittenIsCaughtByTheNextFreeOfThePage) {
+  EXPECT_DEATH(
+      {
+        std::thread([] {  // a fresh heap: x and p come from one fresh page
+          void* x = strata_malloc(48);
+          void* p = strata_malloc(48);
+          strata_free(p);
+          std::memset(opaque(p), 0, 16);
+          strata_free(opaque(p));
+          strata_free(x);
+        }).join();
+        _exit(0);
+      },
+      "double free .*aborting");
+}
+
 // A write one byte past a huge block's usable end lands on the guard page after it.  (Any death
 // counts: a fault kills the child, or, under ASan, its SEGV report ends it.)
 TEST_F(SecureDeathTest, WritePastAHugeBlockFaults) {
