@@ -149,7 +149,9 @@ def read(path: str | Path) -> Trace:
         s = int(words.sum(dtype=np.uint64)) if events else 0
         if ((s ^ (s >> 32)) & 0xFFFFFFFF) != checksum:
             raise TraceError(f"{path}: byte {off}: corrupt trace: chunk checksum mismatch")
-        words, bad_unit = _entries(words) if version >= 2 else (words, -1)
+        # unit: where each entry starts, in 32-bit units (version 2's entries are not its words:
+        # an error named a byte past the entry's, 16 bytes on after 4 short events)
+        words, unit, bad_unit = _entries(words) if version >= 2 else (words, 2 * np.arange(events), -1)
         if bad_unit >= 0:
             tag = data[off + CHUNK_HEADER.size + 4 * bad_unit] & 15
             raise TraceError(f"{path}: byte {off + CHUNK_HEADER.size + 4 * bad_unit}: corrupt trace: unknown unit {tag}")
@@ -159,8 +161,10 @@ def read(path: str | Path) -> Trace:
         after_event = np.r_[False, (op[:-1] >= 1) & (op[:-1] <= 7)] if events else ext
         bad = np.flatnonzero((op == 0) | ((op > 8) & ~ext) | (ext & ~after_event))
         if bad.size:
-            raise TraceError(f"{path}: byte {off + CHUNK_HEADER.size + 8 * int(bad[0])}: corrupt trace: "
-                             f"unknown word {int(op[bad[0]])}")
+            at = off + CHUNK_HEADER.size + 4 * int(unit[bad[0]])
+            what = ("an extension (word 15) that follows no event" if ext[bad[0]]
+                    else f"unknown word {int(op[bad[0]])}")
+            raise TraceError(f"{path}: byte {at}: corrupt trace: {what}")
         off += CHUNK_HEADER.size + payload
         t.chunks += 1
         t.last_flush = (fc, fn)
@@ -202,10 +206,10 @@ def read(path: str | Path) -> Trace:
     return t
 
 
-def _entries(words: np.ndarray) -> tuple[np.ndarray, int]:
-    """A chunk's words as long entries (version 1's words; format.h decode_units), and the index
-    of its first unit that is none (-1 if every one is).  A version 1 chunk holds long entries
-    only, and comes back as it is."""
+def _entries(words: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """A chunk's words as long entries (version 1's words; format.h decode_units), the unit where
+    each starts, and the index of its first unit that is none (-1 if every one is).  A version 1
+    chunk holds long entries only, and comes back as it is."""
     u = words.view("<u4")
     tag = (u & np.uint32(15)).astype(np.int64)
     even = (np.arange(u.size) & 1) == 0
@@ -215,9 +219,9 @@ def _entries(words: np.ndarray) -> tuple[np.ndarray, int]:
     short = ~long_start & ~second & np.isin(tag, short_tags)
     bad = ~(long_start | second | short | (tag == 0))
     if bad.any():
-        return words, int(np.flatnonzero(bad)[0])
+        return words, np.zeros(0, np.int64), int(np.flatnonzero(bad)[0])
     if not short.any() and 2 * int(long_start.sum()) == u.size:
-        return words, -1  # long entries only (version 1, or no event fitted a short form)
+        return words, 2 * np.arange(words.size), -1  # long entries only (version 1, or no event fitted a short form)
     entry = np.flatnonzero(long_start | short)
     is_long = long_start[entry]
     unit = u[entry].astype(np.uint64)
@@ -250,7 +254,7 @@ def _entries(words: np.ndarray) -> tuple[np.ndarray, int]:
     address[order] = total - before[np.cumsum(restart) - 1]
     short_word = (op.astype(np.uint64) | ((address.astype(np.uint64) >> np.uint64(3)) & np.uint64(ADDRESS_FIELD)) << np.uint64(4)
                   | (size << np.uint64(49)))
-    return np.where(is_long, lw, short_word), -1
+    return np.where(is_long, lw, short_word), entry, -1
 
 
 def _times(op: np.ndarray, words: np.ndarray, base: int, flush: int, with_before: bool = False):

@@ -196,8 +196,9 @@ inline uint64_t cycles_now() noexcept {
 }
 
 // A chunk's `count` words as long entries (version 1's words: events, extensions, time samples),
-// each passed to emit(word); short events get their addresses back from the same registers the
-// recorder kept (trace.cpp put_event).  Returns the unit index of the first unit that is
+// each passed to emit(word, unit), unit the index of its first unit (an error names its byte);
+// short events get their addresses back from the same registers the recorder kept (trace.cpp
+// put_event).  Returns the unit index of the first unit that is
 // neither, or -1.
 template <class Emit>
 long decode_units(const uint64_t* words, uint64_t count, Emit emit) {
@@ -223,7 +224,7 @@ long decode_units(const uint64_t* words, uint64_t count, Emit emit) {
       } else {
         address = last_free = last_free + (uint64_t{x >> 4} << 4) - short_free_bias;
       }
-      emit(event_word(o, address, size));
+      emit(event_word(o, address, size), i);
       i++;
     } else {
       if ((i & 1) != 0 || !(tag <= op_time || tag == op_extension)) return static_cast<long>(i);
@@ -233,7 +234,7 @@ long decode_units(const uint64_t* words, uint64_t count, Emit emit) {
         if (is_sized_short(static_cast<op>(tag)) && size < short_size_limit) last_sized[size >> 4] = word_address(w);
         if (is_free_short(tag)) last_free = word_address(w);
       }
-      emit(w);
+      emit(w, i);
       i += 2;
     }
   }
