@@ -110,7 +110,11 @@ struct connection {
   char* out = nullptr;  // the pending response bytes, malloc'd per response batch
   size_t out_len = 0, out_off = 0;
   bool close_after_write = false;
-  bool writing = false;  // armed for EPOLLOUT (and not EPOLLIN): answers wait to be written
+  // The client shut its side (read gave 0): what it sent is still answered, then the connection
+  // is closed.  Closing at once cut the answers a half-closing client was owed (100 pipelined GETs
+  // of 64 KiB answers, then shutdown(SHUT_WR): 59 and a half came back).
+  bool peer_closed = false;
+  uint32_t armed = EPOLLIN | EPOLLRDHUP;  // the epoll events the connection is registered for
   explicit connection(int f) : fd(f) {}
   ~connection() {
     std::free(in);
@@ -153,8 +157,10 @@ const char* reason(int status) {
     case 405: return "Method Not Allowed";
     case 408: return "Request Timeout";
     case 413: return "Content Too Large";
+    case 414: return "URI Too Long";
     case 431: return "Request Header Fields Too Large";
     case 501: return "Not Implemented";
+    case 505: return "HTTP Version Not Supported";
     default: return "Error";
   }
 }
@@ -238,7 +244,15 @@ bool handle_input(connection& c, const options& o, const std::string& body_bytes
     c.progress = {};
     if (ps != parse_status::complete) {
       ++st.bad_requests;
-      int status = ps == parse_status::bad ? 400 : ps == parse_status::too_large ? 431 : 413;
+      int status = 400;
+      switch (ps) {
+        case parse_status::too_large: status = 431; break;
+        case parse_status::body_too_large: status = 413; break;
+        case parse_status::uri_too_long: status = 414; break;
+        case parse_status::version_not_supported: status = 505; break;
+        case parse_status::not_implemented: status = 501; break;
+        default: break;
+      }
       append_response(c, status, false, 0, false, body_bytes);
       c.close_after_write = true;
       off = c.in_len;
@@ -352,9 +366,10 @@ void worker_main(int listen_fd, const options& o, worker_stats& st) {
         continue;
       }
       auto* c = static_cast<connection*>(events[i].data.ptr);
-      bool alive = true, eof = false;
+      bool alive = true;
       if (events[i].events & EPOLLOUT) alive = flush_output(*c, renewed);
-      if (alive && (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))) {
+      if (alive && !c->peer_closed &&
+          (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))) {
         for (;;) {
           if (c->in_cap - c->in_len < 4096) {
             size_t cap = c->in_cap ? c->in_cap * 2 : 8192;
@@ -369,8 +384,8 @@ void worker_main(int listen_fd, const options& o, worker_stats& st) {
             if (c->in_len > strata::e5::k_max_header_bytes + strata::e5::k_max_body_bytes) break;
             continue;
           }
-          if (r == 0) eof = true;  // peer closed
-          else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) eof = true;
+          if (r == 0) c->peer_closed = true;
+          else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) alive = false;  // reset
           break;
         }
       }
@@ -382,17 +397,23 @@ void worker_main(int listen_fd, const options& o, worker_stats& st) {
         if (c->out_len == 0) break;
         alive = flush_output(*c, renewed);  // false: failed, or written and the connection ends
       }
-      if (alive && !eof && c->writing != (c->out_len != 0)) {
-        // While answers wait, read nothing more (EPOLLIN off until they are out): a client that
-        // pipelined requests and never read its answers grew the server by 10 MB a MiB of
-        // requests, without bound (session 40's probe).
-        c->writing = c->out_len != 0;
+      // Shut by the client and all it sent answered (a request cut short by the shutdown never
+      // will be): done.
+      if (alive && c->peer_closed && c->out_len == 0) alive = false;
+      // While answers wait, read nothing more (EPOLLIN off until they are out): a client that
+      // pipelined requests and never read its answers grew the server by 10 MB a MiB of requests,
+      // without bound (session 40's probe).  Once the client has shut its side, EPOLLRDHUP is off
+      // too: it stays ready and would wake the loop again and again.
+      const uint32_t want = c->out_len != 0 ? (c->peer_closed ? uint32_t(EPOLLOUT)
+                                                              : uint32_t(EPOLLOUT | EPOLLRDHUP))
+                                            : uint32_t(EPOLLIN | EPOLLRDHUP);
+      if (alive && c->armed != want) {
+        c->armed = want;
         epoll_event mev{};
-        mev.events = (c->writing ? EPOLLOUT : EPOLLIN) | EPOLLRDHUP;
+        mev.events = want;
         mev.data.ptr = c;
         epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &mev);
       }
-      if (eof) alive = false;
       if (!alive) close_conn(c);
     }
     if (now >= next_sweep) {

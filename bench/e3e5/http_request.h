@@ -18,6 +18,9 @@ enum class parse_status {
   bad,         // malformed: answer 400 and close
   too_large,   // header block over the limit: answer 431 and close
   body_too_large,  // Content-Length over the limit: answer 413 and close
+  uri_too_long,    // request line over the header-block limit: answer 414 and close
+  version_not_supported,  // HTTP-version with a major other than 1: answer 505 and close
+  not_implemented,  // a chunked body (Transfer-Encoding): answer 501 and close
 };
 
 struct request {
@@ -60,8 +63,9 @@ inline bool is_known_method(std::string_view m) {
 
 namespace detail {
 inline bool is_token_char(char c) {
+  // strchr finds the terminating NUL too: "X\0: a" passed as a field name, "G\0T" as a method.
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-         std::strchr("!#$%&'*+-.^_`|~", c) != nullptr;
+         (c != '\0' && std::strchr("!#$%&'*+-.^_`|~", c) != nullptr);
 }
 inline std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
@@ -140,11 +144,18 @@ inline parse_status parse_request(std::string_view in, request& req,
   for (size_t lf = scanned.find('\n', pp.scanned); lf != std::string_view::npos;
        lf = scanned.find('\n', lf + 1))
     if (lf == 0 || scanned[lf - 1] != '\r') return parse_status::bad;
+  // RFC 9112 3: a request-target longer than the server will parse MUST get 414, not 431 (which
+  // is about header fields): a request line that does not end within the limit.
+  auto over_limit = [&] {
+    return in.substr(0, k_max_header_bytes).find("\r\n") == std::string_view::npos
+               ? parse_status::uri_too_long
+               : parse_status::too_large;
+  };
   if (end == std::string_view::npos) {
     pp.scanned = in.size();
-    return in.size() > k_max_header_bytes ? parse_status::too_large : parse_status::incomplete;
+    return in.size() > k_max_header_bytes ? over_limit() : parse_status::incomplete;
   }
-  if (end > k_max_header_bytes) return parse_status::too_large;
+  if (end > k_max_header_bytes) return over_limit();
   std::string_view head = in.substr(0, end);
 
   size_t eol = head.find("\r\n");
@@ -160,10 +171,17 @@ inline parse_status parse_request(std::string_view in, request& req,
     if (!detail::is_token_char(c)) return parse_status::bad;
   for (char c : target)
     if (detail::is_forbidden_ctl(c) || c == '\t') return parse_status::bad;
-  if (version != "HTTP/1.1" && version != "HTTP/1.0") return parse_status::bad;
+  // RFC 9112 2.3: HTTP-version = "HTTP/" DIGIT "." DIGIT.  A major version other than 1 (HTTP/2.0,
+  // the HTTP/2 preface "PRI * HTTP/2.0") gets 505 (RFC 9110 15.6.6); HTTP/1.x above 1.1 is taken
+  // as 1.1 (RFC 9110 2.5: a higher minor version is processed as the highest one implemented) and
+  // recorded so.  Both got 400, as if malformed.
+  if (version.size() != 8 || version.substr(0, 5) != "HTTP/" || version[6] != '.' ||
+      version[5] < '0' || version[5] > '9' || version[7] < '0' || version[7] > '9')
+    return parse_status::bad;
+  if (version[5] != '1') return parse_status::version_not_supported;
   req.method.assign(method);
   req.target.assign(target);
-  req.version.assign(version);
+  req.version.assign(version[7] == '0' ? "HTTP/1.0" : "HTTP/1.1");
   req.headers.clear();
   req.content_length = 0;
 
@@ -182,7 +200,23 @@ inline parse_status parse_request(std::string_view in, request& req,
     req.headers.emplace_back(std::string(name), std::string(detail::trim(h.substr(colon + 1))));
   }
 
-  if (req.header("Transfer-Encoding")) return parse_status::bad;  // chunked bodies: not supported
+  // Chunked bodies are not supported.  RFC 9112 6.1: a transfer coding the server does not
+  // implement SHOULD get 501 (it got 400, as if the request were malformed), but a Transfer-Encoding
+  // whose final coding is not chunked, one in an HTTP/1.0 request, or one with Content-Length
+  // (RFC 9112 6.3: the message's end is in doubt) is malformed: 400.  Either way the body's end is
+  // unknown and the connection is closed.
+  if (req.header("Transfer-Encoding")) {
+    std::string_view last;
+    for (auto& h : req.headers)
+      if (strcasecmp(h.first.c_str(), "Transfer-Encoding") == 0) {
+        std::string_view v = h.second;
+        last = detail::trim(v.substr(v.rfind(',') == std::string_view::npos ? 0 : v.rfind(',') + 1));
+      }
+    bool chunked_last = last.size() == 7 && strncasecmp(last.data(), "chunked", 7) == 0;
+    if (!chunked_last || req.version == "HTTP/1.0" || req.header("Content-Length"))
+      return parse_status::bad;
+    return parse_status::not_implemented;
+  }
   // RFC 9112 3.2: 400 for an HTTP/1.1 request without Host, and for any request with more than
   // one Host line or an invalid value (two servers could pick different hosts from one request).
   const std::string* host = req.header("Host");
@@ -198,11 +232,14 @@ inline parse_status parse_request(std::string_view in, request& req,
     if (cl && &h.second != cl && strcasecmp(h.first.c_str(), "Content-Length") == 0 && h.second != *cl)
       return parse_status::bad;
   if (cl) {
-    if (cl->empty() || cl->size() > 9) return parse_status::bad;
+    // RFC 9110 8.6: Content-Length = 1*DIGIT, so leading zeros are valid, and a value of any
+    // length over the body limit is too large (413), not malformed: both got 400.
+    if (cl->empty()) return parse_status::bad;
     size_t n = 0;
     for (char c : *cl) {
       if (c < '0' || c > '9') return parse_status::bad;
       n = n * 10 + size_t(c - '0');
+      if (n > k_max_body_bytes) n = k_max_body_bytes + 1;  // saturates: no wrap-around
     }
     if (n > k_max_body_bytes) return parse_status::body_too_large;
     req.content_length = n;

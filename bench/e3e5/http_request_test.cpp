@@ -61,12 +61,96 @@ TEST(E5HttpRequest, KeepAliveRulesOfHttp10And11) {
 
 TEST(E5HttpRequest, MalformedInputIsRejected) {
   request r;
-  for (const char* bad : {"NOT-HTTP\r\n\r\n", "GET /\r\n\r\n", "GET / HTTP/2.0\r\n\r\n",
+  for (const char* bad : {"NOT-HTTP\r\n\r\n", "GET /\r\n\r\n", "GET / HTTP/1.10\r\n\r\n",
+                          "GET / HTTP/1\r\n\r\n", "GET / http/1.1\r\n\r\n", "GET / HTTP/x.1\r\n\r\n",
                           "GET  / HTTP/1.1\r\n\r\n", "G(T / HTTP/1.1\r\n\r\n",
                           "GET / HTTP/1.1\r\nHost: a\r\nNoColon\r\n\r\n",
                           "GET / HTTP/1.1\r\nHost: a\r\n: v\r\n\r\n",
                           "GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1x\r\n\r\n",
-                          "GET / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"})
+                          "GET / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n"})
+    EXPECT_EQ(parse_request(bad, r), parse_status::bad) << bad;
+}
+
+// Helper H8's probe: strchr(set, c) finds the set's terminating NUL, so a NUL passed as a token
+// character: "X\0: a" was a field name (200) and "G\0T" a method (501) where RFC 9110 5.1 and
+// 9.1 allow only tchar: 400.
+TEST(E5HttpRequest, NulIsNotATokenCharacter) {
+  using namespace std::string_literals;
+  request r;
+  EXPECT_EQ(parse_request("GET / HTTP/1.1\r\nHost: a\r\nX\0: a\r\n\r\n"s, r), parse_status::bad);
+  EXPECT_EQ(parse_request("G\0T / HTTP/1.1\r\nHost: a\r\n\r\n"s, r), parse_status::bad);
+  EXPECT_FALSE(strata::e5::detail::is_token_char('\0'));
+}
+
+// Helper H8's probe: Content-Length = 1*DIGIT (RFC 9110 8.6), but more than 9 digits was refused
+// as malformed, so "0000000005" got 400 and a value over the body limit written with 10 digits or
+// more got 400 where every shorter one got 413.  A value past 2^64 must not wrap to a small one.
+TEST(E5HttpRequest, ContentLengthWithLeadingZerosOrManyDigits) {
+  request r;
+  ASSERT_EQ(parse_request("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0000000000005\r\n\r\n"
+                          "hello", r),
+            parse_status::complete);
+  EXPECT_EQ(r.content_length, 5u);
+  for (const char* huge : {"1000000000", "99999999999999999999999", "18446744073709551621"})
+    EXPECT_EQ(parse_request("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: " + std::string(huge) +
+                                "\r\n\r\nhello", r),
+              parse_status::body_too_large)
+        << huge;
+  for (const char* bad : {"+5", "-1", "5, 5", " ", "0x5"})
+    EXPECT_EQ(parse_request("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: " + std::string(bad) +
+                                "\r\n\r\nhello", r),
+              parse_status::bad)
+        << bad;
+}
+
+// Helper H8's probe: a request line that does not end within the header-block limit got 431,
+// which is about header fields; RFC 9112 3 says a request-target too long to parse MUST get 414.
+// Header fields over the limit after a short request line stay 431.
+TEST(E5HttpRequest, RequestLineOverTheLimitIsUriTooLong) {
+  request r;
+  const std::string line = "GET /" + std::string(strata::e5::k_max_header_bytes, 'a');
+  EXPECT_EQ(parse_request(line, r), parse_status::uri_too_long);
+  EXPECT_EQ(parse_request(line + " HTTP/1.1\r\nHost: a\r\n\r\n", r), parse_status::uri_too_long);
+  const std::string fields = "GET / HTTP/1.1\r\nX: " + std::string(strata::e5::k_max_header_bytes, 'a');
+  EXPECT_EQ(parse_request(fields, r), parse_status::too_large);
+  EXPECT_EQ(parse_request(fields + "\r\n\r\n", r), parse_status::too_large);
+}
+
+// Helper H8's probe: any version but "HTTP/1.0" and "HTTP/1.1" was malformed (400).  A major
+// version the server does not implement gets 505 (RFC 9110 15.6.6), the HTTP/2 preface included;
+// HTTP/1.2 is processed as HTTP/1.1 (RFC 9110 2.5), Host and keep-alive rules included.
+TEST(E5HttpRequest, OtherVersionsAre505OrTheHighestMinor) {
+  request r;
+  for (const char* v : {"GET / HTTP/2.0\r\nHost: a\r\n\r\n", "GET / HTTP/3.0\r\n\r\n",
+                        "GET / HTTP/0.9\r\n\r\n", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"})
+    EXPECT_EQ(parse_request(v, r), parse_status::version_not_supported) << v;
+  ASSERT_EQ(parse_request("GET / HTTP/1.2\r\nHost: a\r\n\r\n", r), parse_status::complete);
+  EXPECT_EQ(r.version, "HTTP/1.1");
+  EXPECT_TRUE(r.keep_alive);
+  EXPECT_EQ(parse_request("GET / HTTP/1.9\r\n\r\n", r), parse_status::bad);  // no Host
+}
+
+// Helper H8's probe: every Transfer-Encoding got 400, as if malformed.  This server does not
+// decode chunked bodies: a request whose final coding is chunked gets 501 (RFC 9112 6.1), one
+// whose final coding is not chunked, or with Content-Length too (RFC 9112 6.3), or in HTTP/1.0,
+// stays 400.
+TEST(E5HttpRequest, ChunkedBodiesAreNotImplementedOtherCodingsMalformed) {
+  request r;
+  for (const char* te : {"chunked", "Chunked", "gzip, chunked"})
+    EXPECT_EQ(parse_request("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: " + std::string(te) +
+                                "\r\n\r\n5\r\nhello\r\n0\r\n\r\n", r),
+              parse_status::not_implemented)
+        << te;
+  EXPECT_EQ(parse_request("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n"
+                          "Transfer-Encoding: chunked\r\n\r\n", r),
+            parse_status::not_implemented);
+  for (const char* bad : {"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
+                          "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n"
+                          "Transfer-Encoding: gzip\r\n\r\n",
+                          "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding:\r\n\r\n",
+                          "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n"
+                          "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+                          "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"})
     EXPECT_EQ(parse_request(bad, r), parse_status::bad) << bad;
 }
 
@@ -164,6 +248,7 @@ TEST(E5HttpRequest, BytesOneAtATimeParseAsAllAtOnce) {
       "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 2000000\r\n\r\n",
       "GET / HTTP/1.1\r\nHost: a\r\n\r\nGET / HTTP/1.1\r\n\r\n",
       big_header,
+      "GET /" + std::string(strata::e5::k_max_header_bytes, 'a') + " HTTP/1.1\r\n\r\n",
   };
   for (const std::string& in : inputs) {
     // All at once: the requests one after another, up to the first that is not complete.

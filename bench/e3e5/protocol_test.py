@@ -17,6 +17,13 @@ bounded in bytes and time, on 127.0.0.1 only:
   idle after its answer gets no 408.
 - expect_continue: a request with "Expect: 100-continue" whose body has not been sent is answered
   at once (RFC 9110 10.1.1), here with 100 Continue; it got nothing, and curl waits 1 s for it.
+- half_close: a client that sends its requests and shuts its side (shutdown(SHUT_WR)) is answered
+  in full, then the connection is closed; the server closed at the end of input with answers still
+  unwritten (helper H8: 100 pipelined GETs with 64 KiB answers, 59 and a half came back).
+- statuses: the answers helper H8 found wrong, through the server: a request line over the limit
+  414 (was 431), HTTP/2.0 and the HTTP/2 preface 505 (were 400), HTTP/1.2 200 (was 400), a chunked
+  body 501 (was 400), a Content-Length of 10 digits over the limit 413 (was 400), one with leading
+  zeros 200 (was 400), a NUL in a field name 400 (was 200).
 
     protocol_test.py PATH-TO-strata-bench-e5-httpd CHECK
 """
@@ -294,14 +301,77 @@ def check_expect_continue(port) -> bool:
     return report(r)
 
 
+def check_half_close(port) -> bool:
+    r = []
+    s = connect(port, timeout=5)
+    try:
+        s.sendall(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n" * 100)
+        s.shutdown(socket.SHUT_WR)
+        statuses, rest = [], b""
+        for _ in range(101):  # 100 answers, then the close
+            status, _, body, rest = read_response(s, rest)
+            statuses.append(status)
+            if status is None:
+                break
+        got = [x for x in statuses if x is not None]
+        r.append((f"100 pipelined GETs, then shutdown: 100 answers of 64 KiB then close "
+                  f"(got {len(got)} answers, {got.count(200)} of them 200, then "
+                  f"{'close' if statuses[-1] is None else 'no close'})",
+                  got == [200] * 100 and statuses[-1] is None and rest == b""))
+    finally:
+        s.close()
+    s = connect(port)
+    try:  # part of a request, then shutdown: no answer can come; closed, not held to the timeout
+        s.sendall(b"GET / HTTP/1.1\r\nHo")
+        s.shutdown(socket.SHUT_WR)
+        closed = closed_within(s, 3)
+        r.append((f"part of a request, then shutdown: closed within 3 s (closed {closed})", closed))
+    finally:
+        s.close()
+    return report(r)
+
+
+def check_statuses(port) -> bool:
+    r = []
+    for name, req, want in [
+            ("a 70 kB request line", b"GET /" + b"a" * 70000 + b" HTTP/1.1\r\nHost: a\r\n\r\n", 414),
+            ("HTTP/2.0", b"GET / HTTP/2.0\r\nHost: a\r\n\r\n", 505),
+            ("the HTTP/2 preface", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505),
+            ("Transfer-Encoding: chunked",
+             b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", 501),
+            ("Content-Length: 10000000000", b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 10000000000\r\n\r\n", 413),
+            ("a NUL in a field name", b"GET / HTTP/1.1\r\nHost: a\r\nX\0: a\r\n\r\n", 400)]:
+        status, _, closed = ask(port, req)
+        r.append((f"{name}: {want} and close (got {status}, closed {closed})", status == want and closed))
+    for name, req, want in [
+            ("HTTP/1.2", b"GET / HTTP/1.2\r\nHost: a\r\nConnection: close\r\n\r\n", [200]),
+            ("Content-Length: 0000000005, then a GET",
+             b"PUT / HTTP/1.1\r\nHost: a\r\nContent-Length: 0000000005\r\n\r\nhello"
+             b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", [405, 200])]:
+        s = connect(port)
+        try:
+            s.sendall(req)
+            statuses, rest = [], b""
+            while len(statuses) < len(want) and None not in statuses:
+                status, _, _, rest = read_response(s, rest)
+                statuses.append(status)
+            r.append((f"{name}: {want} (got {statuses})", statuses == want))
+        finally:
+            s.close()
+    return report(r)
+
+
 CHECKS = {"host": check_host, "too_large": check_too_large, "allow": check_allow,
           "idle_timeout": check_idle_timeout, "expect_continue": check_expect_continue,
-          "not_implemented": check_not_implemented, "request_timeout": check_request_timeout}
+          "not_implemented": check_not_implemented, "request_timeout": check_request_timeout,
+          "half_close": check_half_close, "statuses": check_statuses}
 
 
 def main() -> int:
     check = CHECKS[sys.argv[2]]
     extra = ["--idle-timeout", str(IDLE)] if sys.argv[2] in ("idle_timeout", "request_timeout") else []
+    if sys.argv[2] == "half_close":
+        extra = ["--body-bytes", "65536"]  # answers that fill the socket buffers
     srv, port = start(*extra)
     try:
         return 0 if check(port) else 1
