@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstddef>
 #include <climits>
+#include <cstdio>
 #include <malloc.h>
 #include <new>
 
@@ -131,6 +132,37 @@ STRATA_EXPORT struct mallinfo mallinfo() {
 }
 STRATA_EXPORT void malloc_stats() { strata_stats_print(); }
 
+// mallopt and malloc_info are strata's too: in a static link (-static with libstrata.a) glibc's
+// live in the object file that defines its malloc, and a program that called either failed to
+// link ("multiple definition of `malloc'"); preloaded, glibc's described or tuned a heap that holds
+// almost nothing.  mallopt tunes nothing here: it answers as glibc 2.36 does, 1 for every
+// parameter and value except an M_MXFAST outside 0..80 * sizeof(size_t) / 4 (0).  malloc_info
+// writes glibc's XML with mallinfo2's numbers: one heap, no free-chunk size table.
+STRATA_EXPORT int mallopt(int param, int value) {
+  return param == M_MXFAST ? value >= 0 && static_cast<size_t>(value) <= 80 * sizeof(size_t) / 4 : 1;
+}
+STRATA_EXPORT int malloc_info(int options, FILE* fp) {
+  if (options != 0) return EINVAL;  // glibc: returned, errno untouched
+  struct mallinfo2 m = mallinfo2();
+  auto totals = [&](bool with_mmap) {
+    fprintf(fp,
+            "<total type=\"fast\" count=\"0\" size=\"0\"/>\n"
+            "<total type=\"rest\" count=\"0\" size=\"%zu\"/>\n",
+            m.fordblks);
+    if (with_mmap) fprintf(fp, "<total type=\"mmap\" count=\"%zu\" size=\"%zu\"/>\n", m.hblks, m.hblkhd);
+    fprintf(fp,
+            "<system type=\"current\" size=\"%zu\"/>\n<system type=\"max\" size=\"%zu\"/>\n"
+            "<aspace type=\"total\" size=\"%zu\"/>\n<aspace type=\"mprotect\" size=\"%zu\"/>\n",
+            m.arena, m.usmblks, m.arena, m.arena);
+  };
+  fputs("<malloc version=\"1\">\n<heap nr=\"0\">\n<sizes>\n</sizes>\n", fp);
+  totals(false);
+  fputs("</heap>\n", fp);
+  totals(true);  // the whole process: the huge mappings too
+  fputs("</malloc>\n", fp);
+  return 0;
+}
+
 // glibc's own names for its allocator, which some programs and libraries call directly (a
 // malloc wrapper forwarding to __libc_malloc, a library built to bypass interposition): the
 // blocks they get must be strata's, or the program's free() of one is a bad free (and glibc's
@@ -143,6 +175,8 @@ STRATA_EXPORT void __libc_free(void*) __attribute__((alias("free"), copy(free)))
 STRATA_EXPORT void* __libc_memalign(size_t, size_t) __attribute__((alias("memalign"), copy(memalign)));
 STRATA_EXPORT void* __libc_valloc(size_t) __attribute__((alias("valloc"), copy(valloc)));
 STRATA_EXPORT void* __libc_pvalloc(size_t) __attribute__((alias("pvalloc"), copy(pvalloc)));
+STRATA_EXPORT struct mallinfo __libc_mallinfo() __attribute__((alias("mallinfo"), copy(mallinfo)));
+STRATA_EXPORT int __libc_mallopt(int, int) __attribute__((alias("mallopt"), copy(mallopt)));
 
 // Weak: resolved only when libstdc++ is in the process.
 using new_handler_fn = void (*)();

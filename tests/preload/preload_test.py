@@ -33,7 +33,8 @@ def main():
     out = subprocess.run(["nm", "-D", "--defined-only", LIB], capture_output=True, text=True).stdout
     names = {line.split()[-1] for line in out.splitlines() if line.strip()}
     wanted = {"__libc_malloc", "__libc_calloc", "__libc_realloc", "__libc_free", "__libc_memalign",
-              "__libc_valloc", "__libc_pvalloc", "mallinfo", "mallinfo2", "malloc_stats"}
+              "__libc_valloc", "__libc_pvalloc", "__libc_mallinfo", "__libc_mallopt", "mallinfo", "mallinfo2",
+              "malloc_stats", "malloc_info", "mallopt"}
     print(f"exports glibc's entry points and statistics: {'ok' if wanted <= names else 'FAILED, missing ' + str(sorted(wanted - names))}")
     (checker.passed if wanted <= names else checker.failed).append("__libc_* exports")
 

@@ -645,6 +645,47 @@ TEST(Override, MallinfoDescribesStrata) {
   EXPECT_NE(out.find("in use"), std::string::npos) << out;
 }
 
+// mallopt and malloc_info are strata's (glibc's, in the object file that holds its malloc, made a
+// -static link with libstrata.a fail: tests/fault/static_glibc_names.c), and so are glibc's
+// __libc_mallinfo and __libc_mallopt.  malloc_info writes glibc's XML with mallinfo2's numbers;
+// mallopt changes nothing and answers as glibc 2.36 does.
+extern "C" {
+struct mallinfo __libc_mallinfo();
+int __libc_mallopt(int, int);
+}
+
+TEST(Override, MallocInfoAndMalloptAreStrata) {
+  size_t big = size_t{48} << 20;
+  void* h = malloc(big);
+  ASSERT_NE(h, nullptr);
+  char* xml = nullptr;
+  size_t len = 0;
+  FILE* f = open_memstream(&xml, &len);
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(malloc_info(1, f), EINVAL);  // glibc: options must be 0
+  EXPECT_EQ(malloc_info(0, f), 0);
+  fclose(f);
+  std::string out(xml, len);
+  free(xml);
+  size_t at = out.find("<total type=\"mmap\" count=\"");
+  ASSERT_NE(at, std::string::npos) << out;
+  size_t count = 0, size = 0;
+  ASSERT_EQ(sscanf(out.c_str() + at, "<total type=\"mmap\" count=\"%zu\" size=\"%zu\"/>", &count, &size), 2) << out;
+  EXPECT_GE(count, 1u) << out;  // glibc's own heap: 0 and 0
+  EXPECT_GE(size, big) << out;
+  EXPECT_EQ(out.rfind("<malloc version=\"1\">", 0), 0u) << out;
+  EXPECT_NE(out.find("</malloc>\n"), std::string::npos) << out;
+  EXPECT_GE(static_cast<size_t>(__libc_mallinfo().hblkhd), big);
+  free(h);
+
+  EXPECT_EQ(mallopt(M_MMAP_THRESHOLD, 1 << 20), 1);
+  EXPECT_EQ(mallopt(M_ARENA_MAX, 1), 1);
+  EXPECT_EQ(mallopt(M_MXFAST, 64), 1);
+  EXPECT_EQ(mallopt(M_MXFAST, 1000), 0);
+  EXPECT_EQ(__libc_mallopt(M_MXFAST, -1), 0);
+  EXPECT_EQ(__libc_mallopt(M_TRIM_THRESHOLD, 0), 1);
+}
+
 // glibc: malloc_trim returns 1 if memory went back to the OS, 0 if there was none to give.
 TEST(Override, MallocTrimSaysWhetherItGaveMemoryBack) {
   std::vector<void*> blocks;
