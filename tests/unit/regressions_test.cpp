@@ -453,6 +453,14 @@ void fork_while_a_thread_is_stopped(const std::function<bool()>& stop, const std
   t.join();
 }
 
+// The child's check of the tests below whose stopped thread left a segment mid-operation: it takes
+// over the abandoned segments (the stopped thread's among them, which strata_heap_check then
+// walks), and that segment must have been adopted, not cached or lost.
+bool child_adopts_and_checks(const strata::detail::segment* seg) {
+  strata_collect(true);
+  return strata_heap_check() && seg->owner.load() != nullptr;
+}
+
 // A fork caught another thread inside malloc's pop: the block had left its page's free list and
 // `used` had not counted it yet.  That thread is gone in the child, and its page was one block
 // short (free + local + used = capacity - 1): strata_heap_check() failed in 7-41 % of the
@@ -553,9 +561,8 @@ void fork_child_finds_segment_repaired(int32_t off_by) {
         strata_free(first);
       },
       [&] {
-        strata_collect(true);  // takes over the abandoned segments: the stopped thread's is checked
         // Counted low (its one page uncounted), the segment went to the cache under the live block.
-        return strata_heap_check() && seg->owner.load() != nullptr;
+        return child_adopts_and_checks(seg);
       },
       "");
   EXPECT_TRUE(strata_heap_check());
@@ -663,10 +670,7 @@ TEST(Issue17ThreadExit, AForkChildAbandonsAHeapItsThreadLeftMidListRemove) {
         for (void* x : in_p) strata_free(x);
         strata_free(other);
       },
-      [&] {
-        strata_collect(true);  // takes over the abandoned segments: the stopped thread's is checked
-        return strata_heap_check() && seg->owner.load() != nullptr;
-      },
+      [&] { return child_adopts_and_checks(seg); },
       "the thread's pages are not as the test needs them");
   EXPECT_TRUE(strata_heap_check());
 }
