@@ -1,15 +1,16 @@
 #!/bin/bash
-# E1's tiny band, 1 thread, 0.5 s: recording off, and on with two recorders, interleaved.
-#   e1t.sh ROUNDS OLD_LIB NEW_LIB       (run from the repository root, build/ built)
-R=$1 OLD=$2 NEW=$3
+# E1's tiny band, THREADS threads (default 1), 0.5 s: recording off, and on with two recorders,
+# interleaved.
+#   e1t.sh ROUNDS OLD_LIB NEW_LIB [THREADS]   (run from the repository root, build/ built)
+R=$1 OLD=$2 NEW=$3 TH=${4:-1}
 T=$(mktemp -d)
 for r in $(seq "$R"); do
   for mode in off old new; do
     lib=$OLD; [ $mode = new ] && lib=$NEW
     if [ $mode = off ]; then
-      out=$(LD_PRELOAD=$lib build/bin/strata-bench-e1-sizeclass --band tiny --threads 1 --seconds 0.5)
+      out=$(LD_PRELOAD=$lib build/bin/strata-bench-e1-sizeclass --band tiny --threads $TH --seconds 0.5)
     else
-      out=$(STRATA_TRACE=$T/e1.%p LD_PRELOAD=$lib build/bin/strata-bench-e1-sizeclass --band tiny --threads 1 --seconds 0.5)
+      out=$(STRATA_TRACE=$T/e1.%p LD_PRELOAD=$lib build/bin/strata-bench-e1-sizeclass --band tiny --threads $TH --seconds 0.5)
     fi
     sz=$(cat "$T"/e1.* 2>/dev/null | wc -c); rm -f "$T"/e1.*
     echo "$mode $(echo "$out" | grep -o '"ops_per_sec":[0-9.e+]*' | cut -d: -f2) $sz"
