@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cerrno>
+#include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -32,8 +33,11 @@ constexpr int max_devices = 64;
 // would write into freed memory.  Longer reasons are cut; the array is never freed.
 thread_local char last_error[512];
 
-void set_last_error(const char* why) noexcept {
-  std::snprintf(last_error, sizeof last_error, "%s", why);
+__attribute__((format(printf, 1, 2))) void set_last_error(const char* format, ...) noexcept {
+  va_list ap;
+  va_start(ap, format);
+  std::vsnprintf(last_error, sizeof last_error, format, ap);
+  va_end(ap);
 }
 
 // A whole number in digits from the environment, at most `max`; nothing when unset or empty.
@@ -126,7 +130,7 @@ R guarded(F&& f, R failure) noexcept {
   try {
     return f();
   } catch (const std::exception& e) {
-    set_last_error(e.what());
+    set_last_error("%s", e.what());
   } catch (...) {
     set_last_error("unknown exception");
   }
@@ -142,9 +146,7 @@ extern "C" {
 
 void* strata_torch_malloc(ssize_t size, int device, void* stream) {
   if (size <= 0) [[unlikely]] {  // not a failure of the device, but NULL must come with its reason
-    char why[96];
-    std::snprintf(why, sizeof why, "strata_torch_malloc: size %zd: nothing to allocate", size);
-    set_last_error(why);
+    set_last_error("strata_torch_malloc: size %zd: nothing to allocate", size);
     return nullptr;
   }
   return guarded(
@@ -163,9 +165,7 @@ void* strata_torch_malloc(ssize_t size, int device, void* stream) {
 void strata_torch_free(void* p, ssize_t size, int device, void* stream) {
   if (p == nullptr) return;
   if (size <= 0) [[unlikely]] {  // no block of strata's has such a size: left alone, and said so
-    char why[128];
-    std::snprintf(why, sizeof why, "strata_torch_free: size %zd for %p: not freed", size, p);
-    set_last_error(why);
+    set_last_error("strata_torch_free: size %zd for %p: not freed", size, p);
     return;
   }
   guarded(
