@@ -314,7 +314,10 @@ STRATA_EXPORT void* strata_calloc(size_t count, size_t size) {
 }
 
 STRATA_EXPORT size_t strata_usable_size(const void* p) {
-  if (p == nullptr) return 0;
+  // The page map keeps an address's low address_bits only: past them, p would pass for the
+  // block at those bits, and its canary would be read at p (a fault).  No block of strata's is
+  // there (strata_alloc::usable_size promises 0 for any pointer not strata's, however wild).
+  if (p == nullptr || reinterpret_cast<uintptr_t>(p) >> address_bits != 0) return 0;
   if (size_t usable = live_block_usable(p)) return usable;
   segment* seg = segment_of(p);
   lookup l = find_block(map_has_segment(seg) ? seg : nullptr, const_cast<void*>(p));

@@ -72,7 +72,10 @@ void stats_sum(strata_stats_t* out, uint64_t* class_allocs, uint64_t* class_free
   out->reclaimed_segments = seg.reclaimed;
   out->remote_free_count = remote;
   out->committed_bytes = static_cast<uint64_t>(os::stats.committed.load(std::memory_order_relaxed));
-  out->committed_peak = static_cast<uint64_t>(os::stats.committed_peak.load(std::memory_order_relaxed));
+  // A thread that commits raises committed, then the peak (os::commit_add): read between the
+  // two, the peak was below the committed bytes just read, which it always covers.
+  uint64_t peak = static_cast<uint64_t>(os::stats.committed_peak.load(std::memory_order_relaxed));
+  out->committed_peak = peak > out->committed_bytes ? peak : out->committed_bytes;
   out->reserved_bytes = static_cast<uint64_t>(os::stats.reserved.load(std::memory_order_relaxed));
   out->mmap_calls = os::stats.mmap_calls.load(std::memory_order_relaxed);
   out->munmap_calls = os::stats.munmap_calls.load(std::memory_order_relaxed);

@@ -2160,4 +2160,37 @@ TEST(CancellationPoints, ABadFreesReportAndTheStatisticsPrintoutAreNone) {
   EXPECT_NE(out.find("statistics"), std::string::npos) << out;
 }
 
+// The page map keeps an address's low 47 bits: a live block's address with a higher bit set
+// passed for that block, and strata_usable_size read its canary at the non-canonical address
+// (SIGSEGV; strata_alloc::usable_size, a safe Rust function, called it with any pointer).
+TEST(UsableSize, OfAnAddressPastTheMappedBitsIsZero) {
+  std::vector<void*> blocks;
+  for (size_t size = 16; size <= 2048; size += 16) {
+    void* p = strata_malloc(size);
+    ASSERT_NE(p, nullptr);
+    blocks.push_back(p);
+    for (uintptr_t high : {uintptr_t{1} << 47, uintptr_t{1} << 63, uintptr_t{0xffff800000000000}}) {
+      auto* q = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) | high);
+      EXPECT_EQ(strata_usable_size(opaque(q)), 0u) << q << " (a block of " << size << " bytes)";
+    }
+  }
+  for (void* p : blocks) strata_free(p);
+}
+
+// A thread that commits raises os::stats.committed, then the peak (os::commit_add).  Read
+// between the two, committed_peak came out below committed_bytes (seen through strata-alloc's
+// stats() while threads started: a span's 128 KiB).  Here a commit stopped half-way through.
+TEST(Statistics, TheCommittedPeakIsNeverBelowCommittedMidCommit) {
+  void* p = strata_malloc(100);  // the statistics are live
+  ASSERT_NE(p, nullptr);
+  const int64_t half = 64 * 1024;
+  int64_t peak = strata::os::stats.committed_peak.load();
+  int64_t committed = strata::os::stats.committed.load();
+  strata::os::stats.committed.fetch_add(peak - committed + half);  // above the peak, not yet raised
+  strata_stats_t s = stats();
+  strata::os::stats.committed.fetch_sub(peak - committed + half);
+  EXPECT_GE(s.committed_peak, s.committed_bytes);
+  strata_free(p);
+}
+
 }  // namespace

@@ -66,8 +66,11 @@ unsafe impl GlobalAlloc for Strata {
         if natural(&layout) {
             return sys::strata_realloc(p as *mut c_void, new_size) as *mut u8;
         }
-        // No aligned realloc in C: move the block when it does not fit.
-        if new_size <= sys::strata_usable_size(p as *const c_void) {
+        // No aligned realloc in C: move the block when it does not fit, or when a shrink would
+        // leave more than half of it unused (as strata_realloc does: a Vec of over-aligned
+        // elements truncated and shrunk to fit gives its memory back).
+        let usable = sys::strata_usable_size(p as *const c_void);
+        if new_size <= usable && (new_size >= layout.size() || new_size >= usable / 2) {
             return p;
         }
         let new_layout = Layout::from_size_align_unchecked(new_size, layout.align());
@@ -109,9 +112,21 @@ fn json(f: unsafe extern "C" fn(*mut c_char, usize) -> usize) -> String {
     }
 }
 
-/// The usable size of a block strata returned (0 for a pointer it did not).
-pub fn usable_size<T: ?Sized>(p: *const T) -> usize {
-    unsafe { sys::strata_usable_size(p as *const c_void) }
+/// The usable size of a block strata returned: 0 for any other pointer (null, not strata's,
+/// freed, inside a block, however wild).
+///
+/// # Safety
+///
+/// No other thread may free the block that `p` points into while the call runs: strata reads
+/// the block's segment, which a free elsewhere may unmap under it (a fault, not an answer).
+///
+/// ```compile_fail,E0133
+/// // Safe code could race it against a free on another thread.
+/// let v = vec![1u8; 10];
+/// let _ = strata_alloc::usable_size(v.as_ptr());
+/// ```
+pub unsafe fn usable_size<T: ?Sized>(p: *const T) -> usize {
+    sys::strata_usable_size(p as *const c_void)
 }
 
 /// Returns free memory to the OS: all of it (`force`) or what is past the purge delay.

@@ -24,7 +24,7 @@ fn boxes_are_strata_blocks() {
     assert!(mallocs >= 10_000, "strata counted {mallocs} allocations for 10001");
     for (i, b) in boxes.iter().enumerate() {
         // A pointer strata did not return has no usable size.
-        assert!(usable_size(b.as_ptr()) >= b.len(), "block {i} is not strata's");
+        assert!(unsafe { usable_size(b.as_ptr()) } >= b.len(), "block {i} is not strata's");
         assert!(b.iter().all(|&x| x == i as u8));
     }
     let (_, _, frees) = counted(|| drop(boxes));
@@ -70,7 +70,7 @@ fn growth_shrink_and_zeroed() {
     for n in [1usize, 100, 4096, 100_000, 10 << 20] {
         let z = vec![0u8; n];
         assert!(z.iter().all(|&b| b == 0));
-        assert!(usable_size(z.as_ptr()) >= n);
+        assert!(unsafe { usable_size(z.as_ptr()) } >= n);
         let mut d = vec![0xa5u8; n];
         d.resize(n * 2, 0);
         assert!(d[..n].iter().all(|&b| b == 0xa5) && d[n..].iter().all(|&b| b == 0));
@@ -91,7 +91,7 @@ fn large_alignments() {
     }
     for p in &pages {
         assert_eq!(&**p as *const Page as usize % 4096, 0);
-        assert!(usable_size(&**p as *const Page) >= 4096);
+        assert!(unsafe { usable_size(&**p as *const Page) } >= 4096);
     }
     // Through std::alloc (the global allocator) at alignments to 1 MiB: zeroed, grown, freed.
     for align in [32usize, 256, 4096, 65536, 1 << 20] {
@@ -161,6 +161,56 @@ fn threads_with_cross_thread_frees() {
     let after = stats();
     assert!(after.malloc_count - before.malloc_count >= 4 * 2000 * 17 + 32 * 2000);
     assert!(after.remote_free_count > before.remote_free_count, "no cross-thread frees counted");
+}
+
+// An over-aligned block shrunk by realloc stayed where it was, whole: a Vec of 64-byte-aligned
+// elements truncated to one and shrunk to fit kept its 64 MiB (a 4-byte alignment's block moves).
+#[test]
+fn shrinking_an_over_aligned_block_gives_its_memory_back() {
+    #[repr(align(64))]
+    #[derive(Clone, Copy)]
+    struct Line([u8; 64]);
+    for n in [100usize, 10_000, 1 << 20] {
+        let mut v: Vec<Line> = (0..n).map(|i| Line([i as u8; 64])).collect();
+        v.truncate(3);
+        v.shrink_to_fit();
+        assert_eq!(v.as_ptr() as usize % 64, 0);
+        let kept = unsafe { usable_size(v.as_ptr()) };
+        assert!(kept < 8 * 64, "{n} lines shrunk to 3 keep {kept} bytes");
+        assert!(v.iter().enumerate().all(|(i, l)| l.0.iter().all(|&b| b == i as u8)));
+    }
+    for align in [32usize, 4096, 1 << 20] {
+        let layout = std::alloc::Layout::from_size_align(8 << 20, align).unwrap();
+        unsafe {
+            let p = std::alloc::alloc(layout);
+            assert!(!p.is_null());
+            p.write_bytes(0x3c, 8 << 20);
+            let q = std::alloc::realloc(p, layout, 1000);
+            assert!(!q.is_null() && q as usize % align == 0);
+            assert!(usable_size(q) < (4 << 20), "align {align}: 1000 bytes keep {}", usable_size(q));
+            assert!(std::slice::from_raw_parts(q, 1000).iter().all(|&b| b == 0x3c));
+            // Growing within the block stays in place.
+            let r = std::alloc::realloc(q, std::alloc::Layout::from_size_align(1000, align).unwrap(), 1001);
+            assert!(usable_size(q) < 1001 || r == q);
+            std::alloc::dealloc(r, std::alloc::Layout::from_size_align(1001, align).unwrap());
+        }
+    }
+}
+
+// usable_size answers for any pointer but one freed meanwhile.  A live block's address with bits
+// set above the 47 that strata maps (bit 63 over a 48-byte block) passed for that block in
+// strata's page map, and strata_usable_size read its canary at the non-canonical address: SIGSEGV.
+#[test]
+fn usable_size_of_addresses_past_47_bits_is_zero() {
+    let blocks: Vec<Vec<u8>> = (1..=128).map(|i| vec![1u8; i * 16]).collect();
+    for b in &blocks {
+        let p = b.as_ptr() as usize;
+        assert!(unsafe { usable_size(b.as_ptr()) } >= b.len());
+        for high in [1usize << 47, 1 << 63, 0xffff_8000_0000_0000, 0x1234_5000_0000_0000] {
+            let q = (p | high) as *const u8;
+            assert_eq!(unsafe { usable_size(q) }, 0, "{q:?} ({p:#x} with {high:#x})");
+        }
+    }
 }
 
 #[test]
