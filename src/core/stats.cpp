@@ -199,6 +199,9 @@ void stats_keep_stderr() noexcept {
 void stats_report_at_exit() noexcept {
   // open, write and close are cancellation points; a thread calling exit() may be cancelled.
   os::no_cancel hold;
+  // A printout or warning to a stderr whose reader has gone (`program 2>&1 | head`) is lost, not
+  // a SIGPIPE that ends a program which wrote nothing there itself (exit status 141).
+  os::file_signals_hold signals;
   if (options::get(option::show_stats)) {
     if (const int fd = exit_stderr(); fd >= 0) stats_print_to(fd);
   }
@@ -219,15 +222,12 @@ void stats_report_at_exit() noexcept {
       stats_file_failed("opened", path, errno);
       return;
     }
-    for (size_t off = 0; off < n;) {
-      ssize_t wr = write(fd, doc + off, n - off);
-      if (wr < 0 && errno == EINTR) continue;
-      if (wr <= 0) {
-        stats_file_failed("written", path, wr < 0 ? errno : EIO);
-        close(fd);
-        return;
-      }
-      off += static_cast<size_t>(wr);
+    // file_write2 (under the hold): a FIFO whose reader has gone or a file size limit is a
+    // warning too, not a SIGPIPE or SIGXFSZ that ends the process in its exit handler.
+    if (!os::file_write2(fd, doc, n, nullptr, 0)) {
+      stats_file_failed("written", path, errno);
+      close(fd);
+      return;
     }
     if (close(fd) != 0 && errno != EINTR) stats_file_failed("written (close failed)", path, errno);
   }

@@ -1,11 +1,13 @@
 #include "os/file.h"
 
 #include <cerrno>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <fcntl.h>
 #include <initializer_list>
+#include <pthread.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -50,8 +52,35 @@ int file_create(const char* path) noexcept {
 
 int file_dup_high(int fd) noexcept { return fcntl(fd, F_DUPFD_CLOEXEC, 900); }
 
+file_signals_hold::file_signals_hold() noexcept {
+  sigemptyset(&both_);
+  sigaddset(&both_, SIGPIPE);
+  sigaddset(&both_, SIGXFSZ);
+  pthread_sigmask(SIG_BLOCK, &both_, &old_);
+  if (sigpending(&pending_before_) != 0) sigfillset(&pending_before_);  // takes none back
+}
+
+file_signals_hold::~file_signals_hold() {
+  int saved = errno;  // the failed write's, for the caller's message
+  sigset_t now;
+  if (sigpending(&now) == 0) {
+    for (int sig : {SIGPIPE, SIGXFSZ}) {
+      if (!sigismember(&now, sig) || sigismember(&pending_before_, sig)) continue;
+      sigset_t one;
+      sigemptyset(&one);
+      sigaddset(&one, sig);
+      timespec zero{};
+      while (sigtimedwait(&one, nullptr, &zero) < 0 && errno == EINTR) {
+      }
+    }
+  }
+  pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  errno = saved;
+}
+
 bool file_write2(int fd, const void* a, size_t na, const void* b, size_t nb) noexcept {
   no_cancel hold;
+  file_signals_hold signals;
   iovec v[2] = {{const_cast<void*>(a), na}, {const_cast<void*>(b), nb}};
   int first = 0;
   while (first < 2) {

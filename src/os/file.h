@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <signal.h>
 
 namespace strata::os {
 
@@ -12,9 +13,28 @@ namespace strata::os {
 // that programs which close or dup2 over the low descriptors leave it alone, and holds a lock on
 // it (flock) while open.  -1 on failure (errno set; EWOULDBLOCK: another process holds it).
 int file_create(const char* path) noexcept;
+// A write the kernel refuses for the file's sake also raises a signal in the writing thread whose
+// default action ends the process: SIGPIPE (a FIFO or pipe whose reader has gone: the compressor
+// a trace was streamed to exited, `program 2>&1 | head`) and SIGXFSZ (past RLIMIT_FSIZE).  strata
+// writes from inside the program's malloc and from its exit handler, where a failed write must be
+// a warning, not the end of the program (rc -13, -25, or 141 in a shell).  While a hold lasts both
+// are blocked in the calling thread; one that a write raised (pending now, not before) is taken
+// back before the mask is restored, so that the program's own handler does not see it either.
+class file_signals_hold {
+ public:
+  file_signals_hold() noexcept;
+  ~file_signals_hold();
+  file_signals_hold(const file_signals_hold&) = delete;
+  file_signals_hold& operator=(const file_signals_hold&) = delete;
+
+ private:
+  sigset_t both_, old_, pending_before_;
+};
+
 // Writes a then b (a's `na` bytes, then b's `nb`) in one write, so that with O_APPEND two
 // threads' writes never interleave; retries short writes and EINTR.  false on an error (errno
-// set).
+// set); an error never raises SIGPIPE or SIGXFSZ in the program (a FIFO's reader gone, a file
+// size limit reached).
 bool file_write2(int fd, const void* a, size_t na, const void* b, size_t nb) noexcept;
 void file_close(int fd) noexcept;
 // A close-on-exec copy of fd on a descriptor number >= 900 (file_create's reason), or -1.

@@ -214,6 +214,11 @@ with tempfile.TemporaryDirectory() as tmp:
     expect(p.returncode == 0 and p.stderr.count("strata:") == 1, f"fsize workload: {p.returncode} {p.stderr!r}")
     rc, got, err = check(os.path.join(tmp, "full"))
     expect(rc == 0 and not got["complete"] and got["counts"]["malloc"] > 0, f"a trace whose write failed: {got} {err}")
+    # The same with SIGXFSZ at its default action: the trace's write over the limit raised it in
+    # the program's thread, and the program died of it (rc -25) instead of recording stopping.
+    p = record(tmp, "fsizedefault", "300000", trace="full")
+    expect(p.returncode == 0 and p.stderr.count("strata:") == 1,
+           f"fsize workload, SIGXFSZ not ignored: {p.returncode} {p.stderr!r}")
     for f in glob.glob(os.path.join(tmp, "*")):
         os.unlink(f)
 
@@ -356,6 +361,19 @@ with tempfile.TemporaryDirectory() as tmp:
     expect(rc_p == 0 and err_p == "" and rc == 0 and got["complete"] and got["reused_live"] == 0
            and got["counts"]["malloc"] >= want,
            f"a thread's exit chunk beside the writer's, through a FIFO: rc {rc_p} {err_p!r} {got} {err}")
+
+    # A FIFO whose reader goes away (a compressor that exited): the next write raised SIGPIPE in
+    # the program's thread, and the program died of it (rc -13) instead of recording stopping
+    # with one message.
+    env = dict(os.environ, LD_PRELOAD=LIB, STRATA_TRACE=fifo)
+    proc = subprocess.Popen([WORKLOAD, "churn", "300000"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    with open(fifo, "rb") as rd:
+        rd.read(64)  # the file header; then the reader leaves
+    out, err = proc.communicate(timeout=60)
+    expect(proc.returncode == 0 and err.count("strata:") == 1 and "recording stopped" in err
+           and json.loads(out)["mallocs"] == 300000,
+           f"a FIFO whose reader left: rc {proc.returncode} {err!r}")
     os.unlink(fifo)
 
     # STRATA_TRACE unset: nothing is written.

@@ -223,12 +223,14 @@ int main(int argc, char** argv) {
     printf("{\"data_fd\": %d}\n", data);
     return 0;
   }
-  if (strcmp(argv[1], "fsize") == 0) {
-    signal(SIGXFSZ, SIG_IGN);
+  // fsize ignores SIGXFSZ; fsizedefault leaves it at its default action (ending the process).
+  if (strcmp(argv[1], "fsize") == 0 || strcmp(argv[1], "fsizedefault") == 0) {
+    if (strcmp(argv[1], "fsize") == 0) signal(SIGXFSZ, SIG_IGN);
     rlimit old{}, small{};
     getrlimit(RLIMIT_FSIZE, &old);
     small = old;
-    small.rlim_cur = 300000;
+    // fsizedefault: below the first area's chunk, which the thread writes itself (no writer yet).
+    small.rlim_cur = strcmp(argv[1], "fsize") == 0 ? 300000 : 100000;
     setrlimit(RLIMIT_FSIZE, &small);
     for (int i = 0; i < n; i++) {
       void* volatile p = malloc(32);

@@ -5,11 +5,13 @@
 // defaults (strata::options::reset) before it ends.  The bad-free report cap is spent by the last
 // test (a suite of its own, so that it runs last); ctest runs each test in its own process anyway.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <clocale>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -243,6 +245,51 @@ TEST(Issue17StatsFile, WriteFailureNamesThePathAndTheReason) {
   EXPECT_EQ(lines(err), 1) << err;
   EXPECT_NE(err.find("/dev/full"), std::string::npos) << err;
   EXPECT_NE(err.find(strerror(ENOSPC)), std::string::npos) << err;
+}
+
+// A statistics file past the file size limit (RLIMIT_FSIZE): the write over it raised SIGXFSZ,
+// whose default action ended the process in its exit handler (killed by a signal, no warning)
+// instead of the warning that names the path and the reason.
+TEST(Issue17StatsFile, FileSizeLimitIsAWarningNotASignal) {
+  char path[] = "/tmp/strata-diagnostics-fsize-XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  ASSERT_EQ(init_with("STRATA_STATS_FILE", path), "");
+  EXPECT_EXIT(
+      {
+        signal(SIGXFSZ, SIG_DFL);
+        rlimit small;
+        getrlimit(RLIMIT_FSIZE, &small);
+        // Below the document, above the warning (the death test's stderr is a file too).
+        small.rlim_cur = 128;
+        if (strata_stats_json(nullptr, 0) <= 2 * small.rlim_cur || setrlimit(RLIMIT_FSIZE, &small) != 0)
+          _exit(2);
+        strata::detail::stats_keep_stderr();
+        strata::detail::stats_report_at_exit();
+        _exit(0);
+      },
+      testing::ExitedWithCode(0), "cannot be written.*File too large");
+  options::reset(option::stats_file);
+  unlink(path);
+}
+
+// STRATA_SHOW_STATS with a stderr whose reader has gone (`program 2>&1 | head`): the printout at
+// exit raised SIGPIPE, and a program that never wrote to stderr itself died of it (141 in a shell).
+TEST(Issue17StatsFile, PrintoutToAStderrWhoseReaderLeftIsNotASignal) {
+  ASSERT_EQ(init_with("STRATA_SHOW_STATS", "1"), "");
+  EXPECT_EXIT(
+      {
+        signal(SIGPIPE, SIG_DFL);
+        int ends[2];
+        if (pipe(ends) != 0 || dup2(ends[1], 2) != 2) _exit(2);
+        close(ends[0]);  // the reader leaves
+        strata::detail::stats_keep_stderr();
+        strata::detail::stats_report_at_exit();
+        _exit(0);
+      },
+      testing::ExitedWithCode(0), "");
+  options::reset(option::show_stats);
 }
 
 TEST(Issue17StatsFile, OpenFailureNamesThePathAndTheReason) {
