@@ -118,3 +118,142 @@ def test_e3_tenants_die_with_their_driver(tmp_path):
                    "--csv-dir", str(tmp_path / "csv"), "--lc-procs", "1", "--be-procs", "1",
                    "--kernels", "1000000", "--lc-gap-us", "1000", "--be-burst-us", "1000",
                    "--timeout-s", "60"], ["strata-bench-e3"])
+
+
+def _spark_problem() -> str | None:
+    try:
+        from strata_lab.drivers import spark_job
+
+        spark_job.spark_home()
+        return spark_job.java_problem()
+    except Exception as e:
+        return str(e)
+
+
+def _spark_scratch_in_tmp() -> set[str]:
+    return {e.name for e in os.scandir("/tmp") if e.name.startswith(("spark-", "blockmgr-"))}
+
+
+@pytest.mark.skipif(_spark_problem() is not None, reason=f"no Spark here: {_spark_problem()}")
+def test_spark_job_killed_leaves_no_spark_directories_in_tmp(tmp_path):
+    """The lab kills a timed-out sample's process group with SIGKILL and removes the sample's
+    directory (the driver's TMPDIR).  Spark's scratch space (the driver's blockmgr-* and spark-*,
+    the worker's spark-*/executor-* with the executors' shuffle files) was in /tmp, which the
+    JVMs use whatever TMPDIR says: every killed Spark sample left four directories there."""
+    before = _spark_scratch_in_tmp()
+    driver = subprocess.Popen([sys.executable, "-m", "strata_lab.drivers.spark_job", "--smoke",
+                               "--timeout", "120"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True, start_new_session=True, env=dict(os.environ, TMPDIR=str(tmp_path)))
+    seen: set[int] = set()
+    try:
+        deadline = time.monotonic() + 150
+        while True:  # until both executors run: every JVM has made its directories
+            kids = descendants(driver.pid)
+            seen.update(kids)
+            executors = [k for k in kids if b"CoarseGrainedExecutorBackend" in _cmdline(k)]
+            if len(executors) == 2:
+                break
+            if driver.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the executors did not start: "
+                            f"{driver.communicate()[1][-1500:] if driver.poll() is not None else 'timed out'}")
+            time.sleep(0.2)
+        time.sleep(3)
+        os.killpg(driver.pid, signal.SIGKILL)  # what the lab does past a sample's timeout
+        driver.wait()
+        deadline = time.monotonic() + 60
+        while any(alive(k) for k in seen) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not [k for k in seen if alive(k)]
+        assert _spark_scratch_in_tmp() - before == set()
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+        for k in seen:
+            if alive(k):
+                os.kill(k, signal.SIGKILL)
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+@pytest.mark.skipif(_spark_problem() is not None, reason=f"no Spark here: {_spark_problem()}")
+def test_spark_job_with_hung_executors_ends_at_its_timeout(tmp_path):
+    """--timeout ("seconds for the whole run") bounded the waits for the cluster and the
+    executors, not the job: with both executors stopped (as a deadlock in the allocator under
+    test would leave them) the driver still waited after 200 s of a 40 s --timeout."""
+    driver = subprocess.Popen([sys.executable, "-m", "strata_lab.drivers.spark_job", "--timeout", "40"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True, env=dict(os.environ, TMPDIR=str(tmp_path)))
+    seen: set[int] = set()
+    try:
+        while True:
+            kids = descendants(driver.pid)
+            seen.update(kids)
+            executors = [k for k in kids if b"CoarseGrainedExecutorBackend" in _cmdline(k)]
+            if len(executors) == 2:
+                break
+            if driver.poll() is not None:
+                pytest.fail(f"the executors did not start: {driver.communicate()[1][-1500:]}")
+            time.sleep(0.2)
+        time.sleep(2)  # the job has begun
+        for k in executors:
+            os.kill(k, signal.SIGSTOP)
+        try:
+            out, err = driver.communicate(timeout=150)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the driver ran on past its --timeout with its executors hung")
+        assert driver.returncode == 1 and "did not finish within --timeout" in err, err[-1500:]
+        assert out == ""  # no figure for a job that did not end
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
+        for k in seen:
+            if alive(k):
+                os.kill(k, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("args, why", [(["--timeout", "nan"], "--timeout must be"),
+                                       (["--timeout", "-1"], "--timeout must be"),
+                                       (["--executors", "0"], "--executors must be")])
+def test_spark_job_refuses_bad_arguments(args, why):
+    """--timeout nan compared false with every deadline, so a cluster or executors that never came
+    up were waited for without end; --executors 0 ended in the worker's Java stack trace."""
+    r = subprocess.run([sys.executable, "-m", "strata_lab.drivers.spark_job", *args],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and why in r.stderr and "Traceback" not in r.stderr
+
+
+def test_spark_executors_are_this_clusters_only():
+    """executor_pids matched any process whose command line named the executor class and the app
+    id; app ids (app-<second>-0000) repeat across clusters whose first applications start in the
+    same second, so another run's executors were summed into this run's peak RSS."""
+    from strata_lab.drivers import spark_job
+
+    app = "app-20261128115642-0000"
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
+                              spark_job.EXECUTOR_CLASS, "--app-id", app])
+    mine = subprocess.Popen([sys.executable, "-c",
+                             "import subprocess, sys; subprocess.run(sys.argv[1:])",
+                             sys.executable, "-c", "import time; time.sleep(60)",
+                             spark_job.EXECUTOR_CLASS, "--app-id", app])
+    kids: list[int] = []
+    try:
+        deadline = time.monotonic() + 30
+        while not any(spark_job.EXECUTOR_CLASS.encode() in _cmdline(k) for k in kids):
+            assert time.monotonic() < deadline, "the child did not start"
+            time.sleep(0.05)
+            kids = descendants(mine.pid)
+        assert spark_job.executor_pids(app, mine.pid) == kids
+    finally:
+        for k in kids:
+            os.kill(k, signal.SIGKILL)
+        for p in (other, mine):
+            p.kill()
+            p.wait()

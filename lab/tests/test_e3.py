@@ -6,6 +6,7 @@ import csv
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -144,3 +145,110 @@ def test_one_round_end_to_end(tenant, tmp_path, monkeypatch):
             assert float(row["launch_latency_ms"]) == pytest.approx(
                 float(row["start_time_ms"]) - float(row["enqueue_time_ms"]), abs=2e-6)
             assert row["priority"] == ("-1" if "-lc" in f.name else "0")
+
+
+def test_a_rerun_of_a_round_keeps_the_first_samples_csvs(tenant, tmp_path, monkeypatch):
+    """The lab runs a noisy sample again with the same round and mode: the re-run wrote over the
+    CSVs the first sample's "csv" names, so a kept first sample named the re-run's kernels."""
+    monkeypatch.setenv("STRATA_BUILD", str(BUILD))
+    cell = e3.cells(SuiteContext(smoke=True))[0]
+    argv = [str(a) for a in cell.argv]
+    argv[argv.index("--csv-dir") + 1] = str(tmp_path)
+    argv.remove("--discard-csv")
+    env = {**os.environ, **cell.env, "STRATA_LAB_VARIANT": "native", "STRATA_LAB_ROUND": "3"}
+    runs = []
+    for _ in range(2):
+        r = subprocess.run(argv + e3.VARIANTS["native"]["args"], capture_output=True, text=True, env=env,
+                           timeout=120)
+        assert r.returncode == 0, r.stderr
+        runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    first, again = runs
+    assert not set(first["csv"]) & set(again["csv"])
+    assert len(list(tmp_path.glob("*.csv"))) == 2 * (e3_round.LC_PROCS + e3_round.BE_PROCS)
+    for m in runs:  # each sample's files still give its own figures
+        lc = [r for p in m["csv"] if "-lc" in Path(p).name for r in e3_round.read_kernels(p)]
+        be = [r for p in m["csv"] if "-be" in Path(p).name for r in e3_round.read_kernels(p)]
+        assert e3_round.round_metrics(lc, be)["lc_launch_p99_ms"] == m["lc_launch_p99_ms"]
+
+
+@pytest.mark.parametrize("args, why", [(["--lc-procs", "0"], "at least one LC"),
+                                       (["--timeout-s", "5"], "more than 10"),
+                                       (["--timeout-s", "nan"], "more than 10")])
+def test_round_driver_refuses_a_round_it_cannot_run(tmp_path, args, why):
+    """--lc-procs 0 ended in a traceback after the round; --timeout-s 10 or less reached the
+    tenants as a timeout of 0 or below, which they refused with a message about their own
+    --timeout-s."""
+    r = subprocess.run([sys.executable, "-m", "strata_lab.drivers.e3_round", "--tenant", "/bin/true",
+                        "--work-per-us", "1", "--csv-dir", str(tmp_path / "csv"), "--lc-gap-us", "1",
+                        "--be-burst-us", "1", *args], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and why in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "csv").exists()
+
+
+HEADER = ",".join(e3_round.CSV_COLUMNS) + "\n"
+ROW = "0,0,-1,cpu_burst,1.0,1.5,2.0,0.5,0.5,1.0\n"
+
+
+@pytest.mark.parametrize("text, why", [(HEADER + ROW + "0,1,-1,cpu", "line 3: not the 10 fields"),
+                                       (HEADER + ROW.rstrip() + ",9\n", "line 2: not the 10 fields"),
+                                       (HEADER + ROW.replace("0.5,0.5,", "0.5,nan,"), "launch_latency_ms is 'nan'"),
+                                       (HEADER + ROW.replace("2.0", "inf"), "end_time_ms is 'inf'"),
+                                       (HEADER + ROW.replace("0,0,-1", "0,1.5,-1"), "kernel_id is '1.5'")])
+def test_read_kernels_refuses_a_damaged_csv(tmp_path, text, why):
+    """A truncated row was a TypeError (float(None)); nan, inf, a field too many and a kernel_id of
+    1.5 went into the round's figures (nan then failed the P99 with 'non-finite value')."""
+    p = tmp_path / "t.csv"
+    p.write_text(text)
+    with pytest.raises(ValueError, match=why):
+        e3_round.read_kernels(p)
+
+
+def test_read_kernels_reads_a_hand_made_csv(tmp_path):
+    p = tmp_path / "t.csv"
+    p.write_text(HEADER + ROW + "\n" + ROW.replace("0,0,-1", "1,3,-1"))  # a blank line is no row
+    rows = e3_round.read_kernels(p)
+    assert [(r["stream_id"], r["kernel_id"], r["priority"]) for r in rows] == [(0, 0, -1), (1, 3, -1)]
+    assert rows[0]["launch_latency_ms"] == 0.5 and rows[0]["kernel_type"] == "cpu_burst"
+    (tmp_path / "h.csv").write_text(HEADER)
+    assert e3_round.read_kernels(tmp_path / "h.csv") == []
+    (tmp_path / "e.csv").write_text("")
+    with pytest.raises(ValueError, match="are not E3's"):
+        e3_round.read_kernels(tmp_path / "e.csv")
+
+
+@pytest.mark.parametrize("seconds", [None, 2.0, 100.0, 1000.0])
+def test_a_round_of_seconds_is_given_time_to_finish(monkeypatch, seconds):
+    """--seconds sets the length of a round (shape); the driver's --timeout-s stayed at its default
+    of 90 s (the tenants 80 s), so with --seconds 100 every round failed after 80 s."""
+    monkeypatch.setenv("STRATA_BUILD", str(BUILD))
+    cell = e3.cells(SuiteContext(seconds=seconds))[0]
+    argv = [str(a) for a in cell.argv]
+    driver_s = float(argv[argv.index("--timeout-s") + 1]) if "--timeout-s" in argv else 90.0
+    round_s = seconds or e3.ROUND_S
+    assert driver_s - 10 >= 2 * round_s  # the tenants' own limit, with room for a loaded machine
+    assert cell.timeout_s > driver_s     # the lab does not kill a round its driver still times
+
+
+def test_a_round_longer_than_the_tenants_run_is_refused(monkeypatch):
+    from strata_lab.errors import LabError
+
+    monkeypatch.setenv("STRATA_BUILD", str(BUILD))
+    with pytest.raises(LabError, match="--seconds"):
+        e3.cells(SuiteContext(seconds=1e6))
+
+
+def test_a_failed_round_with_discard_csv_leaves_nothing(tmp_path):
+    """--discard-csv (the smoke runs, in /tmp) removed the CSVs only after a round that
+    succeeded: a tenant that failed after writing its CSV (a timeout, exit 5) left them there."""
+    fake = tmp_path / "tenant"
+    fake.write_text("#!/bin/sh\n"
+                    "while [ $# -gt 0 ]; do [ \"$1\" = --out ] && out=$2; shift; done\n"
+                    f"echo '{HEADER.strip()}' > \"$out\"\n"
+                    "echo 'timed out' >&2; exit 5\n")
+    fake.chmod(0o755)
+    csv_dir = tmp_path / "csv"
+    r = subprocess.run([sys.executable, "-m", "strata_lab.drivers.e3_round", "--tenant", str(fake),
+                        "--work-per-us", "1", "--csv-dir", str(csv_dir), "--lc-gap-us", "1",
+                        "--be-burst-us", "1", "--discard-csv"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "exited with status 5" in r.stderr
+    assert not csv_dir.exists()

@@ -32,6 +32,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections import Counter
@@ -80,6 +81,19 @@ def listening(port: int) -> bool:
         return False
 
 
+def scratch_env(workdir: Path) -> dict[str, str]:
+    """Spark's scratch space (SPARK_LOCAL_DIRS: block managers, shuffle files, the executors'
+    directories, pyspark's files) and the JVMs' java.io.tmpdir inside `workdir`, for every JVM
+    of the run.  They defaulted to /tmp, which Java uses whatever $TMPDIR says: a sample the lab
+    killed on its timeout, or a driver killed by a signal, left spark-*, blockmgr-* and
+    executor-* directories there, where the lab's removal of the sample's directory (this
+    driver's TMPDIR) never reached them."""
+    local, tmp = workdir / "local", workdir / "tmp"
+    local.mkdir(exist_ok=True)
+    tmp.mkdir(exist_ok=True)
+    return {"SPARK_LOCAL_DIRS": str(local), "SPARK_DAEMON_JAVA_OPTS": f"-Djava.io.tmpdir={tmp}"}
+
+
 class Cluster:
     """A standalone master and one worker, each a JVM in its own process group."""
 
@@ -89,7 +103,7 @@ class Cluster:
                     if k not in ("LD_PRELOAD", "STRATA_STATS_FILE", "STRATA_LAB_PRELOAD")}
         self.env.update(SPARK_HOME=str(home), SPARK_LOCAL_IP=LOCAL, SPARK_LOCAL_HOSTNAME="localhost",
                         SPARK_DAEMON_MEMORY="384m", SPARK_LOG_DIR=str(workdir / "logs"),
-                        SPARK_WORKER_DIR=str(workdir / "work"))
+                        SPARK_WORKER_DIR=str(workdir / "work"), **scratch_env(workdir))
         self.procs: list[tuple[str, subprocess.Popen, Path]] = []
         self.master_port, self.master_ui = free_port(), free_port()
         self.url = f"spark://{LOCAL}:{self.master_port}"
@@ -119,6 +133,11 @@ class Cluster:
         except (OSError, ValueError):
             return 0
 
+    @property
+    def worker_pid(self) -> int:
+        """The worker's JVM (spark-class execs it), the parent of every executor."""
+        return next(proc.pid for name, proc, _ in self.procs if name == "worker")
+
     def __enter__(self) -> "Cluster":
         self._start("master", "org.apache.spark.deploy.master.Master", "--host", LOCAL,
                     "--port", str(self.master_port), "--webui-port", str(self.master_ui))
@@ -142,17 +161,21 @@ class Cluster:
                 proc.wait()
 
 
-def executor_pids(app_id: str) -> list[int]:
-    """The executor JVMs of this application (their command line names the app id)."""
+def executor_pids(app_id: str, worker: int) -> list[int]:
+    """The executor JVMs of this application: children of this run's worker whose command line
+    names the app id.  The app id alone (app-<the second it started>-0000) is the same for two
+    clusters whose first applications start in the same second: another run's executors were
+    counted as this one's, their peak RSS added to this run's, and waited for at the end."""
     pids = []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
             continue
         try:
             cmd = (d / "cmdline").read_bytes().split(b"\0")
-        except OSError:
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
             continue
-        if EXECUTOR_CLASS.encode() in cmd and app_id.encode() in cmd:
+        if ppid == worker and EXECUTOR_CLASS.encode() in cmd and app_id.encode() in cmd:
             pids.append(int(d.name))
     return sorted(pids)
 
@@ -195,6 +218,24 @@ def run_job(spark, smoke: bool) -> dict:
             "records": n * 3 + m}
 
 
+def run_job_by(spark, smoke: bool, deadline: float) -> dict:
+    """run_job, its Spark jobs cancelled at `deadline`: --timeout bounded the waits for the cluster
+    and the executors but not the job, so a job whose executors hung (stopped, or deadlocked in
+    the allocator under test) kept the driver waiting for as long as Spark retried."""
+    sc = spark.sparkContext
+    timer = threading.Timer(max(deadline - time.monotonic(), 0.0), sc.cancelAllJobs)
+    timer.daemon = True
+    timer.start()
+    try:
+        return run_job(spark, smoke)
+    except Exception:
+        if time.monotonic() >= deadline:  # the cancelled job's error: say why it ended
+            raise JobError("the job did not finish within --timeout") from None
+        raise
+    finally:
+        timer.cancel()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="spark_job")
     ap.add_argument("--preload", default=None, help="library for spark.executorEnv.LD_PRELOAD")
@@ -203,6 +244,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=240.0, help="seconds for the whole run")
     ap.add_argument("--smoke", action="store_true")
     a = ap.parse_args(argv)
+    if a.executors < 1:
+        ap.error(f"--executors must be at least 1, not {a.executors}")
+    if not 0 < a.timeout < 1e6:  # nan compared false with every deadline: waits never ended
+        ap.error(f"--timeout must be a number of seconds in (0, 1e6), not {a.timeout:g}")
     preload = a.preload if a.preload is not None else os.environ.get("STRATA_LAB_PRELOAD", "")
     deadline = time.monotonic() + a.timeout
     try:
@@ -224,8 +269,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_on(cluster: Cluster, preload: str, stats_dir: Path, a, deadline: float) -> dict:
+    scratch = scratch_env(cluster.workdir)
     os.environ.update(SPARK_HOME=str(cluster.home), SPARK_LOCAL_IP=LOCAL, PYSPARK_PYTHON=sys.executable,
-                      PYSPARK_DRIVER_PYTHON=sys.executable)
+                      PYSPARK_DRIVER_PYTHON=sys.executable, SPARK_LOCAL_DIRS=scratch["SPARK_LOCAL_DIRS"])
+    java_tmp = scratch["SPARK_DAEMON_JAVA_OPTS"]
     for k in ("LD_PRELOAD", "STRATA_STATS_FILE"):  # the driver JVM keeps the system's malloc
         os.environ.pop(k, None)
     from pyspark.sql import SparkSession
@@ -234,6 +281,8 @@ def run_on(cluster: Cluster, preload: str, stats_dir: Path, a, deadline: float) 
                .config("spark.driver.host", LOCAL).config("spark.driver.bindAddress", LOCAL)
                .config("spark.driver.memory", "512m").config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.driver.extraJavaOptions", java_tmp)
+               .config("spark.executor.extraJavaOptions", java_tmp)
                .config("spark.executor.memory", "512m").config("spark.executor.cores", "1")
                .config("spark.cores.max", str(a.executors))
                .config("spark.sql.shuffle.partitions", "8")
@@ -244,13 +293,13 @@ def run_on(cluster: Cluster, preload: str, stats_dir: Path, a, deadline: float) 
     spark = builder.getOrCreate()
     try:
         spark.sparkContext.setLogLevel("WARN")
-        app_id = spark.sparkContext.applicationId
-        while len(executor_pids(app_id)) < a.executors:  # all executors up before timing
+        app_id, worker = spark.sparkContext.applicationId, cluster.worker_pid
+        while len(executor_pids(app_id, worker)) < a.executors:  # all executors up before timing
             if time.monotonic() > deadline:
-                raise JobError(f"only {len(executor_pids(app_id))} of {a.executors} executors started")
+                raise JobError(f"only {len(executor_pids(app_id, worker))} of {a.executors} executors started")
             time.sleep(0.2)
-        timing = run_job(spark, a.smoke)
-        pids = executor_pids(app_id)
+        timing = run_job_by(spark, a.smoke, deadline)
+        pids = executor_pids(app_id, worker)
         peaks = [status_kb(p, "VmHWM:") or 0 for p in pids]
     finally:
         spark.stop()

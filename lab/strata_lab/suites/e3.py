@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from strata_lab import paths, stats
+from strata_lab.errors import LabError
 from strata_lab.drivers.e3_round import BE_PROCS, KERNELS, LC_BURST_US, LC_PROCS, STREAMS
 from strata_lab.model import Sample
 from strata_lab.suite import Cell
@@ -261,10 +262,21 @@ def shape(n_cpus: int, smoke: bool, seconds: float | None = None) -> dict:
             "lc_gap_us": round(lc_gap_us, 1), "be_burst_us": round(be_burst_us, 1)}
 
 
+def round_timeout_s(smoke: bool, seconds: float | None = None) -> float:
+    """The driver's --timeout-s for a round of ~`seconds` (its tenants get 10 s less): the
+    driver's default of 90 s for the default round, three times the round past it.  --seconds 100
+    made rounds of 100 s whose tenants were stopped at 80 s: every round failed."""
+    return 90.0 if smoke else max(90.0, 3.0 * (seconds or ROUND_S) + 10.0)
+
+
 def cells(ctx):
     exe = ctx.bin("e3-tenant")
     cpus = list(ctx.cpus)[:DEVICE_CPUS]
     sh = shape(len(cpus), ctx.smoke, ctx.seconds)
+    timeout_s = round_timeout_s(ctx.smoke, ctx.seconds)
+    if sh["be_burst_us"] > 1e9 or timeout_s >= 1e6:
+        raise LabError(f"--seconds {ctx.seconds:g} makes E3 rounds longer than its tenants run "
+                       f"(BE kernels of {sh['be_burst_us'] / 1e6:g} s; at most 1000 s each)")
     work = calibrate(exe)
     if ctx.smoke:
         csv_dir = Path(tempfile.gettempdir()) / f"strata-e3-smoke-{os.getpid()}"
@@ -274,12 +286,12 @@ def cells(ctx):
             "--work-per-us", f"{work:.3f}", "--csv-dir", str(csv_dir),
             "--streams", sh["streams"], "--kernels", sh["kernels"],
             "--lc-burst-us", sh["lc_burst_us"], "--lc-gap-us", sh["lc_gap_us"],
-            "--be-burst-us", sh["be_burst_us"]]
+            "--be-burst-us", sh["be_burst_us"], "--timeout-s", timeout_s]
     if ctx.smoke:
         argv.append("--discard-csv")
     return [Cell(workload="e3", threads=(LC_PROCS + BE_PROCS) * sh["streams"], argv=argv,
                  metric="lc_launch_p99_ms", unit="ms", higher_is_better=False,
-                 latency_metrics=["lc_launch_p99_ms"], cpus=cpus, timeout_s=180,
+                 latency_metrics=["lc_launch_p99_ms"], cpus=cpus, timeout_s=max(180.0, timeout_s + 30.0),
                  env={"PYTHONPATH": str(Path(__file__).resolve().parents[2])},
                  params={**sh, "lc_procs": LC_PROCS, "be_procs": BE_PROCS, "work_per_us": work,
                          "device_cpus": cpus, "csv_dir": str(csv_dir)},
