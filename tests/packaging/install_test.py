@@ -5,7 +5,7 @@ once with `pkg-config --cflags --libs strata` — runs, and strata's statistics 
 in the program, STRATA_STATS_FILE at exit) show that strata served its allocations.  Every
 installed header compiles on its own (C headers as C99, C11 and C++11; C++ headers as C++20),
 with clang too where it is installed; strata.pc is right for absolute CMAKE_INSTALL_LIBDIR and
-_INCLUDEDIR.  Usage:
+_INCLUDEDIR; a C project (no C++ enabled) links strata::pool's C API and strata::static.  Usage:
     install_test.py <strata build dir> <cmake> <c++ compiler> <c compiler>
 """
 import os
@@ -73,6 +73,20 @@ def check_pkgconfig_absolute_dirs(tmp):
             flags == [f"-I{incdir}", f"-L{libdir}", "-lstrata"], f"{pc.exists()=} {flags}")
 
 
+def check_c_consumer(prefix, build_dir):
+    """A C project, linked by the C compiler: libstrata_pool.a is C++ inside, so strata::pool
+    must bring the C++ runtime itself (it did not: undefined operator new, __gxx_personality_v0)."""
+    steps = [[CMAKE, "-S", CONSUMER.parent / "consumer_c", "-B", build_dir, f"-DCMAKE_PREFIX_PATH={prefix}",
+              f"-DCMAKE_C_COMPILER={CC}", "-DCMAKE_BUILD_TYPE=Release"],
+             [CMAKE, "--build", build_dir], [build_dir / "c_consumer"]]
+    for step in steps:
+        r = subprocess.run([str(c) for c in step], capture_output=True, text=True, timeout=120)
+        if r.returncode != 0:
+            break
+    f.check("C project: strata::pool and strata::static link and work", r.returncode == 0,
+            (r.stdout + r.stderr).strip()[-600:])
+
+
 def main():
     with tempfile.TemporaryDirectory(prefix="strata-install-") as tmp:
         tmp = Path(tmp).resolve()
@@ -109,6 +123,8 @@ def main():
         proc = subprocess.run([str(cbuild / "components")], capture_output=True, text=True, timeout=60)
         f.check("find_package: strata::api, strata::pool, strata::gpu link and work",
                 proc.returncode == 0, proc.stdout.strip() + proc.stderr[-300:])
+
+        check_c_consumer(prefix, tmp / "consumer-c")
 
         # pkg-config, as a Makefile would use it (its recipe's shell splits the flags).
         env = dict(os.environ, PKG_CONFIG_PATH=str(lib / "pkgconfig"))
