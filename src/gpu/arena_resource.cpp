@@ -117,14 +117,24 @@ struct arena_resource::impl {
     std::shared_lock arenas_lock(arenas_mutex);
     for (auto& [key, a] : arenas) {
       std::lock_guard lock(a->mutex);
-      detail::guard_ptr guard;
+      detail::guard_list guard;
+      bool guarded = false;
       for (auto it = a->sb_starts.begin(); it != a->sb_starts.end();) {
         auto r = a->free.find_containing(*it);
         if (r && r->first == *it && r->second == sb()) {
-          if (!guard) guard = std::make_shared<detail::event_guard>(events, a->stream);
+          if (!guarded) {
+            guarded = true;
+            try {
+              guard = {std::make_shared<detail::event_guard>(events, a->stream)};
+            } catch (const driver_error&) {
+              // The arena's stream was destroyed: a second synchronisation, with a's lock
+              // held, covers every free in its list, so its superblocks need no guard.
+              backend.device_synchronize();
+            }
+          }
           a->free.take_at(*it);
           owner.erase(*it);
-          global_free.insert(*it, sb(), {guard});
+          global_free.insert(*it, sb(), guard);
           it = a->sb_starts.erase(it);
         } else {
           ++it;
@@ -233,9 +243,14 @@ struct arena_resource::impl {
       a.empty_sb = start;
       return;
     }
+    detail::guard_ptr guard;
+    try {
+      guard = std::make_shared<detail::event_guard>(events, a.stream);
+    } catch (const driver_error&) {
+      return;  // the arena's stream was destroyed: the superblock stays until a defragment
+    }
     a.free.take_at(start);
     a.sb_starts.erase(start);
-    auto guard = std::make_shared<detail::event_guard>(events, a.stream);
     // Lock order is global then arena; a's lock is held here, so hand over with try_lock and
     // keep the superblock when the global lock is busy (it goes back on the next empty one).
     if (global_mutex.try_lock()) {

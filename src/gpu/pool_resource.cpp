@@ -84,10 +84,22 @@ struct pool_resource::impl {
   }
 
   bool steal(stream_view s, stream_state& st, std::size_t need) {
-    for (auto& [other, ot] : streams) {
+    for (auto it = streams.begin(); it != streams.end(); ++it) {
+      auto& [other, ot] = *it;
       if (other == s || ot.free.largest() < need) continue;
       if (!ot.event) ot.event = backend.event_create();
-      backend.event_record(ot.event, other);
+      try {
+        backend.event_record(ot.event, other);
+      } catch (const driver_error&) {
+        // `other` was destroyed (its handle is invalid): no work can be queued on it any more,
+        // so once the device is synchronised its blocks are safe for every stream, and its list
+        // goes away with it.
+        backend.device_synchronize();
+        merge_into(st, ot);
+        backend.event_destroy(ot.event);
+        streams.erase(it);
+        return true;
+      }
       backend.stream_wait_event(s, ot.event);
       merge_into(st, ot);
       return true;

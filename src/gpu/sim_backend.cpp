@@ -53,6 +53,7 @@ struct sim_stream {
   std::deque<sim_op> queue;
   std::atomic<std::uint64_t> enqueued{0};
   std::atomic<std::uint64_t> completed{0};
+  std::atomic<bool> destroyed{false};  // by stream_destroy: the handle is no longer valid
   bool stop = false;
   std::thread worker;
   // Vector clock (guarded by the backend's check mutex): for each other stream, the ticket this
@@ -179,14 +180,15 @@ class sim_backend_impl final : public sim_backend {
     if (s.is_default()) return;
     sim_stream* st = get(s);
     st->synchronize();
+    st->destroyed.store(true, std::memory_order_release);
     st->shut_down();  // the object stays (the checker may still name it); only the thread goes
   }
-  void stream_synchronize(stream_view s) override { get(s)->synchronize(); }
+  void stream_synchronize(stream_view s) override { live(s)->synchronize(); }
   void* event_create() override { return new sim_event; }
   void event_destroy(void* ev) noexcept override { delete static_cast<sim_event*>(ev); }
   void event_record(void* ev, stream_view s) override {
     auto* e = static_cast<sim_event*>(ev);
-    sim_stream* st = get(s);
+    sim_stream* st = live(s);
     std::vector<std::pair<const sim_stream*, std::uint64_t>> clock;
     {
       std::lock_guard lock(check_m_);
@@ -215,7 +217,7 @@ class sim_backend_impl final : public sim_backend {
   }
   void stream_wait_event(stream_view s, void* ev) override {
     auto* e = static_cast<sim_event*>(ev);
-    sim_stream* st = get(s);
+    sim_stream* st = live(s);
     sim_stream* src;
     std::uint64_t t;
     std::vector<std::pair<const sim_stream*, std::uint64_t>> clock;
@@ -245,7 +247,7 @@ class sim_backend_impl final : public sim_backend {
     }
     for (sim_stream* s : all) s->synchronize();
   }
-  void launch_spin(stream_view s, std::uint64_t ns) override { get(s)->enqueue(sim_op{ns, nullptr, nullptr, 0}); }
+  void launch_spin(stream_view s, std::uint64_t ns) override { live(s)->enqueue(sim_op{ns, nullptr, nullptr, 0}); }
 
   // ---- stream-ordered pool (the driver's cudaMallocAsync, emulated) --------------------------
   bool supports_async_pool() const noexcept override { return true; }
@@ -263,7 +265,7 @@ class sim_backend_impl final : public sim_backend {
   }
   void* pool_alloc_async(void* pool, std::size_t bytes, stream_view s) override {
     auto* p = static_cast<sim_pool*>(pool);
-    sim_stream* st = get(s);
+    sim_stream* st = live(s);
     if (bytes > options_.capacity_bytes) return nullptr;
     const std::size_t size = round_up(bytes, 512);
     std::lock_guard lock(p->m);
@@ -294,7 +296,7 @@ class sim_backend_impl final : public sim_backend {
   }
   void pool_free_async(void* pool, void* ptr, stream_view s) override {
     auto* p = static_cast<sim_pool*>(pool);
-    sim_stream* st = get(s);
+    sim_stream* st = live(s);
     std::lock_guard lock(p->m);
     auto it = p->sizes.find(ptr);
     if (it == p->sizes.end()) return;
@@ -375,7 +377,7 @@ class sim_backend_impl final : public sim_backend {
       gates_.push_back(std::make_unique<sim_gate>());
       g = gates_.back().get();
     }
-    get(s)->enqueue(sim_op{0, g, nullptr, 0});
+    live(s)->enqueue(sim_op{0, g, nullptr, 0});
     return g;
   }
   void gate_open(void* gate) override {
@@ -405,6 +407,16 @@ class sim_backend_impl final : public sim_backend {
 
   sim_stream* get(stream_view s) const {
     return s.is_default() ? default_stream_ : static_cast<sim_stream*>(s.handle());
+  }
+
+  // A stream that work is enqueued on, or an event recorded on: a destroyed one is an invalid
+  // handle, as the driver reports (or, once the handle is recycled, a different stream).
+  sim_stream* live(stream_view s) const {
+    sim_stream* st = get(s);
+    if (st->destroyed.load(std::memory_order_acquire))
+      throw driver_error("sim device: stream " + std::to_string(s.id()) +
+                         " was destroyed (CUDA_ERROR_INVALID_HANDLE)");
+    return st;
   }
 
   bool waited_locked(const sim_stream* on, const sim_stream* src, std::uint64_t ticket) const {

@@ -280,14 +280,31 @@ struct strata_resource::impl {
     pages.coalesce_after_sync();
     std::lock_guard hl(heaps_mutex);
     std::vector<detail::guard_ptr> guards(heap_list.size());
+    std::size_t locked = 0;
+    struct unlock_all {  // every heap locked so far, also when a driver call throws
+      const std::vector<heap*>& hs;
+      const std::size_t& n;
+      ~unlock_all() {
+        for (std::size_t i = 0; i < n; ++i) hs[i]->lock.unlock();
+      }
+    } unlock{heap_list, locked};
+    bool unrecorded = false;
     for (std::size_t i = 0; i < heap_list.size(); ++i) {
       heap* h = heap_list[i];
       h->lock.lock();
-      if (std::any_of(h->bins.begin(), h->bins.end(), [](const auto& bin) { return !bin.empty(); }))
-        guards[i] = std::make_shared<detail::event_guard>(events, h->stream);
+      ++locked;
+      if (std::any_of(h->bins.begin(), h->bins.end(), [](const auto& bin) { return !bin.empty(); })) {
+        try {
+          guards[i] = std::make_shared<detail::event_guard>(events, h->stream);
+        } catch (const driver_error&) {
+          unrecorded = true;  // a destroyed stream: the synchronisation below covers its frees
+        }
+      }
     }
+    // Every heap is locked: a second synchronisation covers every free in their bins, so a heap
+    // whose stream took no event needs none.
+    if (unrecorded) backend.device_synchronize();
     flush_heaps(heap_list, &guards);
-    for (heap* h : heap_list) h->lock.unlock();
   }
 
   // Page heap locked: heaps whose stream has completed all its work give back their cached
@@ -308,13 +325,24 @@ struct strata_resource::impl {
         std::lock_guard l(h->lock);
         seen = h->changes;
       }
-      if (!detail::event_guard(events, h->stream).complete()) continue;
+      bool complete;
+      try {
+        complete = detail::event_guard(events, h->stream).complete();
+      } catch (const driver_error&) {
+        complete = false;  // a destroyed stream: only defragment's synchronisation takes it back
+      }
+      if (!complete) continue;
       h->lock.lock();
       if (h->changes == seen) idle.push_back(h);
       else h->lock.unlock();
     }
+    struct unlock_all {
+      std::vector<heap*>& hs;
+      ~unlock_all() {
+        for (heap* h : hs) h->lock.unlock();
+      }
+    } unlock{idle};
     flush_heaps(idle);
-    for (heap* h : idle) h->lock.unlock();
   }
 
   // Page heap locked: past release_threshold, wholly free chunks that no pending event guards
@@ -407,8 +435,18 @@ struct strata_resource::impl {
         if (!is_small(c)) v->cached_large -= take * cs;
       }
       if (other_streams) {
-        detail::event_guard g(events, v->stream);  // covers every free already in v's bin
-        if (!g.complete()) backend.stream_wait_event(s, g.event);
+        try {
+          detail::event_guard g(events, v->stream);  // covers every free already in v's bin
+          if (!g.complete()) backend.stream_wait_event(s, g.event);
+        } catch (const driver_error&) {
+          // v's stream was destroyed (or s cannot wait): the blocks go back; defragment's
+          // synchronisation takes them.
+          std::lock_guard lock(v->lock);
+          ++v->changes;
+          v->bins[c].insert(v->bins[c].end(), got.begin(), got.end());
+          if (!is_small(c)) v->cached_large += got.size() * cs;
+          continue;
+        }
       }
       std::lock_guard lock(h.lock);
       const std::uintptr_t p = got.back();

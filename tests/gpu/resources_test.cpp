@@ -8,7 +8,10 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
+#include <future>
 #include <limits>
 #include <mutex>
 #include <string>
@@ -667,3 +670,66 @@ TEST_F(resources, async_resource_trims_to_release_threshold) {
 }
 
 }  // namespace
+
+// A stream the resource has seen is destroyed (a stream per task, as in cuML's random forest;
+// RMM #510): the resource must not record events on it any more (the driver rejects the handle,
+// or once it is recycled orders an unrelated stream), and its blocks must stay usable.
+struct dead_stream : ::testing::Test {
+  std::shared_ptr<sim_backend> dev = make_sim_backend();
+  cuda_resource upstream{dev};
+  stream_view dead = dev->stream_create();
+  stream_view b = dev->stream_create();
+  void TearDown() override {
+    dev->device_synchronize();
+    dev->stream_destroy(b);
+    EXPECT_EQ(dev->violation_count(), 0u);
+  }
+};
+
+TEST_F(dead_stream, sim_refuses_work_on_a_destroyed_stream) {
+  dev->stream_destroy(dead);
+  void* ev = dev->event_create();
+  EXPECT_THROW(dev->event_record(ev, dead), driver_error);
+  EXPECT_THROW(dev->launch_spin(dead, 0), driver_error);
+  dev->event_destroy(ev);
+}
+
+TEST_F(dead_stream, pool_takes_a_destroyed_streams_list) {
+  pool_resource pool(upstream, sized<pool_options>(1 << 20, 1 << 20));
+  pool.deallocate(pool.allocate(1 << 20, dead), 1 << 20, dead);
+  dev->stream_destroy(dead);
+  void* p = nullptr;
+  EXPECT_NO_THROW(p = pool.allocate(1 << 20, b));  // only the dead stream's block fits
+  pool.deallocate(p, 1 << 20, b);
+}
+
+TEST_F(dead_stream, arena_defragments_past_a_destroyed_streams_arena) {
+  arena_resource arena(upstream, four_superblocks());
+  std::vector<void*> blocks;
+  for (int i = 0; i < 6; ++i) blocks.push_back(arena.allocate(500 << 10, dead));  // 3 superblocks
+  dev->stream_synchronize(dead);
+  dev->stream_destroy(dead);
+  for (void* p : blocks) arena.deallocate(p, 500 << 10, b);  // empty superblocks beyond the first
+  EXPECT_EQ(arena.info().allocated_bytes, 0u);
+  void* big = nullptr;
+  EXPECT_NO_THROW(big = arena.allocate(4 << 20, b));  // needs the dead arena's superblocks back
+  arena.deallocate(big, 4 << 20, b);
+}
+
+TEST_F(dead_stream, strata_miss_survives_a_destroyed_streams_heap) {
+  strata_options o = sized<strata_options>(0, growth_options{}.maximum_size, 0);
+  strata_resource mr(upstream, o);
+  mr.deallocate(mr.allocate(4096, b), 4096, b);  // b's heap comes first in the heap list
+  mr.deallocate(mr.allocate(4096, dead), 4096, dead);
+  dev->stream_destroy(dead);
+  // a miss takes back what idle heaps hold: it used to record an event on the dead stream,
+  // throw, and leave b's heap locked, so b's next allocation spun for ever
+  EXPECT_NO_THROW(mr.deallocate(mr.allocate(8 << 20, b), 8 << 20, b));
+  auto done = std::async(std::launch::async, [&] { mr.deallocate(mr.allocate(4096, b), 4096, b); });
+  if (done.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    std::fprintf(stderr, "b's heap stayed locked: its allocation never returns\n");
+    std::abort();  // the future's destructor would wait for ever
+  }
+  mr.release();  // defragment: synchronises and flushes the dead heap too
+  EXPECT_EQ(mr.info().reserved_bytes, 0u);
+}

@@ -13,6 +13,9 @@
 //     other failure; mem_free waits for all outstanding device work first (as cuMemFree does).
 //   * event_record captures all work enqueued on the stream so far; stream_wait_event makes work
 //     enqueued later on the waiting stream run after it (no host blocking).
+//   * a destroyed stream is an invalid handle: recording on it, waiting or launching on it throws
+//     driver_error (the simulated device always; the driver when it has not recycled the handle).
+//     Resources meet streams their callers have destroyed since, and must survive that.
 //   * the stream-ordered pool calls mirror cuMemAllocFromPoolAsync / cuMemFreeAsync.
 //   * note_release/note_reuse are hints for the reuse checker: a resource calls note_release when
 //     a block comes back on a stream and note_reuse when it hands the block out again.  The real

@@ -48,8 +48,15 @@ class event_pool {
 };
 
 struct event_guard {
+  // Throws driver_error when the record fails (a stream destroyed since it was last used); the
+  // event goes back to the pool.
   event_guard(event_pool& pool, stream_view s) : pool(pool), event(pool.get()), stream(s) {
-    pool.backend().event_record(event, s);
+    try {
+      pool.backend().event_record(event, s);
+    } catch (...) {
+      pool.put(event);
+      throw;
+    }
   }
   ~event_guard() { pool.put(event); }
   event_guard(const event_guard&) = delete;
