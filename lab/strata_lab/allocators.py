@@ -220,17 +220,67 @@ def _elf_ident(path: str | Path) -> tuple[bytes, int, int] | None:
 
 
 def _not_preloadable(p: Path) -> str | None:
-    """Why ld.so would not preload `p`, or None.  ld.so only warns about a bad LD_PRELOAD and runs
-    the program anyway, under glibc's malloc: a run would then measure glibc under this name.  So a
-    user library is refused here unless it is an ELF shared object (ET_DYN) of the class, byte
-    order and architecture of this interpreter's own executable."""
+    """Why a preload of `p` would not replace malloc, or None.  ld.so only warns about a bad
+    LD_PRELOAD and runs the program anyway, under glibc's malloc: a run would then measure glibc
+    under this name.  So a user library is refused here unless it is an ELF shared object (ET_DYN)
+    of the class, byte order and architecture of this interpreter's own executable that defines
+    malloc."""
     got = _elf_ident(p)
     if got is None or got[1] != 3:  # ET_DYN
-        return "is not a shared library (not an ELF shared object)"
+        return "is not a shared library (not an ELF shared object): ld.so would not preload it"
     ours = _elf_ident("/proc/self/exe") or _elf_ident(sys.executable)
     if ours and (got[0] != ours[0] or got[2] != ours[2]):
-        return "is a shared library for another kind of machine (ELF class or architecture)"
+        return ("is a shared library for another kind of machine (ELF class or architecture): ld.so "
+                "would not preload it")
+    if _defines(p, b"malloc") is False:
+        # libm, say: ld.so preloads it and the program still allocates with glibc's malloc.
+        return ("does not define malloc: it is no malloc replacement, and a program it is preloaded "
+                "into allocates with glibc's malloc")
     return None
+
+
+def _defines(path: Path, symbol: bytes) -> bool | None:
+    """Whether the ELF shared object at `path` defines the function `symbol` in its dynamic symbol
+    table, which is what a preload interposes; None when that table cannot be read (no section
+    headers), so that nothing is refused on a guess."""
+    try:
+        data = path.read_bytes()
+        wide, order = data[4] == 2, "<" if data[5] == 1 else ">"
+        shoff, shentsize, shnum = struct.unpack_from(order + ("Q10xHH" if wide else "I10xHH"), data,
+                                                     0x28 if wide else 0x20)
+        shdr = order + ("IIQQQQIIQQ" if wide else "IIIIIIIIII")
+        sections = [struct.unpack_from(shdr, data, shoff + i * shentsize) for i in range(shnum)]
+        sym = order + ("IBBHQQ" if wide else "IIIBBH")
+        for _, sh_type, _, _, offset, size, link, _, _, entsize in sections:
+            if sh_type != 11 or not entsize:  # SHT_DYNSYM
+                continue
+            strtab = sections[link][4]
+            for at in range(offset, offset + size, entsize):
+                f = struct.unpack_from(sym, data, at)
+                name, info, shndx = (f[0], f[1], f[3]) if wide else (f[0], f[3], f[5])
+                # Defined (not SHN_UNDEF), global or weak, a function or an indirect function.
+                if shndx != 0 and info >> 4 in (1, 2) and info & 0xF in (2, 10) and \
+                        data[strtab + name:data.index(b"\0", strtab + name)] == symbol:
+                    return True
+            return False
+    except (OSError, IndexError, ValueError, struct.error):
+        pass
+    return None
+
+
+# ld.so splits LD_PRELOAD at spaces and colons: a library whose path holds one is never loaded.
+_PRELOAD_SEPARATORS = (" ", ":")
+
+
+def _check_preload_path(a: Allocator) -> Allocator:
+    """`a`, unless LD_PRELOAD cannot name its library.  ld.so would try the pieces of the path,
+    warn, and run the program under glibc's malloc: every sample glibc under `a`'s name."""
+    if a.library and any(c in a.library for c in _PRELOAD_SEPARATORS):
+        raise LabError(f"allocator {a.name!r}: its library path {a.library!r} contains a space or a "
+                       f"':', which LD_PRELOAD cannot carry (ld.so splits the list there and would "
+                       f"run glibc's malloc instead); link or copy the library to a path without "
+                       f"them and give --alloc {a.name}=/that/path")
+    return a
 
 
 def resolve(spec: str) -> Allocator:
@@ -240,13 +290,24 @@ def resolve(spec: str) -> Allocator:
         name = name.strip()
         if not name or not name.replace("-", "").replace("_", "").isalnum():
             raise LabError(f"bad allocator name in --alloc {spec!r}: use NAME=/path/to/lib.so")
-        p = Path(path).expanduser()
+        if not path.strip():
+            raise LabError(f"allocator {name!r}: no library after '=' in --alloc {spec!r}: use "
+                           "NAME=/path/to/lib.so")
+        try:
+            p = Path(path).expanduser()
+        except RuntimeError as e:  # ~user of no such user, or ~ without a home
+            raise LabError(f"allocator {name!r}: library {path}: {e}") from None
+        if p.exists() and not p.is_file():
+            raise LabError(f"allocator {name!r}: library {p} is not a file\n" + _help())
         if not p.is_file():
             raise LabError(f"allocator {name!r}: library {p} does not exist\n" + _help())
         why = _not_preloadable(p)
         if why:
-            raise LabError(f"allocator {name!r}: library {p} {why}: ld.so would not preload it\n" + _help())
-        return Allocator(name, str(p.resolve()), "unknown (user library)", "user")
+            raise LabError(f"allocator {name!r}: library {p} {why}\n" + _help())
+        lib = str(p.resolve())
+        if any(c in lib for c in _PRELOAD_SEPARATORS):
+            lib = os.path.abspath(p)  # a link without them to a path with them serves
+        return _check_preload_path(Allocator(name, lib, "unknown (user library)", "user"))
     if spec not in BUILTINS:
         raise LabError(f"unknown allocator {spec!r}\n" + _help())
     a = locate(spec)
@@ -254,7 +315,7 @@ def resolve(spec: str) -> Allocator:
         b = BUILTINS[spec]
         raise LabError(f"allocator {spec!r} ({b.description}) is not installed on this machine; "
                        f"install with: {b.install}\n" + _help())
-    return a
+    return _check_preload_path(a)
 
 
 def resolve_all(specs: list[str]) -> list[Allocator]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from . import stats
 from .errors import LabError
@@ -469,6 +470,11 @@ def compare(a: RunDoc, b: RunDoc, alpha: float = 0.05) -> Comparison:
     samples differ significantly (two-sided Mann–Whitney U at `alpha`)."""
     a_cells = {c["id"]: c for c in a.cells}
     rows, notes = [], []
+    for label, mine, theirs in (("A", a, b), ("B", b, a)):
+        notes += [f"variant {v}: only in {label}" for v in mine.variants if v not in theirs.variants]
+    if a.settings.get("cpus") != b.settings.get("cpus"):
+        notes.append(f"the runs were pinned to different CPUs (A: {a.settings.get('cpus')}, "
+                     f"B: {b.settings.get('cpus')})")
     for c in b.cells:
         if c["id"] not in a_cells:
             notes.append(f"{c['id']}: only in B")
@@ -477,6 +483,11 @@ def compare(a: RunDoc, b: RunDoc, alpha: float = 0.05) -> Comparison:
         if ca.get("metric") != c.get("metric"):
             notes.append(f"{c['id']}: different metrics ({ca.get('metric')} vs {c.get('metric')}), skipped")
             continue
+        if _workload(ca) != _workload(c):
+            # A --smoke run against a full one, another --seconds or --param: the same cell id,
+            # another workload, whose difference is no allocator's.
+            notes.append(f"{c['id']}: not the same workload in A and B (A: {_workload(ca)}; "
+                         f"B: {_workload(c)}): its differences are not the allocators'")
         hib = c.get("higher_is_better", True)
         for v in b.variants:
             if v not in a.variants:
@@ -501,6 +512,18 @@ def compare(a: RunDoc, b: RunDoc, alpha: float = 0.05) -> Comparison:
         if c["id"] not in {x["id"] for x in b.cells}:
             notes.append(f"{c['id']}: only in A")
     return Comparison(rows, notes, alpha)
+
+
+def _workload(cell: dict) -> str:
+    """What a cell ran, as compare matches it: the arguments and environment of its command, with
+    absolute paths cut to their last part (two checkouts build the same programs, and keep the
+    lab's drivers, in two places)."""
+    def plain(x) -> str:
+        return Path(str(x)).name if str(x).startswith("/") else str(x)
+
+    argv = " ".join(plain(x) for x in (cell.get("argv") or [])[1:])
+    env = " ".join(f"{k}={plain(v)}" for k, v in sorted((cell.get("env") or {}).items()))
+    return " ".join(x for x in (env, argv) if x) or "–"
 
 
 def _min_possible_p(n1: int, n2: int) -> float:

@@ -147,13 +147,15 @@ def load(arg: str | Path) -> RunDoc:
             raise LabError(f"corrupt results file {p}: sample {i} names an unknown cell or variant")
         if s.get("ok") and not isinstance(s.get("metrics"), dict):
             raise LabError(f"corrupt results file {p}: sample {i} is ok but has no metrics")
-        # The runner marks a sample ok only when its cell's metric is a finite number (a workload
-        # that gave none is a failed sample, whose metrics are not read), so null (how NaN and
-        # inf are written), a string, a list or a boolean here is damage, not a missing value.
+        # The runner marks a sample ok only when its cell's metric is a positive finite number (a
+        # workload that gave none is a failed sample, whose metrics are not read), so null (how
+        # NaN and inf are written), 0, a string, a list or a boolean here is damage, not a missing
+        # value: 0 ended compare with a traceback (ZeroDivisionError in the ratio of medians).
         metric = metric_of[s["cell"]]
-        if s.get("ok") and metric is not None and not finite_number(s["metrics"].get(metric)):
+        value = s["metrics"].get(metric) if s.get("ok") and metric is not None else 1
+        if not (finite_number(value) and value > 0):
             raise LabError(f"corrupt results file {p}: sample {i} is ok but its {metric!r} is "
-                           f"{json.dumps(s['metrics'].get(metric))[:40]}, not a finite number")
+                           f"{json.dumps(value)[:40]}, not a finite number above 0")
     try:
         return RunDoc.from_json(doc, path=str(p))
     except TypeError as e:  # a key the model requires is missing, or one it does not know

@@ -92,6 +92,31 @@ def test_compare_says_which_differences_are_significant():
     assert rows[("b/t4", "x")].verdict == "no significant difference"
 
 
+def test_compare_notes_what_is_not_like_for_like():
+    """Probe h6 D5: compare matched cells by id alone and dropped variants only one run had without
+    a word; a --smoke run against a full one (another workload under the same cell id), or runs
+    pinned to other CPUs, came out as the allocators' differences."""
+    values = {("a/t1", "base"): [1, 2, 3, 4, 5], ("a/t1", "x"): [10, 11, 12, 13, 14],
+              ("b/t4", "base"): [8] * 5, ("b/t4", "x"): [8] * 5}
+    a, b = doc_with(values), doc_with(values)
+    for d, (exe, extra) in ((a, ("/one/build/bin/bench", ["--smoke"])), (b, ("/two/build/bin/bench", []))):
+        for c in d["cells"]:
+            c["argv"] = [exe, "--band", c["workload"], "--seconds", "0.3"] + extra
+    b["cells"][1]["argv"] = ["/two/build/bin/bench", "--band", "b", "--seconds", "0.3", "--smoke"]
+    for d, root in ((a, "/one"), (b, "/two")):  # a driver's paths: the checkout's, not the workload
+        d["cells"][1]["argv"] += ["--httpd", f"{root}/build/bin/strata-bench-e5-httpd"]
+        d["cells"][1]["env"] = {"PYTHONPATH": f"{root}/lab"}
+    a["variants"]["only-a"] = {}
+    b["settings"]["cpus"] = [1]
+    cmp = analysis.compare(RunDoc.from_json(a), RunDoc.from_json(b))
+    assert "a/t1: not the same workload in A and B (A: --band a --seconds 0.3 --smoke; B: --band a " \
+           "--seconds 0.3): its differences are not the allocators'" in cmp.notes, cmp.notes
+    assert not any(n.startswith("b/t4") for n in cmp.notes), cmp.notes  # only the program's path differs
+    assert "variant only-a: only in A" in cmp.notes
+    assert "the runs were pinned to different CPUs (A: [0, 1], B: [1])" in cmp.notes
+    assert len(cmp.rows) == 4
+
+
 def test_unknown_baseline_is_an_error():
     from strata_lab.errors import LabError
 

@@ -54,6 +54,60 @@ def test_alloc_that_is_a_shared_library_is_accepted(built):
     assert a.name == "mine" and a.source == "user"
 
 
+@pytest.mark.parametrize("where", ["my dir", "a:b"])
+def test_library_path_that_ld_preload_cannot_carry_is_refused(built, tmp_path, where):
+    """Probe h6 D1: ld.so splits LD_PRELOAD at spaces and colons, warns about the pieces (which the
+    lab's check for its message, naming the whole path, missed) and runs the workload under glibc:
+    every sample was glibc's, recorded under the variant's name, with its ratio."""
+    import shutil
+
+    lib = tmp_path / where / "libstrata.so"
+    lib.parent.mkdir()
+    shutil.copy(built / "lib" / "libstrata.so", lib)
+    r = lab("run", "--suite", "patterns", "--smoke", "--cells", "larson/*", "--rounds", "1", "--warmup", "0",
+            "--no-progress", "--out", str(tmp_path / "out"), "--alloc", f"mine={lib},glibc")
+    check(r, "allocator 'mine'", "contains a space or a ':'", "LD_PRELOAD cannot carry")
+    assert not (tmp_path / "out").exists()
+    # A link without them to the same library serves.
+    (tmp_path / "link").symlink_to(lib.parent)
+    from strata_lab import allocators
+
+    assert allocators.resolve(f"mine={tmp_path / 'link' / 'libstrata.so'}").library == \
+        str(tmp_path / "link" / "libstrata.so")
+    # So does a built-in found there: strata in a build directory with a space in its path.
+    build = tmp_path / where
+    (build / "lib").mkdir()
+    lib.rename(build / "lib" / "libstrata.so")
+    (build / "bin").symlink_to(built / "bin")
+    check(lab("run", "--suite", "patterns", "--smoke", "--alloc", "glibc,strata", env={"STRATA_BUILD": str(build)}),
+          "allocator 'strata'", "contains a space or a ':'")
+
+
+def test_library_that_is_no_malloc_is_refused(built, tmp_path):
+    """Probe h6 D2: libm preloads fine and replaces nothing: the variant was glibc under another name."""
+    from strata_lab import allocators
+
+    libm = allocators._find_system_lib("libm.so.6")
+    if libm is None:
+        pytest.skip("no libm.so.6 in the system's library directories")
+    r = lab("run", "--suite", "patterns", "--smoke", "--cells", "larson/*", "--rounds", "1", "--warmup", "0",
+            "--no-progress", "--out", str(tmp_path / "out"), "--alloc", f"m={libm},glibc")
+    check(r, "allocator 'm'", "does not define malloc")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("path, needle", [
+    ("~no-such-user-h6/lib.so", "Could not determine home directory"),
+    ("", "no library after '='"),
+    ("{tmp}", "is not a file"),
+], ids=["unknown-user", "empty", "directory"])
+def test_odd_library_paths_are_clear_errors(built, tmp_path, path, needle):
+    """Probe h6 D3: ~user of no such user ended the run with a traceback (RuntimeError); an empty
+    path and a directory were said not to exist ("library . does not exist")."""
+    check(lab("run", "--suite", "patterns", "--smoke", "--alloc", "glibc", "--alloc",
+              "mine=" + path.format(tmp=tmp_path)), "allocator 'mine'", needle)
+
+
 def test_missing_builtin_library_says_how_to_install(built, tmp_path):
     # strata is looked for in $STRATA_BUILD/lib: an empty build directory has none.
     (tmp_path / "bin").mkdir()

@@ -102,6 +102,23 @@ def test_ok_sample_whose_metric_is_not_a_finite_number_is_corrupt(tmp_path, valu
     assert "corrupt results file" in r.stderr and "not a finite number" in r.stderr
 
 
+@pytest.mark.parametrize("value", [0, -5.0])
+def test_ok_sample_whose_metric_is_not_positive_is_corrupt(tmp_path, value):
+    """Probe h6 D4: the runner fails a sample whose metric is 0 or less (ratios need a positive
+    one), but load() took it: compare then ended with a traceback (ZeroDivisionError)."""
+    doc = minimal_doc()
+    doc["samples"][0]["metrics"]["ops_per_sec"] = value
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "results.json").write_text(json.dumps(minimal_doc()))
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "results.json").write_text(json.dumps(doc))
+    with pytest.raises(LabError, match="sample 0 is ok but its 'ops_per_sec' is .*not a finite number above 0"):
+        results.load(tmp_path / "b")
+    r = lab("compare", str(tmp_path / "b"), str(tmp_path / "a"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "corrupt results file" in r.stderr
+
+
 def test_failed_and_interrupted_samples_without_a_metric_still_load(tmp_path):
     """A failed sample has no metric to read (or a null one): the document is not corrupt."""
     doc = minimal_doc()
