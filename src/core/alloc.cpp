@@ -188,6 +188,11 @@ STRATA_NOINLINE void free_block_other(page* pg, block* b, bool from_foreign, hea
     if (heap* mine = heap_get_or_create()) {
       h = mine;
       h->frees_only = true;
+      // The heap may be the owner's own: its thread exited after `owner` was read (the segment
+      // abandoned) and heap_acquire handed its heap, dead now, to this thread.  Taken as the
+      // owner's still, the block was pushed on local_free of an abandoned segment's page,
+      // unlocked, and the page's events ran against a heap whose lists do not hold it.
+      owner = seg->owner.load(std::memory_order_acquire);
     }
   }
   // A block of an exited thread's segment: it waits on its page's remote list, and each time a
