@@ -290,12 +290,25 @@ def _log2_histogram(values: np.ndarray, unit: str) -> list[dict]:
     return out
 
 
+def failed_reallocs(t: Trace) -> np.ndarray:
+    """The realloc_from events whose realloc failed (its new block 0 with a size above 0): the old
+    block lives on, as the replayer keeps it (a free of it later was unmatched, and the block was
+    taken out of the live bytes while the program still had it)."""
+    i = np.flatnonzero(t.op[:-1] == OP["realloc_from"])  # op_realloc follows in the same chunk
+    failed = ((t.op[i + 1] == OP["realloc"]) & (t.address[i + 1] == 0) & (t.size[i + 1] > 0)
+              & (t.thread[i + 1] == t.thread[i]))
+    out = np.zeros(t.events, bool)
+    out[i[failed]] = True
+    return out
+
+
 def lifetimes(t: Trace) -> dict:
     """Each allocation matched with a free of its address: per address, in time order
     (allocations first at equal times), the k-th free ends the k-th block, as the tools'
     rule "a free ends the oldest live block there" does; frees before an address's first
-    allocation are unmatched.  Indexes into t's arrays, and which were freed by another thread."""
-    idx = np.flatnonzero(t.address != 0)
+    allocation are unmatched, and a failed realloc frees nothing.  Indexes into t's arrays, and
+    which were freed by another thread."""
+    idx = np.flatnonzero((t.address != 0) & ~failed_reallocs(t))
     free_first = np.isin(t.op[idx], FREES).astype(np.int8)
     order = idx[np.lexsort((free_first, t.cycles[idx], t.address[idx]))]
     addr, op = t.address[order], t.op[order]
@@ -358,7 +371,8 @@ def stats(t: Trace) -> dict:
         "duration_s": duration,
         "allocations": int(np.count_nonzero(allocs)), "allocated_bytes": int(t.size[allocs].sum()),
         "frees_matched": matched_frees,
-        "frees_unmatched": int(np.count_nonzero(frees)) + counts["realloc_from"] - matched_frees,
+        "frees_unmatched": (int(np.count_nonzero(frees)) + counts["realloc_from"]
+                            - int(np.count_nonzero(failed_reallocs(t))) - matched_frees),
         "cross_thread_frees": cross,
         "cross_thread_free_share": cross / matched_frees if matched_frees else 0.0,
         "peak_live_bytes": peak,

@@ -1,6 +1,7 @@
 """One sample = one process: results, failures (exit, signal, timeout, bad output), preload, CPUs."""
 
 import os
+import sys
 
 import pytest
 
@@ -122,6 +123,23 @@ def test_workload_timeline_and_own_peak_rss_override():
                  peak_rss_metric="srv_kb")
     assert rec["peak_rss_kb"] == 777 and rec["rss_timeline"]["source"] == "workload"
     assert rec["rss_timeline"]["rss_kb"] == [5, 6] and "rss_timeline" not in rec["metrics"]
+
+
+def test_workload_rss_window_trims_and_lowers_the_lab_timeline():
+    """The replayer's rss_window: the lab's RSS samples of the replay only, less its tables.  Its
+    whole process's were drawn (the trace read and the tables built before the replay: 310 MB over
+    time beside a 2 MiB peak)."""
+    script = ("import json, sys, time\n"
+              "b = bytearray(200 << 20); b[::4096] = b'x' * len(b[::4096]); time.sleep(0.3); del b\n"
+              "t0 = time.monotonic_ns(); time.sleep(0.3)\n"
+              "print(json.dumps({'v': 1, 'rss_window': {'begin_monotonic_ns': t0, "
+              "'end_monotonic_ns': time.monotonic_ns(), 'less_kib': 1000}}))\n")
+    cell = Cell(workload="py", threads=1, argv=[sys.executable, "-c", script], metric="v", timeout_s=30)
+    rec = runner.run_sample(cell, runner.Variant("glibc"), None, {}, None, lambda c, o: parse_last_json(o))
+    tl = rec["rss_timeline"]
+    assert rec["ok"] and "rss_window" not in rec["metrics"] and tl["source"] == "lab"
+    assert len(tl["t_ms"]) >= 5 and tl["t_ms"][0] >= 0 and tl["t_ms"][-1] <= 400
+    assert 0 < max(tl["rss_kb"]) < 100 << 10  # the 200 MiB before the window is not in it
 
 
 @pytest.mark.parametrize("text, expected", [("0", [0]), ("0-0", [0]), (" 0 ", [0])])

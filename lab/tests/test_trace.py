@@ -79,6 +79,24 @@ def test_peak_in_thread_order(tmp_path):
     assert s["live_bytes"]["bytes"][-1] == 0
 
 
+def test_failed_realloc_frees_nothing(tmp_path):
+    """realloc(A, 1 << 50) failed (new block 0): A lives on until its free, which is matched, as
+    the replayer counts it (it was taken as freed by the realloc, its free unmatched, and the live
+    bytes fell by A's size while the program still had A).  realloc(B, 0) freeing B (new block 0,
+    size 0) is a free."""
+    A, B = 0x1000, 0x2000
+    t0 = [event(OP["malloc"], A, 48), event(OP["realloc_from"], A), event(OP["realloc"], 0, 1 << 50),
+          event(OP["malloc"], B, 100), event(OP["free"], A), event(OP["realloc_from"], B),
+          event(OP["realloc"], 0, 0)]
+    p = tmp_path / "t.trace"
+    p.write_bytes(header() + chunk(0, t0, 1000, flush=(1600, 0))
+                  + chunk(0, [], 0, trace.CHUNK_END, flush=(2_000_000, 2_000_000)))
+    s = trace.stats(trace.read(p))
+    assert s["allocations"] == 2 and s["frees_matched"] == 2 and s["frees_unmatched"] == 0
+    assert s["peak_live_bytes"] == 148
+    assert max(s["live_bytes"]["bytes"]) == 148 and s["live_bytes"]["bytes"][-1] == 0
+
+
 def test_read_and_stats(tmp_path):
     t = trace.read(sample_trace(tmp_path))
     assert t.complete and t.threads == 2 and t.events == 8  # samples are not events

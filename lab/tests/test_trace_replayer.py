@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -141,3 +142,33 @@ def test_frees_without_a_time_sample_are_merged_in_linear_time(built, tmp_path):
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["counts"]["free"] == n and doc["unmatched_frees"] == n
+
+
+def test_the_replay_s_rss_window_is_its_replay_less_what_its_peak_leaves_out(built, tmp_path):
+    """The lab draws its RSS samples of this window less less_kib: the replayer's whole process's,
+    reading the trace and building its tables included, were drawn beside the corrected peak."""
+    p = write(tmp_path, [0, 1])
+    before = time.monotonic_ns()
+    r = subprocess.run([str(replayer(built)), "--pace", str(p)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    w = doc["rss_window"]
+    assert before <= w["begin_monotonic_ns"] <= w["end_monotonic_ns"] <= time.monotonic_ns()
+    assert w["less_kib"] == doc["process_peak_rss_kib"] - doc["peak_rss_kib"]
+
+
+def test_a_failed_realloc_frees_nothing_in_either_tool(built, tmp_path):
+    """realloc(A, 1 << 50) failed: A lives on, and its later free is matched, by trace-stats as by
+    the replayer (trace-stats had the realloc free A, and A's free unmatched)."""
+    A = 0x10000
+    data = trace.FILE_HEADER.pack(trace.MAGIC, 1, 64, 48, 8, 1234, 0, 1000, 0, 0)
+    data += chunk(0, [event(OP["malloc"], A, 48), event(OP["realloc_from"], A), event(OP["realloc"], 0, 1 << 50),
+                      event(OP["free"], A)], 1000, flush=(1200, 200))
+    data += chunk(0, [], 0, trace.CHUNK_END, flush=(2_000_000, 2_000_000))
+    p = tmp_path / "t.trace"
+    p.write_bytes(data)
+    r = subprocess.run([str(replayer(built)), "--check", str(p)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    s = trace.stats(trace.read(p))
+    assert json.loads(r.stdout)["unmatched_frees"] == s["frees_unmatched"] == 0
+    assert s["frees_matched"] == 1
