@@ -115,6 +115,7 @@ struct trace_file {
   }
   std::string truncated;                        // why the trace stops early, if it does
   uint64_t words = 0, chunks = 0;  // words: the chunks' entries
+  uint64_t samples = 0;            // of them, time samples (the merge steps over them)
 };
 
 void read_trace(const char* path, trace_file& t) {
@@ -179,6 +180,7 @@ void read_trace(const char* path, trace_file& t) {
       if (o == 0 || (o > op_time && o != op_extension)) fail(where(at) + "corrupt trace: unknown word " + std::to_string(o));
       if (o == op_time && (time_cycles(e) < h->base_cycles || time_cycles(e) > h->flush_cycles))
         t.times_consistent = false;
+      t.samples += o == op_time;
       entries[count++] = e;
     };
     if (t.header.version == 1) {
@@ -226,7 +228,7 @@ struct thread_state {
   // 160 000 frees and no sample took 11 s to read, 1 M of them 7 minutes).
   size_t after_chunk = SIZE_MAX;
   uint32_t after_at = 0;
-  uint64_t pending_old = none, pending_old_addr = 0;
+  uint64_t pending_old = none, pending_old_addr = 0, pending_old_key = 0;
   mapped<replay_op> ops;
   size_t n_ops = 0;
   size_t n_nops = 0;  // of them, frees left unmatched (k_nop: a place a later allocation may match)
@@ -430,6 +432,7 @@ void unblock(plan& pl) {
 void build_plan(trace_file& t, plan& pl) {
   size_t nt = t.threads.size();
   pl.threads.resize(nt);
+  pl.counts[op_time] = t.samples;
   live_map live;
   live.init(1 << 16);
   mapped<uint32_t> owner, next;  // the thread that allocated each block; live_map's chains
@@ -498,8 +501,14 @@ void build_plan(trace_file& t, plan& pl) {
           best = it;
       if (best != orphans.end()) {
         thread_state& f = pl.threads[best->second.thread];
-        f.ops[best->second.op] = {0, k_free, 0, 1, id, none};
-        f.n_nops--;
+        replay_op& freed = f.ops[best->second.op];
+        if (freed.kind == k_realloc) {  // a realloc's old block (op_realloc below)
+          freed.old = id;
+          freed.wait = 1;
+        } else {
+          freed = {0, k_free, 0, 1, id, none};
+          f.n_nops--;
+        }
         orphans.erase(best);
         pl.unmatched_frees--;
         pl.cross_thread_frees++;
@@ -543,6 +552,7 @@ void build_plan(trace_file& t, plan& pl) {
       case op_realloc_from:
         s.pending_old = release(addr);
         s.pending_old_addr = addr;
+        s.pending_old_key = event_key;
         s.event++;
         if (advance_to_event(t, th, s)) {
           heap.push_back(th);
@@ -552,14 +562,21 @@ void build_plan(trace_file& t, plan& pl) {
       case op_realloc:
         r.old = static_cast<uint32_t>(s.pending_old);
         r.wait = r.old != none && owner[r.old] != th;
-        if (addr == 0 && size > 0 && s.pending_old != none) {
-          live.put_front(s.pending_old_addr, r.old);  // failed: the old block lives on
+        if (addr == 0 && size > 0) {  // failed: the old block lives on
+          // Nor did it free anything: release counted it as a free.
+          if (s.pending_old != none) live.put_front(s.pending_old_addr, r.old);
+          else pl.unmatched_frees--;
+          if (r.wait) pl.cross_thread_frees--;
           pl.failed++;
           r.old = none;
           r.wait = 0;
         } else {
           r.obj = addr ? allocate() : none;
           r.kind = k_realloc;
+          // Its old block found nothing live: like a free's (above), a place for a later-merged
+          // allocation of another thread to match (a consumer that reallocates a producer's
+          // block: the replay reallocated NULL and never freed the producer's).
+          if (s.pending_old == none) orphans.insert({s.pending_old_addr, {th, s.n_ops, s.pending_old_key}});
         }
         s.pending_old = none;
         break;

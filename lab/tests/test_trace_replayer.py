@@ -33,6 +33,14 @@ def write(tmp_path, threads: list[int], start_ns: int = 0, end_ns: int = 2_000_0
     return p
 
 
+def trace_of(tmp_path, name: str, chunks: bytes):
+    """A version 1 trace at tmp_path/name: the file header, `chunks`, the end chunk."""
+    p = tmp_path / name
+    p.write_bytes(trace.FILE_HEADER.pack(trace.MAGIC, 1, 64, 48, 8, 1234, 0, 1000, 0, 0) + chunks
+                  + chunk(0, [], 0, trace.CHUNK_END, flush=(2_000_000, 2_000_000)))
+    return p
+
+
 def replayer(built):
     path = built / "bin" / REPLAYER
     if not path.exists():
@@ -93,13 +101,11 @@ def test_a_chunk_whose_times_disagree_with_the_clock_gives_no_times_and_cannot_p
         flush = (flush[0] | 1 << 40, flush[1])
     else:
         smp |= 1 << 40  # a checksummed sample, out of its chunk's bounds
-    data = trace.FILE_HEADER.pack(trace.MAGIC, 1, 64, 48, 8, 1234, 0, 1000, 0, 0)
-    data += chunk(0, [event(OP["malloc"], 0x10000, 64), sample(smp), event(OP["free"], 0x10000)], base, flush=flush)
-    data += chunk(1, [event(OP["malloc"], 0x20000, 64), sample(1101), event(OP["free"], 0x20000)], 1001,
-                  flush=(1201, 201))
-    data += chunk(0, [], 0, trace.CHUNK_END, flush=(2_000_000, 2_000_000))
-    p = tmp_path / "t.trace"
-    p.write_bytes(data)
+    p = trace_of(tmp_path, "t.trace",
+                 chunk(0, [event(OP["malloc"], 0x10000, 64), sample(smp), event(OP["free"], 0x10000)], base,
+                       flush=flush)
+                 + chunk(1, [event(OP["malloc"], 0x20000, 64), sample(1101), event(OP["free"], 0x20000)], 1001,
+                         flush=(1201, 201)))
     assert_no_times_and_cannot_pace(built, p)
 
 
@@ -157,18 +163,73 @@ def test_the_replay_s_rss_window_is_its_replay_less_what_its_peak_leaves_out(bui
     assert w["less_kib"] == doc["process_peak_rss_kib"] - doc["peak_rss_kib"]
 
 
-def test_a_failed_realloc_frees_nothing_in_either_tool(built, tmp_path):
-    """realloc(A, 1 << 50) failed: A lives on, and its later free is matched, by trace-stats as by
-    the replayer (trace-stats had the realloc free A, and A's free unmatched)."""
-    A = 0x10000
-    data = trace.FILE_HEADER.pack(trace.MAGIC, 1, 64, 48, 8, 1234, 0, 1000, 0, 0)
-    data += chunk(0, [event(OP["malloc"], A, 48), event(OP["realloc_from"], A), event(OP["realloc"], 0, 1 << 50),
-                      event(OP["free"], A)], 1000, flush=(1200, 200))
-    data += chunk(0, [], 0, trace.CHUNK_END, flush=(2_000_000, 2_000_000))
-    p = tmp_path / "t.trace"
-    p.write_bytes(data)
+def check(built, p) -> dict:
     r = subprocess.run([str(replayer(built)), "--check", str(p)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_a_realloc_of_a_block_whose_allocation_was_held_back_is_matched(built, tmp_path):
+    # Issue 16's probe: thread 1 frees X and allocates Y with no time sample between (its free's
+    # time, its chunk's flush, holds back the allocation in the merge), thread 0 reallocates Y
+    # before its next sample.  A free there was matched with Y late (build_plan's orphans), a
+    # realloc's old block was not: the replayer counted it unmatched, reallocated NULL and never
+    # freed Y, while trace-stats matched both frees across threads.
+    X, Y, Z = 0x10000, 0x20000, 0x30000
+    t0 = [event(OP["malloc"], X, 32), sample(1100), event(OP["realloc_from"], Y), event(OP["realloc"], Z, 4000),
+          sample(1300), event(OP["free"], Z)]
+    t1 = [event(OP["free"], X), event(OP["malloc"], Y, 48)]
+    p = trace_of(tmp_path, "held.trace",
+                 chunk(0, t0, 1000, flush=(1400, 400)) + chunk(1, t1, 1050, flush=(2000, 1000)))
     s = trace.stats(trace.read(p))
-    assert json.loads(r.stdout)["unmatched_frees"] == s["frees_unmatched"] == 0
-    assert s["frees_matched"] == 1
+    assert s["frees_matched"] == 3 and s["frees_unmatched"] == 0 and s["cross_thread_frees"] == 2
+    doc = check(built, p)
+    assert doc["unmatched_frees"] == 0 and doc["cross_thread_frees"] == 2 and doc["reused_live"] == 0
+    r = subprocess.run([str(replayer(built)), str(p)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["ops"] == 5  # the realloc's pair of events is one operation
+
+
+def test_a_failed_realloc_frees_nothing_in_either_tool(built, tmp_path):
+    # Issue 16's probe: realloc(p, huge) fails and p lives on (the recorder writes its old block,
+    # then a new block of 0 and the size asked).  trace-stats took the old block's event for a
+    # free: p's later free was unmatched and its lifetime ended at the realloc; the replayer
+    # counted a failed realloc's unmatched old block as an unmatched free, and a failed realloc of
+    # another thread's block as a cross-thread free.
+    A, B, C = 0x10000, 0x20000, 0x30000
+    huge = 1 << 40
+    t0 = [event(OP["malloc"], A, 100), event(OP["realloc_from"], A), event(OP["realloc"], 0, huge),
+          event(OP["malloc"], C, 64), event(OP["free"], A), sample(1100),
+          event(OP["realloc_from"], B), event(OP["realloc"], 0, huge)]  # B: from before the recording
+    t1 = [event(OP["realloc_from"], C), event(OP["realloc"], 0, huge), sample(2100), event(OP["free"], C)]
+    p = trace_of(tmp_path, "failed.trace",
+                 chunk(0, t0, 1000, flush=(1200, 200)) + chunk(1, t1, 2000, flush=(2200, 1200)))
+    s = trace.stats(trace.read(p))
+    assert s["frees_matched"] == 2 and s["frees_unmatched"] == 0 and s["cross_thread_frees"] == 1
+    assert s["peak_live_bytes"] == 164  # A lives on past its failed realloc
+    doc = check(built, p)
+    assert doc["failed"] == 3 and doc["unmatched_frees"] == 0 and doc["cross_thread_frees"] == 1
+
+
+def test_a_realloc_matched_late_that_closes_a_cycle_of_waits_is_unmatched(built, tmp_path):
+    # The realloc's form of the replayer's smoke_wait_cycle: thread 0 reallocates Y before thread
+    # 1's allocation of Y is merged (so it is matched late), then allocates X; thread 1 frees X (a
+    # block from before the recording: matched late with thread 0's X), then allocates Y.  Each
+    # waits for the other; the realloc's wait is dropped and the replay ends.
+    X, Y, Z, W = 0x200000, 0x300000, 0x400000, 0x500000
+    t0 = [event(OP["realloc_from"], Y), event(OP["realloc"], W, 64), event(OP["free"], Z), event(OP["malloc"], X, 32)]
+    t1 = [event(OP["free"], X), event(OP["malloc"], Y, 32)]
+    p = trace_of(tmp_path, "cycle.trace", chunk(0, t0, 1000, flush=(3000, 0)) + chunk(1, t1, 1000, flush=(5000, 0)))
+    # (The timeout is a hang guard: the replay takes milliseconds.)
+    r = subprocess.run([str(replayer(built)), str(p)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["ops"] == 4 and doc["unmatched_frees"] == 2 and doc["cross_thread_frees"] == 1
+
+
+def test_the_replayer_counts_time_samples(built, tmp_path):
+    # Issue 16's probe: `--check`'s counts had "time": 0 for every trace (the merge steps over the
+    # samples without counting them), beside the real counts of the other events.
+    p = write(tmp_path, [0, 1, 2])
+    doc = check(built, p)
+    assert doc["counts"]["time"] == 3 and doc["counts"]["malloc"] == 3
