@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "args.hpp"
+#include "median_ci.hpp"
 #include "output.hpp"
 #include "strata/concurrent_object_pool.hpp"
 #include "strata/object_pool.hpp"
@@ -97,18 +98,10 @@ summary summarise(std::vector<double> v) {
   for (double x : v) dev.push_back(std::fabs(x - s.median));
   std::sort(dev.begin(), dev.end());
   s.mad = med(dev);
-  // 95% CI of the median: the k-th smallest and k-th largest samples, k the largest index with
-  // P(Binomial(n, 1/2) < k) <= 2.5%.  Below 6 samples no such k exists: the range is reported.
-  int n = s.n, k = 0;
-  double cdf = 0, term = std::pow(0.5, n);  // P(X = 0)
-  for (int j = 0; j < n; ++j) {
-    if (cdf + term > 0.025) break;
-    cdf += term;
-    k = j + 1;
-    term = term * double(n - j) / double(j + 1);
-  }
-  s.lo = v[std::size_t(k)];
-  s.hi = v[std::size_t(n - 1 - k)];
+  // 95% CI of the median from order statistics (below 6 samples, the range).
+  const std::size_t k = strata::bench::median_ci_index(v.size());
+  s.lo = v[k];
+  s.hi = v[v.size() - 1 - k];
   return s;
 }
 

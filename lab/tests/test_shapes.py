@@ -4,6 +4,8 @@ that runs them (its smoke run is test_suites_smoke's, with every other suite).""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import time
 
@@ -86,3 +88,50 @@ def test_default_suite_runs_the_shapes_with_every_allocator(built):
     from strata_lab.allocators import BUILTINS
 
     assert {"snmalloc", "rpmalloc", "strata", "mimalloc"} <= set(suite.allocators) == set(BUILTINS)
+
+
+@pytest.mark.parametrize("pattern", ["fill", "rebuild", "randsize"])
+def test_smoke_keeps_the_seconds_bound_of_fixed_work(pattern):
+    """--smoke shrinks a fixed-work pattern's work and keeps --seconds as its bound; fill and
+    rebuild were missing from the list of fixed-work patterns, so --smoke cut them at 0.05 s, as
+    it does the timed patterns, and a loaded machine could leave a smoke run's work unfinished.
+    Work that cannot finish (--ops 10**12) runs to the bound, not 0.05 s."""
+    d = run_pattern("--pattern", pattern, "--smoke", "--ops", str(10**12), "--seconds", "0.5")
+    assert 0 < d["work_fraction"] < 1, d
+    assert d["seconds"] >= 0.5, d
+
+
+def test_randsize_cpu_is_the_patterns_own(tmp_path):
+    """randsize's ops_per_cpu_sec divided its operations by the process's CPU since exec: its
+    start-up too (the loader, the preloaded allocator's initialisation; 2-4 ms, a tenth of strata's
+    CPU at make bench's 750,000 replacements), outside the window its operations and seconds are
+    counted in.  A preloaded library that burns 0.3 s of CPU before main must not show in it."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    src = tmp_path / "burn.c"
+    src.write_text("#include <time.h>\n"
+                   "__attribute__((constructor)) static void burn(void) {\n"
+                   "  struct timespec t;\n"
+                   "  do clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t); while (t.tv_sec == 0 && t.tv_nsec < 300000000);\n"
+                   "}\n")
+    lib = tmp_path / "libburn.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(lib), str(src)], check=True)
+    r = subprocess.run([str(program("strata-bench-patterns")), "--pattern", "randsize", "--smoke",
+                        "--seconds", "30"], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "LD_PRELOAD": str(lib)})
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout.strip().splitlines()[-1])
+    assert d["work_fraction"] == 1.0 and d["cpu_seconds"] > 0, d
+    # 2000 replacements take a few milliseconds of CPU; the start-up took 0.3 s.
+    assert d["cpu_seconds"] < 0.15, d
+    assert d["ops_per_cpu_sec"] == pytest.approx(d["ops"] / d["cpu_seconds"], rel=1e-2), d
+
+
+def test_generations_makes_half_as_many_kept_blocks_again():
+    """docs/lab.md said thread i of a generation makes 5000 x (i mod 8 + 1) blocks and keeps half:
+    it makes that many short-lived blocks and half as many again that it keeps (mimalloc's stress
+    test's shape).  --smoke: 200 for thread 0, 400 for thread 1, each plus half."""
+    d = run_pattern("--pattern", "generations", "--threads", "2", "--smoke", "--ops", "1", "--seconds", "30")
+    assert d["generations"] == 1 and d["work_fraction"] == 1.0, d
+    assert d["ops"] == (200 + 400) * 3 // 2, d

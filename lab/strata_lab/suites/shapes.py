@@ -6,8 +6,9 @@ generations that calloc blocks of 8 B-5 MiB and leave some to the next (generati
 
 Each sample does a fixed amount of work (`--ops`, recorded in the cell's params) and the metric is
 operations per second, so a ratio of medians is the inverse ratio of times (randsize: operations
-per CPU-second of the process, as the issue measured it). `--seconds` only bounds a sample: a
-sample cut short by it reports `work_fraction` < 1 and its rate stays comparable. Minor page faults
+per CPU-second of the process, as the issue measured it, from the pattern's start: the process's
+start-up left out). `--seconds` only bounds a sample: a sample cut short by it reports
+`work_fraction` < 1 and its rate stays comparable. Minor page faults
 per sample come from the lab's wait4() (`minflt`); peak RSS from the program (`peak_rss_kb`)."""
 
 from strata_lab.allocators import BUILTINS
