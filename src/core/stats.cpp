@@ -53,11 +53,14 @@ void stats_sum(strata_stats_t* out, uint64_t* class_allocs, uint64_t* class_free
       for (const page_list* l : {&h->queue[c], &h->full[c]})
         for (const page* pg = l->first; pg; pg = pg->next) frees[c] += pg->frees;
   }
+  // A live block's bytes are its stride, what malloc_usable_size answers: 64 more than the class
+  // size in the classes that space their blocks a colour apart (size_class.h, block_stride).  By
+  // the class size, in_use_bytes read 64 B a block below the usable sizes of those blocks.
   int64_t in_use = 0;
   for (size_t c = 0; c < size_class_count; ++c) {
     out->malloc_count += allocs[c];
     out->free_count += frees[c];
-    in_use += static_cast<int64_t>(allocs[c] - frees[c]) * static_cast<int64_t>(class_size(c));
+    in_use += static_cast<int64_t>(allocs[c] - frees[c]) * static_cast<int64_t>(block_stride(c));
     if (class_allocs) class_allocs[c] = allocs[c];
     if (class_frees) class_frees[c] = frees[c];
   }
@@ -115,7 +118,7 @@ static size_t stats_json(char* buf, size_t len) noexcept {
   for (size_t c = 0; c < size_class_count; ++c) {
     if (allocs[c] == 0 && frees[c] == 0) continue;
     w.array_object();
-    w.field_uint("block_size", class_size(c));
+    w.field_uint("block_size", block_stride(c));
     w.field_uint("allocs", allocs[c]);
     w.field_uint("frees", frees[c]);
     w.close();
@@ -146,7 +149,7 @@ static void stats_print_to(int fd) noexcept {
   report::to_fd(fd, "  %10s %14s %14s %14s\n", "block", "allocs", "frees", "live");
   for (size_t c = 0; c < size_class_count; ++c) {
     if (allocs[c] == 0) continue;
-    report::to_fd(fd, "  %10zu %14llu %14llu %14lld\n", class_size(c), static_cast<unsigned long long>(allocs[c]),
+    report::to_fd(fd, "  %10zu %14llu %14llu %14lld\n", block_stride(c), static_cast<unsigned long long>(allocs[c]),
                   static_cast<unsigned long long>(frees[c]), static_cast<long long>(allocs[c] - frees[c]));
   }
 }

@@ -451,6 +451,30 @@ TEST(Stats, CountsHugeBlocksInMallocAndFreeCounts) {
   }).join();
 }
 
+// in_use_bytes counts a live block's bytes as malloc_usable_size does, and the JSON's block_size
+// is that size: the classes from 8 KiB to 128 KiB that are multiples of 4 KiB space their blocks
+// 64 bytes more than the class size (size_class.h, block_stride), and both read the class size
+// (20480 for a 20000-byte request whose usable size is 20544: 64 B a block short).
+TEST(Stats, InUseBytesAreTheLiveBlocksUsableSizes) {
+  std::thread([] {
+    constexpr int n = 100;
+    void* blocks[n];
+    strata_stats_t before, mid;
+    strata_stats_get(&before);
+    for (void*& p : blocks) p = T_MALLOC(20000);
+    strata_stats_get(&mid);
+    const size_t usable = T_USABLE(blocks[0]);
+    EXPECT_EQ(mid.in_use_bytes - before.in_use_bytes, n * usable);
+    {
+      std::string doc(strata_stats_json(nullptr, 0) + 4096, '\0');
+      doc.resize(strata_stats_json(doc.data(), doc.size()));
+      std::string key = "\"block_size\":" + std::to_string(usable) + ",";
+      EXPECT_NE(doc.find(key), std::string::npos) << key << " in " << doc;
+    }
+    for (void* p : blocks) T_FREE(p);
+  }).join();
+}
+
 TEST(Stats, CountsAllocationsPerClassAndReportsJson) {
   strata_stats_t before;
   strata_stats_get(&before);
