@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -116,6 +117,10 @@ def test_parameters_shape_the_cells(httpd, monkeypatch):
         argv = [str(a) for a in c.argv]
         assert argv[argv.index("--connections") + 1] == "33" and c.params["connections"] == 33
         assert argv[argv.index("--server-cpus") + 1] == "1"
+    # a smoke run opens 8 connections, and records 8
+    smoke = load_suite("e5").cells(e5_context([0, 1], assignments=["connections=33"], smoke=True))
+    argv = [str(a) for a in smoke[0].argv]
+    assert argv[argv.index("--connections") + 1] == "8" and smoke[0].params["connections"] == 8
 
 
 def test_summarise_table():
@@ -192,3 +197,68 @@ def test_one_sample_end_to_end(httpd, monkeypatch):
     assert m["server_peak_rss_kb"] > 0 and m["server_cpu_cores"] > 0
     assert m["server_vol_cs_per_s_per_thread"] >= 0 and m["client_vol_cs_per_s_per_thread"] >= 0
     assert len(m["server_threads"]) >= 2  # main thread + at least one worker
+
+
+# A stand-in for strata-bench-e5-httpd (same command line, same ready line) that misbehaves as
+# FAKE_MODE says: "status500" answers every request with 500; "wrongbody" with 200 and y's, not
+# x's; "stall" answers the first 20 requests, then none (alive, but stuck, as a deadlocked server
+# is); any other mode answers rightly.
+FAKE_HTTPD = '''\
+import json, os, signal, socket, sys, threading
+mode = os.environ["FAKE_MODE"]
+body = (b"y" if mode == "wrongbody" else b"x") * int(sys.argv[sys.argv.index("--body-bytes") + 1])
+srv = socket.create_server(("127.0.0.1", 0), backlog=128)
+print(json.dumps({"event": "ready", "port": srv.getsockname()[1]}), flush=True)
+signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+answered, lock = [0], threading.Lock()
+def serve(c):
+    buf = b""
+    while data := c.recv(65536):
+        buf += data
+        while b"\\r\\n\\r\\n" in buf:
+            _, buf = buf.split(b"\\r\\n\\r\\n", 1)
+            with lock:
+                answered[0] += 1
+                stuck = mode == "stall" and answered[0] > 20
+            if stuck:
+                threading.Event().wait()
+            status = b"500 Oops" if mode == "status500" else b"200 OK"
+            c.sendall(b"HTTP/1.1 %s\\r\\nContent-Length: %d\\r\\n\\r\\n%s" % (status, len(body), body))
+while True:
+    threading.Thread(target=serve, args=(srv.accept()[0],), daemon=True).start()
+'''
+
+
+def run_fake_sample(tmp_path, mode: str, *args: str) -> subprocess.CompletedProcess:
+    fake = tmp_path / "fake_httpd"
+    fake.write_text(f"#!{sys.executable}\n" + FAKE_HTTPD)
+    fake.chmod(0o755)
+    cpu = str(min(os.sched_getaffinity(0)))
+    return subprocess.run([sys.executable, "-m", "strata_lab.drivers.e5_server", "--server", "httpd",
+                           "--server-cpus", cpu, "--client-cpus", cpu, "--seconds", "1",
+                           "--warmup-seconds", "0", "--httpd", str(fake), *args],
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "FAKE_MODE": mode, "STRATA_LAB_PRELOAD": "",
+                               "PYTHONPATH": str(Path(e5_server.__file__).resolve().parents[2])})
+
+
+@pytest.mark.skipif(not shutil.which("wrk"), reason="wrk not installed (scripts/setup.sh installs it)")
+def test_recorded_connections_are_the_ones_wrk_opened(tmp_path):
+    """wrk opens a connection per thread at least: the sample records what it opened."""
+    r = run_fake_sample(tmp_path, "ok", "--client-threads", "2", "--connections", "1")
+    assert r.returncode == 0, r.stderr
+    m = json.loads(r.stdout.strip().splitlines()[-1])
+    assert m["connections"] == 2 and m["client_threads"] == 2 and m["errors"] == 0
+
+
+@pytest.mark.skipif(not shutil.which("wrk"), reason="wrk not installed (scripts/setup.sh installs it)")
+@pytest.mark.parametrize("mode, why", [("status500", "requests failed"),
+                                       ("wrongbody", "answered 200 with b'yyy"),
+                                       ("stall", "no answer to GET")])
+def test_misbehaving_server_fails_the_sample(tmp_path, mode, why):
+    """A server answering 500 or a wrong body, or one that stops answering but stays alive, is a
+    failed sample, not a requests/s figure (wrk counts all three as requests, and counts no
+    timeout in a 1 s run)."""
+    r = run_fake_sample(tmp_path, mode, "--client-threads", "1", "--connections", "2")
+    assert r.returncode == 1 and r.stdout == "", r.stdout
+    assert why in r.stderr, r.stderr

@@ -12,6 +12,7 @@ over its processes) and the CPU share other processes took during the window.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import shutil
@@ -114,6 +115,34 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+ANSWER_TIMEOUT_S = 5.0  # as wrk's --timeout
+
+
+def wrong_answer(server: str, port: int, body_bytes: int, timeout: float = ANSWER_TIMEOUT_S) -> str | None:
+    """None when the server answers one request rightly within `timeout` seconds, else what was
+    wrong.  wrk looks at statuses only: this request checks the body too."""
+    if server == "redis":
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+                s.sendall(b"PING\r\n")
+                got = s.makefile("rb").readline()
+        except OSError as e:
+            return f"no answer to PING within {timeout:g} s ({e})"
+        return None if got == b"+PONG\r\n" else f"PING answered {got[:80]!r}"
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("GET", "/")
+        resp = conn.getresponse()
+        body = resp.read()
+    except (OSError, http.client.HTTPException) as e:
+        return f"no answer to GET / within {timeout:g} s ({e!r})"
+    finally:
+        conn.close()
+    if resp.status != 200 or body != b"x" * body_bytes:
+        return f"GET / answered {resp.status} with {body[:40]!r} ({len(body)} bytes), not {body_bytes} x"
+    return None
 
 
 def wait_port(port: int, proc: subprocess.Popen, timeout: float = 15.0, probe: bytes | None = None,
@@ -309,6 +338,8 @@ def drive(argv: list[str] | None = None) -> int:
     ap.add_argument("--smoke", action="store_true")
     a = ap.parse_args(argv)
     server_cpus, client_cpus = machine.parse_cpus(a.server_cpus), machine.parse_cpus(a.client_cpus)
+    if a.server != "redis":
+        a.connections = max(a.connections, a.client_threads)  # wrk: a connection per thread at least
     preload = os.environ.get("STRATA_LAB_PRELOAD", "")
     with tempfile.TemporaryDirectory(prefix="strata-e5-") as tmp:
         workdir = Path(tmp)
@@ -357,6 +388,15 @@ def measure(a, proc: subprocess.Popen, port: int, server_cpus: list[int], client
     if proc.poll() is not None:
         raise RuntimeError(f"server died during the run (status {proc.returncode})")
     res = parse_wrk(out) if a.server != "redis" else parse_redis_csv(out)
+    # wrk counts a wrong status, a dropped connection or a timed-out request as a request all the
+    # same: a server answering 500 at once would report its best requests/s.
+    if res["errors"]:
+        raise RuntimeError(f"{res['errors']} of {res['requests']} requests failed: {res['error_detail']}")
+    # A server that stops answering but stays alive (a deadlock) leaves wrk's requests in flight,
+    # and wrk counts no timeout for a run shorter than its --timeout: only the rate drops.
+    wrong = wrong_answer(a.server, port, a.body_bytes)
+    if wrong:
+        raise RuntimeError(f"after the run, {wrong}")
     if a.server == "redis":
         res["requests"] = requests
         res["seconds"] = ru["wall_s"]

@@ -100,6 +100,7 @@ def cells(ctx):
     httpd = str(ctx.bin("e5-httpd")) if "httpd" in m["servers"] else None
     secs = ctx.duration(DEFAULT_SECONDS, smoke=1.0)
     servers = ["httpd"] if ctx.smoke else m["servers"]
+    connections = 8 if ctx.smoke else m["connections"]
     out = []
     for server in servers:
         if available(server):
@@ -110,7 +111,7 @@ def cells(ctx):
                     s_cpus, c_cpus = machine.parse_cpus(sc), machine.parse_cpus(cc)
                     argv = [sys.executable, "-m", "strata_lab.drivers.e5_server", "--server", server,
                             "--server-cpus", sc, "--client-cpus", cc, "--client-threads", t,
-                            "--connections", 8 if ctx.smoke else m["connections"], "--seconds", secs,
+                            "--connections", connections, "--seconds", secs,
                             "--warmup-seconds", 0 if ctx.smoke else WARMUP_S]
                     if httpd:
                         argv += ["--httpd", httpd]
@@ -124,7 +125,7 @@ def cells(ctx):
                         cpus=sorted(set(s_cpus) | set(c_cpus)), timeout_s=secs * 5 + 60,
                         env={"PYTHONPATH": str(Path(__file__).resolve().parents[2])},
                         params={"server": server, "server_cpus": sc, "client_cpus": cc,
-                                "client_threads": t, "connections": m["connections"],
+                                "client_threads": t, "connections": connections,
                                 "shared_cores": shared},
                         name=f"e5-{server}/s{sc}/c{cc}/t{t}"))
     return out
