@@ -270,6 +270,15 @@ struct strata_resource::impl {
     }
   }
 
+  // The heaps in `hs`, locked by the caller, unlocked on every way out of its scope (a driver
+  // call that throws included: a heap left locked spins its stream's next allocation for ever).
+  struct unlock_at_exit {
+    const std::vector<heap*>& hs;
+    ~unlock_at_exit() {
+      for (heap* h : hs) h->lock.unlock();
+    }
+  };
+
   // Page heap locked.  The device is synchronised first, so the page heap's guards (all
   // recorded before: its lock is held) have completed.  The heaps are locked only after it, and
   // their threads may have freed blocks in between, on streams that have queued work since: each
@@ -280,19 +289,14 @@ struct strata_resource::impl {
     pages.coalesce_after_sync();
     std::lock_guard hl(heaps_mutex);
     std::vector<detail::guard_ptr> guards(heap_list.size());
-    std::size_t locked = 0;
-    struct unlock_all {  // every heap locked so far, also when a driver call throws
-      const std::vector<heap*>& hs;
-      const std::size_t& n;
-      ~unlock_all() {
-        for (std::size_t i = 0; i < n; ++i) hs[i]->lock.unlock();
-      }
-    } unlock{heap_list, locked};
+    std::vector<heap*> locked;
+    locked.reserve(heap_list.size());  // before any lock: push_back below cannot throw
+    unlock_at_exit unlock{locked};
     bool unrecorded = false;
     for (std::size_t i = 0; i < heap_list.size(); ++i) {
       heap* h = heap_list[i];
       h->lock.lock();
-      ++locked;
+      locked.push_back(h);
       if (std::any_of(h->bins.begin(), h->bins.end(), [](const auto& bin) { return !bin.empty(); })) {
         try {
           guards[i] = std::make_shared<detail::event_guard>(events, h->stream);
@@ -336,12 +340,7 @@ struct strata_resource::impl {
       if (h->changes == seen) idle.push_back(h);
       else h->lock.unlock();
     }
-    struct unlock_all {
-      std::vector<heap*>& hs;
-      ~unlock_all() {
-        for (heap* h : hs) h->lock.unlock();
-      }
-    } unlock{idle};
+    unlock_at_exit unlock{idle};
     flush_heaps(idle);
   }
 
