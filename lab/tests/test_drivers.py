@@ -53,6 +53,20 @@ def alive(pid: int) -> bool:
         return False
 
 
+def reap(driver, pids, group: bool = False) -> None:
+    """A test's way out: the driver (its process group with `group`) and every pid still alive,
+    killed."""
+    if driver.poll() is None:
+        if group:
+            os.killpg(driver.pid, signal.SIGKILL)
+        else:
+            driver.kill()
+        driver.wait()
+    for k in pids:
+        if alive(k):
+            os.kill(k, signal.SIGKILL)
+
+
 def kill_driver_and_check_partners(tmp_path, args: list[str], partners: list[str]) -> None:
     """Starts `python -m ARGS` in a process group of its own (as the lab's launcher runs it), waits
     until processes named `partners` run under it, kills it with SIGKILL, and expects each of them
@@ -82,12 +96,7 @@ def kill_driver_and_check_partners(tmp_path, args: list[str], partners: list[str
         left = [(k, name(k)) for k in kids if alive(k)]
         assert not left, f"outlived the driver killed with SIGKILL: {left}"
     finally:
-        if driver.poll() is None:
-            driver.kill()
-            driver.wait()
-        for k in seen:
-            if alive(k):
-                os.kill(k, signal.SIGKILL)
+        reap(driver, seen)
 
 
 @pytest.mark.skipif(not (shutil.which("redis-server") and shutil.which("redis-benchmark")),
@@ -166,12 +175,7 @@ def test_spark_job_killed_leaves_no_spark_directories_in_tmp(tmp_path):
         assert not [k for k in seen if alive(k)]
         assert _spark_scratch_in_tmp() - before == set()
     finally:
-        if driver.poll() is None:
-            driver.kill()
-            driver.wait()
-        for k in seen:
-            if alive(k):
-                os.kill(k, signal.SIGKILL)
+        reap(driver, seen)
 
 
 def _cmdline(pid: int) -> bytes:
@@ -211,12 +215,7 @@ def test_spark_job_with_hung_executors_ends_at_its_timeout(tmp_path):
         assert driver.returncode == 1 and "did not finish within --timeout" in err, err[-1500:]
         assert out == ""  # no figure for a job that did not end
     finally:
-        if driver.poll() is None:
-            os.killpg(driver.pid, signal.SIGKILL)
-            driver.wait()
-        for k in seen:
-            if alive(k):
-                os.kill(k, signal.SIGKILL)
+        reap(driver, seen, group=True)
 
 
 @pytest.mark.parametrize("args, why", [(["--timeout", "nan"], "--timeout must be"),
