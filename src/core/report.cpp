@@ -6,6 +6,7 @@
 #include <cstring>
 #include <unistd.h>
 
+#include "os/file.h"
 #include "os/os.h"
 
 namespace strata::report {
@@ -29,6 +30,9 @@ size_t utf8_length(const unsigned char* s) noexcept {
 void vto_fd(int fd, const char* fmt, va_list ap) noexcept {
   int saved = errno;
   os::no_cancel hold;  // write is a cancellation point: free's reports, malloc_stats
+  // A report to a stderr whose reader has gone (`program 2>&1 | head`) is lost, not a SIGPIPE
+  // raised inside free() that ends a program strata lets go on past a bad free.
+  os::file_signals_hold signals;
   char line[1024];
   int n = vsnprintf(line, sizeof line, fmt, ap);
   if (n > static_cast<int>(sizeof line) - 1) {
