@@ -110,7 +110,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     params, sources = suite.resolve_params(a.param or [])
     ctx = SuiteContext(smoke=a.smoke, seconds=a.seconds,
                        threads=_int_list(a.threads, "thread list") if a.threads else None, cpus=cpus,
-                       params=params)
+                       params=params, out_root=Path(a.out) if a.out else None)
 
     # What is compared: the suite's own variants, or allocators.
     names = _split(a.alloc)
@@ -203,7 +203,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     out_dir, finish = None, lambda: None
     try:
         with runner.sigterm_as_interrupt():
-            out_dir = results.new_run_dir(Path(a.out) if a.out else paths.results_root(), suite.name)
+            out_dir = results.new_run_dir(ctx.results_root(), suite.name)
             err.print(f"strata-lab: writing {out_dir / results.FILENAME}")
             progress_cb, start_cb, finish = _progress(err, a.no_progress)
             doc = runner.execute(suite, cells, variants, rounds=rounds, warmup=warmup, cpus=cpus,

@@ -186,6 +186,11 @@ class SuiteContext:
     threads: list[int] | None = None  # --threads: overrides the suite's thread counts
     cpus: list[int] = field(default_factory=lambda: sorted(os.sched_getaffinity(0)))
     params: dict = field(default_factory=dict)  # the suite's PARAMS, every one resolved
+    out_root: Path | None = None  # --out: where the run's directory goes (default results/)
+
+    def results_root(self) -> Path:
+        """Where the run writes (--out, else results/): files a suite keeps beside its results."""
+        return self.out_root if self.out_root is not None else paths.results_root()
 
     def bin(self, name: str) -> Path:
         """build/bin/strata-bench-<name>, or a LabError saying how to build it."""

@@ -252,3 +252,15 @@ def test_a_failed_round_with_discard_csv_leaves_nothing(tmp_path):
                         "--be-burst-us", "1", "--discard-csv"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "exited with status 5" in r.stderr
     assert not csv_dir.exists()
+
+
+def test_the_kernels_csvs_go_under_the_runs_out_directory(monkeypatch, tmp_path):
+    """`run --out DIR`: the rounds' kernel CSVs went to results/e3-kernels/ whatever --out said
+    (a run kept out of the tree still wrote into it)."""
+    monkeypatch.setenv("STRATA_BUILD", str(BUILD))
+    monkeypatch.setenv("STRATA_RESULTS", str(tmp_path / "default-root"))
+    out = tmp_path / "elsewhere"
+    given = Path(e3.cells(SuiteContext(out_root=out))[0].params["csv_dir"])
+    assert given.parent == out / "e3-kernels"
+    unset = Path(e3.cells(SuiteContext())[0].params["csv_dir"])
+    assert unset.parent == tmp_path / "default-root" / "e3-kernels"

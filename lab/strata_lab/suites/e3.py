@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from strata_lab import paths, stats
+from strata_lab import stats
 from strata_lab.errors import LabError
 from strata_lab.drivers.e3_round import BE_PROCS, KERNELS, LC_BURST_US, LC_PROCS, STREAMS
 from strata_lab.model import Sample
@@ -281,7 +281,7 @@ def cells(ctx):
     if ctx.smoke:
         csv_dir = Path(tempfile.gettempdir()) / f"strata-e3-smoke-{os.getpid()}"
     else:
-        csv_dir = paths.results_root() / "e3-kernels" / time.strftime("%Y%m%d-%H%M%S")
+        csv_dir = ctx.results_root() / "e3-kernels" / time.strftime("%Y%m%d-%H%M%S")
     argv = [sys.executable, "-m", "strata_lab.drivers.e3_round", "--tenant", str(exe),
             "--work-per-us", f"{work:.3f}", "--csv-dir", str(csv_dir),
             "--streams", sh["streams"], "--kernels", sh["kernels"],
