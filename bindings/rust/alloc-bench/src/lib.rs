@@ -27,6 +27,9 @@ struct Args {
     scale: usize,
 }
 
+// Far past any machine the lab runs on; a request over it was thread::spawn's panic (exit 101).
+const MAX_THREADS: usize = 4096;
+
 fn args(allocator: &str) -> Args {
     let mut a = Args { threads: 2, rounds: 3, scale: 1 };
     let mut it = std::env::args().skip(1);
@@ -49,12 +52,21 @@ fn args(allocator: &str) -> Args {
     if a.threads == 0 || a.rounds == 0 {
         fail("--threads and --rounds must be at least 1");
     }
+    if a.threads > MAX_THREADS {
+        fail(&format!("--threads {}: at most {MAX_THREADS} (the pipeline starts two threads per worker)", a.threads));
+    }
     a
 }
 
 fn fail(msg: &str) -> ! {
     eprintln!("alloc-bench: {msg}");
     std::process::exit(2)
+}
+
+// thread::spawn panics when the system refuses a thread (`--threads 100000000`: exit 101 and a
+// backtrace hint); a refused thread is the run's error, said as such (exit 2).
+fn spawn<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> thread::JoinHandle<T> {
+    thread::Builder::new().spawn(f).unwrap_or_else(|e| fail(&format!("cannot start a thread: {e}")))
 }
 
 fn maps(seed: u64, n: usize) -> u64 {
@@ -110,8 +122,8 @@ fn pipeline(threads: usize, batches: usize) -> u64 {
         .enumerate()
         .map(|(t, rx)| {
             let tx = txs[(t + 1) % threads].clone();
-            thread::spawn(move || {
-                let sender = thread::spawn(move || {
+            spawn(move || {
+                let sender = spawn(move || {
                     for b in 0..batches {
                         tx.send((0..32).map(|j| format!("{t}:{b}:{j}:{}", "p".repeat(j * 3))).collect()).unwrap();
                     }
@@ -134,10 +146,10 @@ pub fn run(allocator: &'static str) -> Summary {
     let mut checksum = 0u64;
     for _ in 0..a.rounds {
         let t0 = Instant::now();
-        let handles: Vec<_> = (0..a.threads).map(|t| thread::spawn(move || maps(t as u64 + 1, map_n))).collect();
+        let handles: Vec<_> = (0..a.threads).map(|t| spawn(move || maps(t as u64 + 1, map_n))).collect();
         checksum += handles.into_iter().map(|h| h.join().unwrap()).sum::<u64>();
         let t1 = Instant::now();
-        let handles: Vec<_> = (0..a.threads).map(|_| thread::spawn(move || trees(depth))).collect();
+        let handles: Vec<_> = (0..a.threads).map(|_| spawn(move || trees(depth))).collect();
         checksum += handles.into_iter().map(|h| h.join().unwrap()).sum::<u64>();
         let t2 = Instant::now();
         checksum += pipeline(a.threads, batches);
