@@ -243,11 +243,13 @@ def cmd_run(a: argparse.Namespace) -> int:
 
 
 def _show_value(v) -> str:
+    from .text import printable
+
     if v is None:
         return "auto"
     if isinstance(v, (list, tuple)):
-        return ",".join(str(x) for x in v)
-    return str(v)
+        return ",".join(printable(str(x)) for x in v)
+    return printable(str(v))  # a trace's path: a newline or an escape sequence in it
 
 
 def _progress(err, disabled: bool):
@@ -331,9 +333,9 @@ def cmd_report(a: argparse.Namespace) -> int:
 
 
 def cmd_compare(a: argparse.Namespace) -> int:
-    from rich.markup import escape
-
     from . import analysis, tables
+    from .tables import escape
+    from .text import printable
 
     if not 0 < a.alpha < 1:
         raise LabError("--alpha must be between 0 and 1")
@@ -346,7 +348,7 @@ def cmd_compare(a: argparse.Namespace) -> int:
     sig = [r for r in cmp.rows if r.significant]
     console.print(f"{len(sig)} of {len(cmp.rows)} differences are significant at α = {a.alpha}.")
     for r in sig:
-        console.print(f"  • {r.cell} / {r.variant}: B is {r.speedup:.2f}× "
+        console.print(f"  • {printable(r.cell)} / {printable(r.variant)}: B is {r.speedup:.2f}× "
                       f"{'better' if r.speedup > 1 else 'worse'} (p = {r.p_value:.3g})", markup=False)
     for n in cmp.notes:
         console.print(f"  [yellow]note:[/] {escape(n)}")

@@ -20,6 +20,7 @@ from . import results, tables  # noqa: E402
 from .analysis import Analysis, CellResult  # noqa: E402
 from .errors import LabError  # noqa: E402
 from .model import RunDoc, Sample  # noqa: E402
+from .text import printable  # noqa: E402
 
 COLORS = plt.get_cmap("tab10").colors
 
@@ -62,8 +63,8 @@ def plot_throughput(an: Analysis) -> str:
         for i, v in enumerate(vs):
             if not c.by_variant[v].n:
                 ax.text(i, 0, "failed", rotation=90, ha="center", va="bottom", color="red")
-        ax.set_xticks(x, vs, rotation=45, ha="right", fontsize=8)
-        title = c.id + (" (oversubscribed)" if c.oversubscribed else "")
+        ax.set_xticks(x, [printable(v) for v in vs], rotation=45, ha="right", fontsize=8)
+        title = printable(c.id) + (" (oversubscribed)" if c.oversubscribed else "")
         ax.set_title(title, fontsize=9, color="darkorange" if c.oversubscribed else "black")
         ax.set_ylabel(f"{c.metric} ({c.unit}){'' if c.higher_is_better else ' ↓'}",
                       fontsize=8)
@@ -91,8 +92,8 @@ def plot_heatmap(an: Analysis, key: str = "speedup", title: str = "") -> str:
         for j in range(len(vs)):
             ax.text(j, i, "fail" if np.isnan(data[i, j]) else f"{data[i, j]:.2f}", ha="center",
                     va="center", fontsize=8)
-    ax.set_xticks(range(len(vs)), vs, rotation=30, ha="right")
-    ax.set_yticks(range(len(cells)), [c.id + (" ⚠" if c.oversubscribed else "") for c in cells])
+    ax.set_xticks(range(len(vs)), [printable(v) for v in vs], rotation=30, ha="right")
+    ax.set_yticks(range(len(cells)), [printable(c.id) + (" ⚠" if c.oversubscribed else "") for c in cells])
     cb = fig.colorbar(im, ax=ax)
     cb.set_label("log2 of the ratio")
     ax.set_title(title)
@@ -105,8 +106,8 @@ def plot_rss(an: Analysis) -> str:
     for ax, c in zip(axes, cells):
         med = [c.by_variant[v].rss.median / 1024 if c.by_variant[v].rss else np.nan for v in vs]
         ax.bar(range(len(vs)), med, color=[_color(vs, v) for v in vs])
-        ax.set_xticks(range(len(vs)), vs, rotation=45, ha="right", fontsize=8)
-        ax.set_title(c.id, fontsize=9)
+        ax.set_xticks(range(len(vs)), [printable(v) for v in vs], rotation=45, ha="right", fontsize=8)
+        ax.set_title(printable(c.id), fontsize=9)
         ax.set_ylabel("peak RSS (MiB)", fontsize=8)
     fig.suptitle("peak RSS, median over rounds")
     return _png(fig)
@@ -131,13 +132,13 @@ def plot_pareto(an: Analysis) -> str | None:
             dominated = v in c.pareto.dominating
             ax.scatter([x], [y], s=70 if v == "strata" else 40, marker="*" if v == "strata" else "o",
                        color=_color(vs, v), edgecolors="black" if not dominated else "none",
-                       alpha=0.5 if dominated else 1.0, label=v, zorder=3)
+                       alpha=0.5 if dominated else 1.0, label=printable(v), zorder=3)
         front = sorted((pts[v] for v in c.pareto.frontier if v in pts), key=lambda p: p[0])
         if len(front) > 1:
             ax.plot([p[0] for p in front], [p[1] for p in front], color="grey", lw=1, ls="--", zorder=2)
         if not hib:
             ax.invert_yaxis()  # better stays up
-        ax.set_title(c.id, fontsize=9)
+        ax.set_title(printable(c.id), fontsize=9)
         ax.set_xlabel("peak RSS (MiB)", fontsize=8)
         ax.set_ylabel(f"{c.metric} ({c.unit}){'' if hib else ', axis inverted'}", fontsize=8)
         ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 4))
@@ -167,9 +168,9 @@ def plot_rss_timelines(doc: RunDoc, an: Analysis) -> str | None:
             s = _representative(doc, c, v)
             if s:
                 tl = s.rss_timeline
-                ax.plot(np.asarray(tl["t_ms"]) / 1000, np.asarray(tl["rss_kb"]) / 1024, label=v,
+                ax.plot(np.asarray(tl["t_ms"]) / 1000, np.asarray(tl["rss_kb"]) / 1024, label=printable(v),
                         color=_color(vs, v), lw=1.2)
-        ax.set_title(c.id, fontsize=9)
+        ax.set_title(printable(c.id), fontsize=9)
         ax.set_xlabel("seconds", fontsize=8)
         ax.set_ylabel("RSS (MiB)", fontsize=8)
     axes[0].legend(fontsize=7)
@@ -199,10 +200,10 @@ def plot_scaling(doc: RunDoc, an: Analysis) -> str | None:
                     lo.append(s.median - (s.ci_low if s.ci_low is not None else s.median))
                     hi.append((s.ci_high if s.ci_high is not None else s.median) - s.median)
             if xs:
-                ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=v, color=_color(vs, v))
+                ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=printable(v), color=_color(vs, v))
         ax.axvspan(ncpu + 0.5, max(c.threads for c in cs) + 0.5, color="orange", alpha=0.12,
                    label="oversubscribed") if max(c.threads for c in cs) > ncpu else None
-        ax.set_title(w, fontsize=9)
+        ax.set_title(printable(w), fontsize=9)
         ax.set_xlabel("threads", fontsize=8)
         ax.set_ylabel(f"{cs[0].metric} ({cs[0].unit})", fontsize=8)
         ax.set_xticks(sorted({c.threads for c in cs}))
@@ -285,15 +286,15 @@ def _render_html(doc: RunDoc, an: Analysis, extra_md: str) -> str:
     parts.append("<h2>Machine</h2><table>" + "".join(
         f"<tr><td>{html.escape(str(k))}</td><td>{html.escape(str(v))}</td></tr>" for k, v in m.items()) + "</table>")
     parts.append("<h2>Variants</h2><table><tr><th>name</th><th>version</th><th>library</th><th>source</th></tr>" + "".join(
-        f"<tr><td>{html.escape(v)}</td><td>{html.escape(str(i.get('version', '')))}</td>"
-        f"<td>{html.escape(str(i.get('library') or i.get('args') or ''))}</td>"
+        f"<tr><td>{html.escape(printable(v))}</td><td>{html.escape(str(i.get('version', '')))}</td>"
+        f"<td>{html.escape(printable(str(i.get('library') or i.get('args') or '')))}</td>"
         f"<td>{html.escape(str(i.get('source', i.get('kind', ''))))}</td></tr>"
         for v, i in doc.variants.items()) + "</table>")
     figs = [("Throughput with intervals", plot_throughput(an)),
             (f"Speedup against {an.baseline} (> 1 is better)",
-             plot_heatmap(an, "speedup", f"speedup vs {an.baseline}")),
+             plot_heatmap(an, "speedup", f"speedup vs {printable(an.baseline)}")),
             (f"Peak RSS against {an.baseline} (< 1 is smaller)",
-             plot_heatmap(an, "rss_ratio", f"peak RSS ratio vs {an.baseline}")),
+             plot_heatmap(an, "rss_ratio", f"peak RSS ratio vs {printable(an.baseline)}")),
             ("Peak RSS", plot_rss(an)),
             ("Speed against memory (Pareto frontier)", plot_pareto(an)),
             ("RSS over time", plot_rss_timelines(doc, an)),
@@ -307,7 +308,7 @@ def _render_html(doc: RunDoc, an: Analysis, extra_md: str) -> str:
                      "<th>exit status</th><th>message / stderr tail</th></tr>")
         for s in failures:
             f = s.failure or {}
-            parts.append(f"<tr><td>{html.escape(s.cell)}</td><td>{html.escape(s.variant)}</td>"
+            parts.append(f"<tr><td>{html.escape(printable(s.cell))}</td><td>{html.escape(printable(s.variant))}</td>"
                          f"<td>{'warm-up' if s.warmup else s.round}</td><td>{html.escape(str(f.get('kind')))}</td>"
                          f"<td>{html.escape(str(f.get('exit_status')))}</td><td style='text-align:left'>"
                          f"{html.escape(str(f.get('message')))}<pre>{html.escape(str(f.get('stderr_tail', ''))[-800:])}</pre></td></tr>")

@@ -9,6 +9,7 @@ docs/results/ of both versions are read in lab/tests/test_model.py.
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
@@ -88,9 +89,13 @@ def counted_metrics(doc: dict, cell_id: str, variant: str) -> list[dict]:
 
 
 def resolve_path(arg: str | Path) -> Path:
+    """A results file, or the one in a run directory: results.json, else results.json.gz (how
+    docs/results keeps them)."""
     p = Path(arg)
     if p.is_dir():
         p = p / FILENAME
+        if not p.exists() and p.with_name(FILENAME + ".gz").is_file():
+            p = p.with_name(FILENAME + ".gz")
     return p
 
 
@@ -99,7 +104,8 @@ def beside(results_path: str | Path, name: str) -> Path:
     it, named `name` beside a results.json, `<stem>.<name>` beside any other name (two results
     files in one folder would otherwise write over each other's)."""
     p = Path(results_path)
-    return p.parent / (name if p.name == FILENAME else f"{p.stem}.{name}")
+    stored = p.name.removesuffix(".gz")  # results.json.gz is results.json, compressed
+    return p.parent / (name if stored == FILENAME else f"{Path(stored).stem}.{name}")
 
 
 def finite_number(v) -> bool:
@@ -116,7 +122,16 @@ def load(arg: str | Path) -> RunDoc:
     if not p.is_file():
         raise LabError(f"no results file at {p} (give a run directory or its results.json)")
     try:
-        doc = json.loads(p.read_text())
+        data = p.read_bytes()
+    except OSError as e:
+        raise LabError(f"cannot read {p}: {e.strerror}") from None
+    if data[:2] == b"\x1f\x8b":  # gzip's magic: docs/results keeps runs as results.json.gz
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError) as e:
+            raise LabError(f"corrupt results file {p}: not a whole gzip file ({e})") from None
+    try:
+        doc = json.loads(data.decode())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise LabError(f"corrupt results file {p}: not valid JSON ({e})") from None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
@@ -141,6 +156,11 @@ def load(arg: str | Path) -> RunDoc:
                 not isinstance(c.get("higher_is_better", True), bool):
             raise LabError(f"corrupt results file {p}: cell {i} needs a string id, and "
                            f"higher_is_better, where given, true or false")
+    ids = [c["id"] for c in doc["cells"]]
+    twice = sorted({i for i in ids if ids.count(i) > 1})
+    if twice:
+        raise LabError(f"corrupt results file {p}: cell {twice[0]!r} is listed twice (two runs "
+                       f"merged into one file? compare them with strata-lab compare A B)")
     metric_of = {c.get("id"): c.get("metric") for c in doc["cells"] if isinstance(c, dict)}
     for i, s in enumerate(doc["samples"]):
         if not isinstance(s, dict) or s.get("cell") not in metric_of or s.get("variant") not in doc["variants"]:
@@ -157,9 +177,22 @@ def load(arg: str | Path) -> RunDoc:
             raise LabError(f"corrupt results file {p}: sample {i} is ok but its {metric!r} is "
                            f"{json.dumps(value)[:40]}, not a finite number above 0")
     try:
-        return RunDoc.from_json(doc, path=str(p))
+        run = RunDoc.from_json(doc, path=str(p))
     except TypeError as e:  # a key the model requires is missing, or one it does not know
         raise LabError(f"corrupt results file {p}: {e}") from None
+    # A round holds one counted success per cell and variant (a noisy sample's re-run supersedes
+    # one of the two).  Two runs' samples in one file were read as one run: medians over both,
+    # the paired ratios over the last run's rounds only, without a word.
+    first: dict[tuple, int] = {}
+    for i, s in enumerate(run.samples):
+        if s.counted and s.ok and s.round is not None:
+            key = (s.cell, s.variant, s.round)
+            if key in first:
+                raise LabError(f"corrupt results file {p}: samples {first[key]} and {i} are both "
+                               f"round {s.round} of {s.cell!r} under {s.variant!r} (two runs merged "
+                               f"into one file? compare them with strata-lab compare A B)")
+            first[key] = i
+    return run
 
 
 def for_suite(doc: RunDoc) -> dict:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.markup import escape
+from rich.markup import escape as markup_escape
 from rich.table import Table
 from rich.text import Text
 
 from . import stats
 from .analysis import Analysis, CellResult, Comparison, Instructions
 from .model import RunDoc
+from .text import printable
 
 
 def si(x: float | None, unit: str = "") -> str:
@@ -37,13 +38,20 @@ def ci_text(ci) -> str:
     return "" if not ci else f"[{ci[0]:.2f}–{ci[1]:.2f}]"
 
 
+def escape(text: str) -> str:
+    """A string the lab did not choose, for rich markup: no markup, no control characters (an
+    escape sequence in a cell id rewrote the terminal)."""
+    return markup_escape(printable(text))
+
+
 def md(name: str) -> str:
-    """A name (cell, variant) as a Markdown table cell: a '|' in it would end the column."""
-    return name.replace("|", "\\|")
+    """A name (cell, variant) as a Markdown table cell: a '|' would end the column, a newline the
+    row."""
+    return printable(name).replace("|", "\\|")
 
 
 def cell_label(c: CellResult) -> str:
-    return c.id + (" ⚠ oversubscribed" if c.oversubscribed else "")
+    return printable(c.id) + (" ⚠ oversubscribed" if c.oversubscribed else "")
 
 
 def throughput_table(an: Analysis, title: str | None = None) -> Table:
@@ -223,14 +231,14 @@ def print_analysis(an: Analysis, console: Console, doc: RunDoc) -> None:
         console.print(it)
     console.print(noise_line(an), highlight=False, markup=False)
     for line in convergence_lines(an):
-        console.print(line, highlight=False, markup=False)
+        console.print(printable(line), highlight=False, markup=False)
     dom = pareto_lines(an)
     if "strata" in an.variants:
         n = len({line.split(":", 1)[0] for line in dom})
         console.print(f"speed against memory: {n} cell{'s' if n != 1 else ''} where a peer is both faster "
                       "and leaner than strata (medians)" + (":" if dom else ""), markup=False)
         for line in dom:
-            console.print(f"  • {line}", markup=False, highlight=False)
+            console.print(f"  • {printable(line)}", markup=False, highlight=False)
     if an.warnings:
         console.print("[bold yellow]warnings:[/]")
         for w in an.warnings:
@@ -323,13 +331,13 @@ def markdown(an: Analysis, doc: RunDoc, extra: str = "") -> str:
                                                         for v in an.variants) + " |")
     conv = convergence_lines(an)
     if conv:
-        out += ["", "## Ratio intervals", ""] + [f"- {x}" for x in conv]
+        out += ["", "## Ratio intervals", ""] + [f"- {printable(x)}" for x in conv]
     if "strata" in an.variants:
         dom = pareto_lines(an)
         out += ["", "## Speed against memory", "",
                 f"Cells where a peer is both faster and leaner than strata (medians): "
                 f"{len({line.split(':', 1)[0] for line in dom})}."
-                + ("" if dom else " None."), ""] + [f"- {x}" for x in dom]
+                + ("" if dom else " None."), ""] + [f"- {printable(x)}" for x in dom]
         out += ["", "| cell | Pareto frontier (no other variant both faster and leaner) |", "|---|---|"]
         for c in an.cells:
             out.append(f"| {md(c.id)} | {', '.join(map(md, c.pareto.frontier)) or '–'} |")
@@ -344,5 +352,5 @@ def markdown(an: Analysis, doc: RunDoc, extra: str = "") -> str:
     if extra:
         out += ["", extra.strip()]
     if an.warnings:
-        out += ["", "## Warnings", ""] + [f"- {w}" for w in an.warnings]
+        out += ["", "## Warnings", ""] + [f"- {printable(w)}" for w in an.warnings]
     return "\n".join(out) + "\n"

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import LabError
+from .text import printable
 
 MAGIC = b"STRTRACE"
 VERSION = 2
@@ -421,7 +422,7 @@ def _seconds(s: float) -> str:
 
 
 def markdown(s: dict) -> str:
-    lines = [f"# trace {s['trace']}", "",
+    lines = [f"# trace {printable(s['trace'])}", "",
              f"- process {s['pid']}" + (f" (forked from {s['parent_pid']})" if s["parent_pid"] else ""),
              f"- {s['end']}",
              f"- {s['threads']} threads, {s['events']} events"
@@ -462,7 +463,7 @@ def plot(s: dict, out: Path) -> Path:
     ax[2].set_title(f"live bytes (peak {_human(s['peak_live_bytes'])})")
     ax[2].set_xlabel(lb.get("unit", "s"))
     ax[2].set_ylabel("MiB")
-    fig.suptitle(Path(s["trace"]).name, parse_math=False)  # a file name, not TeX: '$' pairs are common
+    fig.suptitle(printable(Path(s["trace"]).name), parse_math=False)  # a file name, not TeX: '$' pairs are common
     fig.tight_layout()
     fig.savefig(out, dpi=100)
     plt.close(fig)

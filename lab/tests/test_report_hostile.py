@@ -216,3 +216,115 @@ def test_a_results_file_with_a_damaged_object_is_refused(tmp_path, capsys, damag
     assert cli.main(args) == 2
     err = capsys.readouterr().err
     assert f"corrupt results file {tmp_path / 'bad' / 'results.json'}: {needle}" in err, err
+
+
+# A trace's file name may hold anything but '/' and NUL; `strata-lab replay` names its cell after it.
+NAME = "a\nb|c<script>\tx\x1b[2J\x1b]0;owned\x07.trace"
+
+
+def named_doc(cell: str) -> RunDoc:
+    d = doc_with({(cell, "base"): [10, 11, 12, 10, 11], (cell, "x"): [20, 21, 22, 20, 21]},
+                 cells=[{"id": cell, "workload": "replay", "threads": 1, "metric": "ops", "unit": "ops/s",
+                         "higher_is_better": True, "oversubscribed": False, "latency_metrics": []}],
+                 failures=[(cell, "x")])
+    return RunDoc.from_json(d)
+
+
+def test_control_characters_in_a_cell_id_break_no_table_and_reach_no_terminal():
+    """A newline in a cell id split its row of every summary.md table (the HTML table's rows
+    became paragraphs), and an escape sequence in it went raw to the terminal (clear the screen,
+    set the window title), also in the ratio-interval lines and the warnings."""
+    cell = f"replay-{NAME}/t1"
+    doc = named_doc(cell)
+    an = analysis.analyse(doc, "base")
+    out = io.StringIO()
+    tables.print_analysis(an, Console(file=out, width=400), doc)
+    text = out.getvalue()
+    assert "\x1b" not in text and "\x07" not in text
+    assert "replay-a\\nb|c<script>\\tx\\x1b[2J\\x1b]0;owned\\x07.trace/t1" in text
+    md = tables.markdown(an, doc)
+    assert "\x1b" not in md and "\t" not in md
+    for line in md.splitlines():
+        assert not line.startswith("|") or line.endswith("|"), line  # no row split in two
+    assert "| replay-a\\nb\\|c<script>" in md
+    page = report.render_html(doc, an, "")
+    assert "\x1b" not in page and "<script" not in page
+    for table in re.findall(r"<table>(.*?)</table>", page, re.S):
+        widths = {row.count("<td") + row.count("<th>") for row in re.findall(r"<tr>.*?</tr>", table)}
+        assert len(widths) <= 1, table
+
+
+def test_report_of_a_cell_named_after_a_file_name_that_is_not_utf8(tmp_path, capsys):
+    """The lab before wrote such a trace's name with the byte's lone surrogate (\\udcff) into
+    results.json; the report's plots could not draw it: a traceback, no report."""
+    doc = named_doc("replay-bad\udcff.trace/t1")
+    (tmp_path / "results.json").write_text(json.dumps(doc.to_json()))
+    assert cli.main(["report", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "replay-bad\\xff.trace/t1" in out
+    assert "replay-bad\\xff.trace/t1" in (tmp_path / "summary.md").read_text()
+    assert "replay-bad\\xff.trace/t1" in (tmp_path / "report.html").read_text()
+
+
+def test_a_trace_whose_name_is_not_utf8_or_holds_control_characters(tmp_path, capsys):
+    """trace-stats --out (and replay's summary, which draws the same plot after the run) ended
+    in a traceback for a name with a byte that is not UTF-8; replay's cell took the name raw."""
+    from strata_lab.suite import SuiteContext, load_suite
+
+    from .test_trace import sample_trace
+
+    named = sample_trace(tmp_path).rename(tmp_path / os.fsdecode(b"bad\xff" + NAME.encode()))
+    assert cli.main(["trace-stats", str(named), "--out", str(tmp_path / "out")]) == 0
+    shown = "bad\\xffa\\nb|c<script>\\tx\\x1b[2J\\x1b]0;owned\\x07.trace"
+    assert f"# trace {tmp_path}/{shown}" in capsys.readouterr().out
+    assert (tmp_path / "out" / "trace-stats.png").stat().st_size > 1000
+    assert (tmp_path / "out" / "trace-stats.md").read_text().startswith(f"# trace {tmp_path}/{shown}")
+    (cell,) = load_suite("replay").cells(SuiteContext(params={"trace": str(named), "pace": True}))
+    assert cell.id == f"replay-{shown}/t1"
+    assert str(named) in cell.argv  # the file itself is still what is replayed
+
+
+def test_two_runs_merged_into_one_file_are_refused(tmp_path, capsys):
+    """Two runs' samples in one results.json (or a cell listed twice) were read as one run: the
+    medians over both runs, the paired ratios over the second's rounds only, without a word.  A
+    round's failed re-run beside its success is not such a repeat (the runner never hides a
+    failure)."""
+    one = doc_with({("a/t1", "base"): [10, 11, 12, 10, 11], ("a/t1", "x"): [20, 21, 22, 20, 21]},
+                   failures=[("a/t1", "x")])
+    (tmp_path / "one").mkdir()
+    (tmp_path / "one" / "results.json").write_text(json.dumps(one))
+    assert cli.main(["report", str(tmp_path / "one"), "--no-html"]) == 0
+    capsys.readouterr()
+    merged = json.loads(json.dumps(one))
+    merged["samples"] += json.loads(json.dumps(one))["samples"]
+    twice = json.loads(json.dumps(one))
+    twice["cells"].append(twice["cells"][0])
+    for name, d, needle in (("merged", merged, f"samples 0 and {len(one['samples'])} are both round 0 of "
+                                                 "'a/t1' under 'base' (two runs merged into one file?"),
+                            ("twice", twice, "cell 'a/t1' is listed twice (two runs merged into one file?")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(d))
+        for args in (["report", str(tmp_path / name), "--no-html"],
+                     ["compare", str(tmp_path / "one"), str(tmp_path / name)]):
+            assert cli.main(args) == 2
+            err = capsys.readouterr().err
+            assert f"corrupt results file {tmp_path / name / 'results.json'}: {needle}" in err, err
+
+
+def test_results_kept_compressed_are_read(tmp_path, capsys):
+    """docs/results keeps runs as results.json.gz: `report DIR` said there was no results file,
+    and `report FILE.json.gz` (or compare) called the file corrupt ("not valid JSON")."""
+    import gzip
+
+    d = doc_with({("a/t1", "base"): [10, 11, 12, 10, 11], ("a/t1", "x"): [20, 21, 22, 20, 21]})
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "results.json.gz").write_bytes(gzip.compress(json.dumps(d).encode()))
+    (tmp_path / "peers-results.json.gz").write_bytes(gzip.compress(json.dumps(d).encode()))
+    assert cli.main(["report", str(tmp_path / "run")]) == 0
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["report.html", "results.json.gz", "summary.md"]
+    assert cli.main(["report", str(tmp_path / "peers-results.json.gz"), "--no-html"]) == 0
+    assert cli.main(["compare", str(tmp_path / "run"), str(tmp_path / "peers-results.json.gz")]) == 0
+    (tmp_path / "cut.json.gz").write_bytes(gzip.compress(json.dumps(d).encode())[:40])
+    capsys.readouterr()
+    assert cli.main(["report", str(tmp_path / "cut.json.gz"), "--no-html"]) == 2
+    assert f"corrupt results file {tmp_path / 'cut.json.gz'}: not a whole gzip file" in capsys.readouterr().err

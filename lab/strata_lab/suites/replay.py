@@ -13,6 +13,7 @@ from strata_lab.allocators import BUILTINS
 from strata_lab.errors import LabError
 from strata_lab.results import beside
 from strata_lab.suite import Cell, Param
+from strata_lab.text import printable
 
 DESCRIPTION = "a recorded trace (--param trace=PATH, or strata-lab replay TRACE) replayed under each allocator"
 ALLOCATORS = list(BUILTINS)
@@ -48,7 +49,9 @@ def cells(ctx):
             raise LabError("suite replay needs a trace: strata-lab replay TRACE, or --param trace=PATH")
         argv, name = [exe, "--smoke"], "smoke"
     else:
-        argv, name = [exe, *(["--pace"] if ctx.params.get("pace", True) else []), trace], Path(trace).name
+        # The cell is named after the file as it can be shown: a newline, an escape sequence or a
+        # byte that is not UTF-8 in the name went into every table, terminal and plot.
+        argv, name = [exe, *(["--pace"] if ctx.params.get("pace", True) else []), trace], printable(Path(trace).name)
     return [Cell(workload=f"replay-{name}", threads=1, argv=argv, metric="ops_per_sec", unit="ops/s",
                  params={"trace": trace or "(built-in)", "pace": bool(trace and ctx.params.get("pace", True))},
                  peak_rss_metric="peak_rss_kib",
