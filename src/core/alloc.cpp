@@ -184,7 +184,12 @@ STRATA_NOINLINE void free_block_other(page* pg, block* b, bool from_foreign, hea
   // a time): 1.24x [1.19-1.27], with pages' remote lists counted (page.h remote_count) and 64 KiB
   // pending; with the foreign cache as the sorter instead, 1.21x at 64 KiB held, 1.32x at 256 KiB
   // but 1.12x the peak RSS.
-  if (h == &empty_heap && owner != nullptr && !from_foreign) {
+  // So does its first free of an exited thread's block (owner nullptr): only a thread with a heap
+  // sweeps an abandoned segment (below).  Without one, a thread that never allocated and freed
+  // everything 10 000 exited threads had left (a reclaimer, a consumer of short-lived producers)
+  // left all of it committed and resident (2.8 GB after freeing 2.7 GB), until some thread
+  // happened to need a new segment or called malloc_trim.
+  if (h == &empty_heap && !from_foreign) {
     if (heap* mine = heap_get_or_create()) {
       h = mine;
       h->frees_only = true;

@@ -199,6 +199,16 @@ void stats_keep_stderr() noexcept {
   start_stderr = os::file_dup_high(2);
 }
 
+namespace {
+// The expanded STRATA_STATS_FILE path and its document: static, not on the stack.  exit() runs
+// this on the stack of whichever thread calls it, and as locals (20 KiB, reserved at the
+// function's entry whether or not an option was set) they overflowed the stack of a thread made
+// with a small one (PTHREAD_STACK_MIN, 16 KiB; anything under about 28 KiB): its exit() was a
+// SIGSEGV under strata and not under glibc.  The handler runs once (atexit).
+char exit_path[4096];
+char exit_doc[16384];
+}  // namespace
+
 void stats_report_at_exit() noexcept {
   // open, write and close are cancellation points; a thread calling exit() may be cancelled.
   os::no_cancel hold;
@@ -209,15 +219,15 @@ void stats_report_at_exit() noexcept {
     if (const int fd = exit_stderr(); fd >= 0) stats_print_to(fd);
   }
   if (const char* pattern = options::get_text(option::stats_file)) {
-    char path[4096];
-    if (!os::expand_path(pattern, path, sizeof path)) {
+    char* path = exit_path;
+    if (!os::expand_path(pattern, path, sizeof exit_path)) {
       if (const int fd = exit_stderr(); fd >= 0)
         report::to_fd(fd, "strata: warning: STRATA_STATS_FILE is too long once expanded\n");
       return;
     }
-    char doc[16384];
-    size_t n = stats_json(doc, sizeof doc);
-    if (n >= sizeof doc) n = sizeof doc - 1;
+    char* doc = exit_doc;
+    size_t n = stats_json(doc, sizeof exit_doc);
+    if (n >= sizeof exit_doc) n = sizeof exit_doc - 1;
     // Every failure says so, naming the path: a statistics file that is silently missing or
     // truncated (STRATA_STATS_FILE=/dev/full, a full disk, a quota) misleads whoever reads it.
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

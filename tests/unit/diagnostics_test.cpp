@@ -5,11 +5,13 @@
 // defaults (strata::options::reset) before it ends.  The bad-free report cap is spent by the last
 // test (a suite of its own, so that it runs last); ctest runs each test in its own process anyway.
 #include <gtest/gtest.h>
+#include <pthread.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <clocale>
 #include <csignal>
 #include <cstdint>
@@ -345,6 +347,39 @@ TEST(Issue17StatsFile, SuccessWritesTheJsonSilently) {
   EXPECT_EQ(err, "");
   EXPECT_EQ(doc.str().rfind("{\"allocator\":\"strata\"", 0), 0u) << doc.str();
   EXPECT_EQ(doc.str().back(), '}') << doc.str();
+}
+
+// exit() runs the statistics' exit handler on the calling thread's stack.  Its 20 KiB of buffers
+// (the expanded path, the document) were locals, reserved at the handler's entry whether or not an
+// option was set: exit() from a thread made with a small stack (anything under about 28 KiB) was a
+// SIGSEGV under strata, and not under glibc.
+TEST(Issue17StatsFile, ExitFromAThreadWithASmallStackWritesTheFile) {
+  char path[] = "/tmp/strata-diagnostics-stack-XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  ASSERT_EQ(init_with("STRATA_STATS_FILE", path), "");
+  EXPECT_EXIT(
+      {
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        if (pthread_attr_setstacksize(&attr, PTHREAD_STACK_MIN + 8192) != 0) _exit(2);
+        pthread_t t;
+        auto at_exit = [](void*) -> void* {
+          strata::detail::stats_report_at_exit();
+          return nullptr;
+        };
+        if (pthread_create(&t, &attr, at_exit, nullptr) != 0) _exit(3);
+        pthread_join(t, nullptr);
+        _exit(0);
+      },
+      testing::ExitedWithCode(0), "");
+  options::reset(option::stats_file);
+  std::ifstream f(path);
+  std::stringstream doc;
+  doc << f.rdbuf();
+  unlink(path);
+  EXPECT_EQ(doc.str().rfind("{\"allocator\":\"strata\"", 0), 0u) << doc.str();
 }
 
 // A text option's bytes that are no UTF-8 character (a Latin-1 file name) are written as U+FFFD:
