@@ -74,6 +74,24 @@ std::string listed_with(const char* env, const char* value, option o) {
 
 long lines(const std::string& s) { return std::count(s.begin(), s.end(), '\n'); }
 
+// A new empty file for a statistics file to go to: /tmp/strata-diagnostics-<tag>-XXXXXX.
+std::string temp_file(const char* tag) {
+  std::string path = std::string("/tmp/strata-diagnostics-") + tag + "-XXXXXX";
+  int fd = mkstemp(path.data());
+  EXPECT_GE(fd, 0) << path;
+  if (fd >= 0) close(fd);
+  return path;
+}
+
+// What the file at path holds; the file is removed.
+std::string read_and_remove(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream doc;
+  doc << f.rdbuf();
+  unlink(path.c_str());
+  return doc.str();
+}
+
 long lines_containing(const std::string& s, const std::string& what) {
   long n = 0;
   std::istringstream in(s);
@@ -274,11 +292,8 @@ TEST(Issue17StatsFile, WriteFailureNamesThePathAndTheReason) {
 // whose default action ended the process in its exit handler (killed by a signal, no warning)
 // instead of the warning that names the path and the reason.
 TEST(Issue17StatsFile, FileSizeLimitIsAWarningNotASignal) {
-  char path[] = "/tmp/strata-diagnostics-fsize-XXXXXX";
-  int fd = mkstemp(path);
-  ASSERT_GE(fd, 0);
-  close(fd);
-  ASSERT_EQ(init_with("STRATA_STATS_FILE", path), "");
+  std::string path = temp_file("fsize");
+  ASSERT_EQ(init_with("STRATA_STATS_FILE", path.c_str()), "");
   EXPECT_EXIT(
       {
         signal(SIGXFSZ, SIG_DFL);
@@ -294,7 +309,7 @@ TEST(Issue17StatsFile, FileSizeLimitIsAWarningNotASignal) {
       },
       testing::ExitedWithCode(0), "cannot be written.*File too large");
   options::reset(option::stats_file);
-  unlink(path);
+  unlink(path.c_str());
 }
 
 // STRATA_SHOW_STATS with a stderr whose reader has gone (`program 2>&1 | head`): the printout at
@@ -330,23 +345,17 @@ TEST(Issue17StatsFile, OpenFailureNamesThePathAndTheReason) {
 }
 
 TEST(Issue17StatsFile, SuccessWritesTheJsonSilently) {
-  char path[] = "/tmp/strata-diagnostics-XXXXXX";
-  int fd = mkstemp(path);
-  ASSERT_GE(fd, 0);
-  close(fd);
-  ASSERT_EQ(init_with("STRATA_STATS_FILE", path), "");
+  std::string path = temp_file("ok");
+  ASSERT_EQ(init_with("STRATA_STATS_FILE", path.c_str()), "");
   testing::internal::CaptureStderr();
   strata::detail::stats_keep_stderr();  // as at start-up: the warning goes to the stderr kept then
   strata::detail::stats_report_at_exit();
   std::string err = testing::internal::GetCapturedStderr();
   options::reset(option::stats_file);
-  std::ifstream f(path);
-  std::stringstream doc;
-  doc << f.rdbuf();
-  unlink(path);
+  std::string doc = read_and_remove(path);
   EXPECT_EQ(err, "");
-  EXPECT_EQ(doc.str().rfind("{\"allocator\":\"strata\"", 0), 0u) << doc.str();
-  EXPECT_EQ(doc.str().back(), '}') << doc.str();
+  EXPECT_EQ(doc.rfind("{\"allocator\":\"strata\"", 0), 0u) << doc;
+  EXPECT_EQ(doc.back(), '}') << doc;
 }
 
 // exit() runs the statistics' exit handler on the calling thread's stack.  Its 20 KiB of buffers
@@ -354,11 +363,8 @@ TEST(Issue17StatsFile, SuccessWritesTheJsonSilently) {
 // option was set: exit() from a thread made with a small stack (anything under about 28 KiB) was a
 // SIGSEGV under strata, and not under glibc.
 TEST(Issue17StatsFile, ExitFromAThreadWithASmallStackWritesTheFile) {
-  char path[] = "/tmp/strata-diagnostics-stack-XXXXXX";
-  int fd = mkstemp(path);
-  ASSERT_GE(fd, 0);
-  close(fd);
-  ASSERT_EQ(init_with("STRATA_STATS_FILE", path), "");
+  std::string path = temp_file("stack");
+  ASSERT_EQ(init_with("STRATA_STATS_FILE", path.c_str()), "");
   EXPECT_EXIT(
       {
         pthread_attr_t attr;
@@ -375,11 +381,8 @@ TEST(Issue17StatsFile, ExitFromAThreadWithASmallStackWritesTheFile) {
       },
       testing::ExitedWithCode(0), "");
   options::reset(option::stats_file);
-  std::ifstream f(path);
-  std::stringstream doc;
-  doc << f.rdbuf();
-  unlink(path);
-  EXPECT_EQ(doc.str().rfind("{\"allocator\":\"strata\"", 0), 0u) << doc.str();
+  std::string doc = read_and_remove(path);
+  EXPECT_EQ(doc.rfind("{\"allocator\":\"strata\"", 0), 0u) << doc;
 }
 
 // A text option's bytes that are no UTF-8 character (a Latin-1 file name) are written as U+FFFD:
