@@ -10,6 +10,7 @@ which points STRATA_TORCH_LIBRARY at the library it built.
 import ctypes
 import gc
 import os
+import subprocess
 import sys
 import types
 
@@ -170,3 +171,31 @@ def test_stats_and_trim_refuse_numbers_the_c_types_cannot_hold():
         strata_gpu.trim(0, -1)
     with pytest.raises(ValueError, match="keep_bytes"):
         strata_gpu.trim(0, 2**64)
+
+
+def test_the_library_stays_loaded_after_dlclose():
+    """The simulated device's stream threads run in the library and its stacks are never
+    destroyed: unmapped by a dlclose, they crashed the process (it stayed loaded only by accident,
+    while it exported libstdc++'s unique symbols)."""
+    program = (
+        "import ctypes, os, sys, _ctypes\n"
+        "path = sys.argv[1]\n"
+        "lib = ctypes.CDLL(path)\n"
+        "lib.strata_gpu_stream_create.restype = ctypes.c_void_p\n"
+        "lib.strata_torch_malloc.restype = ctypes.c_void_p\n"
+        "lib.strata_torch_malloc.argtypes = [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]\n"
+        "lib.strata_torch_free.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]\n"
+        "stream = lib.strata_gpu_stream_create(0)\n"
+        "p = lib.strata_torch_malloc(4096, 0, stream)\n"
+        "assert p, 'no memory from the simulated device'\n"
+        "lib.strata_torch_free(p, 4096, 0, stream)\n"
+        "_ctypes.dlclose(lib._handle)\n"
+        "try:\n"
+        "    ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_NOW)\n"
+        "    print('loaded')\n"
+        "except OSError:\n"
+        "    print('unloaded')\n")
+    env = dict(os.environ, STRATA_GPU_BACKEND="sim", STRATA_GPU_SIM_MIB="256")
+    proc = subprocess.run([sys.executable, "-c", program, strata_gpu.library_path()], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout.strip()) == (0, "loaded"), proc.stderr[-2000:]

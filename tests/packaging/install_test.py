@@ -5,10 +5,12 @@ once with `pkg-config --cflags --libs strata` — runs, and strata's statistics 
 in the program, STRATA_STATS_FILE at exit) show that strata served its allocations.  Every
 installed header compiles on its own (C headers as C99, C11 and C++11; C++ headers as C++20),
 with clang too where it is installed; strata.pc is right for absolute CMAKE_INSTALL_LIBDIR and
-_INCLUDEDIR; a C project (no C++ enabled) links strata::pool's C API and strata::static.  Usage:
+_INCLUDEDIR; a C project (no C++ enabled) links strata::pool's C API and strata::static; the
+installed shared libraries export their documented names only.  Usage:
     install_test.py <strata build dir> <cmake> <c++ compiler> <c compiler>
 """
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -73,6 +75,34 @@ def check_pkgconfig_absolute_dirs(tmp):
             flags == [f"-I{incdir}", f"-L{libdir}", "-lstrata"], f"{pc.exists()=} {flags}")
 
 
+def exported(library):
+    out = sh("nm", "-D", "--defined-only", library)
+    return {line.split()[-1] for line in out.splitlines() if line.strip()}
+
+
+def check_exports(prefix):
+    """The shared libraries export what their headers and the README name, nothing else: a
+    stray internal or C++ runtime symbol would interpose on, or be interposed by, a program's own
+    (libstrata_torch.so exported two of libstdc++'s, as unique symbols: its dlopen could no
+    longer be undone)."""
+    def declared(header):
+        return set(re.findall(r"\b(strata_\w+)\(", (prefix / "include/strata" / header).read_text()))
+
+    replaced = {"malloc", "free", "calloc", "realloc", "reallocarray", "posix_memalign", "aligned_alloc",
+                "memalign", "valloc", "pvalloc", "malloc_usable_size", "free_sized", "free_aligned_sized",
+                "malloc_trim", "cfree", "mallinfo", "mallinfo2", "malloc_stats", "malloc_info", "mallopt",
+                "__libc_malloc", "__libc_calloc", "__libc_realloc", "__libc_free", "__libc_memalign",
+                "__libc_valloc", "__libc_pvalloc", "__libc_mallinfo", "__libc_mallopt"}
+    new_delete = re.compile(r"_Z(nw|na|dl|da)[A-Za-z0-9_]*$")  # every operator new/delete form
+    for name in ["libstrata.so.0", "libstrata-secure.so"]:
+        stray = sorted(s for s in exported(prefix / "lib" / name) - declared("strata.h") - replaced
+                       if not new_delete.match(s))
+        f.check(f"{name} exports strata.h's functions and the replaced names only", not stray, " ".join(stray))
+    names = exported(prefix / "lib/libstrata_torch.so")
+    f.check("libstrata_torch.so exports gpu/plugin.h's functions only", names == declared("gpu/plugin.h"),
+            f"stray {sorted(names - declared('gpu/plugin.h'))}, missing {sorted(declared('gpu/plugin.h') - names)}")
+
+
 def check_c_consumer(prefix, build_dir):
     """A C project, linked by the C compiler: libstrata_pool.a is C++ inside, so strata::pool
     must bring the C++ runtime itself (it did not: undefined operator new, __gxx_personality_v0)."""
@@ -112,6 +142,7 @@ def main():
         f.check("strata.pc names the install prefix (in full, its space escaped)",
                 f"prefix={escaped}\n" in (lib / "pkgconfig/strata.pc").read_text())
         check_headers(prefix / "include")
+        check_exports(prefix)
         check_pkgconfig_absolute_dirs(tmp)
 
         # find_package(strata): the imported targets carry the include path and the library.
