@@ -12,6 +12,10 @@
 //   owning arena (current one, else looked up): if its stream is not S, synchronise S first;
 //   insert; a second empty superblock goes back to the global arena guarded by an event.
 //
+// A destroyed stream's arena stays (its blocks may still be in use by the stream's last work)
+// and is left to the next defragment, which synchronises the device; so is one whose handle the
+// driver gave to a newer stream (stream_id differs): that stream gets an arena of its own.
+//
 // Lock order: global, then arena.  The paths that take an arena lock never take the global
 // lock while holding it.
 #include <strata/gpu/arena_resource.hpp>
@@ -44,9 +48,10 @@ namespace {
 std::atomic<std::uint64_t> next_arena_resource_id{1};
 
 struct arena {
-  explicit arena(stream_view s) : stream(s), free(&sb_starts) {}
+  arena(stream_view s, std::uint64_t id) : stream(s), stream_id(id), free(&sb_starts) {}
   mutable detail::timed_mutex<> mutex;
   stream_view stream;
+  const std::uint64_t stream_id;  // device_backend::stream_id of the stream it was made for
   std::set<std::uintptr_t> sb_starts;  // superblocks this arena owns
   free_list free;
   std::uintptr_t empty_sb = 0;         // one empty superblock kept as hysteresis
@@ -82,19 +87,29 @@ struct arena_resource::impl {
 
   mutable std::shared_mutex arenas_mutex;
   std::unordered_map<arena_key, std::unique_ptr<arena>, arena_key_hash> arenas;
+  std::vector<std::unique_ptr<arena>> retired;  // destroyed streams' arenas, handle recycled
+
+  // Every arena, retired ones included (arenas_mutex held).
+  template <class F>
+  void for_each_arena(F&& f) const {
+    for (auto& [key, a] : arenas) f(*a);
+    for (auto& a : retired) f(*a);
+  }
 
   std::size_t sb() const noexcept { return options.superblock_size; }
   bool is_large(std::size_t need) const noexcept { return need > sb() / 2; }
 
   arena& arena_for(stream_view s) {
-    return detail::cached_for_thread<arena>(id, s, [&]() -> arena& { return find_arena(s); });
+    const std::uint64_t sid = backend.stream_id(s);
+    return detail::cached_for_thread<arena>(id, s, sid, [&]() -> arena& { return find_arena(s, sid); });
   }
 
-  [[gnu::noinline]] arena& find_arena(stream_view s) {
+  [[gnu::noinline]] arena& find_arena(stream_view s, std::uint64_t sid) {
     const arena_key key{s.id(), s.is_default() ? std::this_thread::get_id() : std::thread::id{}};
     std::unique_lock lock(arenas_mutex);
     auto& slot = arenas[key];
-    if (!slot) slot = std::make_unique<arena>(s);
+    if (slot && !detail::same_stream(slot->stream_id, sid)) retired.push_back(std::move(slot));  // an earlier stream's
+    if (!slot) slot = std::make_unique<arena>(s, sid);
     return *slot;
   }
 
@@ -115,33 +130,34 @@ struct arena_resource::impl {
     backend.device_synchronize();
     global_free.coalesce_after_sync();
     std::shared_lock arenas_lock(arenas_mutex);
-    for (auto& [key, a] : arenas) {
-      std::lock_guard lock(a->mutex);
+    for_each_arena([&](arena& a) {
+      std::lock_guard lock(a.mutex);
       detail::guard_list guard;
       bool guarded = false;
-      for (auto it = a->sb_starts.begin(); it != a->sb_starts.end();) {
-        auto r = a->free.find_containing(*it);
+      for (auto it = a.sb_starts.begin(); it != a.sb_starts.end();) {
+        auto r = a.free.find_containing(*it);
         if (r && r->first == *it && r->second == sb()) {
           if (!guarded) {
             guarded = true;
             try {
-              guard = {std::make_shared<detail::event_guard>(events, a->stream)};
+              guard = {std::make_shared<detail::event_guard>(events, a.stream, a.stream_id)};
             } catch (const driver_error&) {
-              // The arena's stream was destroyed: a second synchronisation, with a's lock
-              // held, covers every free in its list, so its superblocks need no guard.
+              // The arena's stream was destroyed (its handle invalid, or a newer stream's): a
+              // second synchronisation, with a's lock held, covers every free in its list, so
+              // its superblocks need no guard.
               backend.device_synchronize();
             }
           }
-          a->free.take_at(*it);
+          a.free.take_at(*it);
           owner.erase(*it);
           global_free.insert(*it, sb(), guard);
-          it = a->sb_starts.erase(it);
+          it = a.sb_starts.erase(it);
         } else {
           ++it;
         }
       }
-      a->empty_sb = 0;
-    }
+      a.empty_sb = 0;
+    });
   }
 
   // Takes `size` bytes (a superblock multiple) from the global arena for stream s, growing or
@@ -170,11 +186,11 @@ struct arena_resource::impl {
     std::size_t total = global_free.total(), largest = global_free.largest();
     {
       std::shared_lock arenas_lock(arenas_mutex);
-      for (auto& [k, a] : arenas) {
-        std::lock_guard lock(a->mutex);
-        total += a->free.total();
-        largest = std::max(largest, a->free.largest());
-      }
+      for_each_arena([&](const arena& a) {
+        std::lock_guard lock(a.mutex);
+        total += a.free.total();
+        largest = std::max(largest, a.free.largest());
+      });
     }
     throw out_of_memory_error("arena", bytes, total, detail::fragmentation(largest, total));
   }
@@ -228,7 +244,8 @@ struct arena_resource::impl {
       a = std::prev(it)->second;
     }
     // The owner's stream may reuse the block at once: make the free's work complete first.
-    if (!(a->stream == s)) backend.stream_synchronize(s);
+    if (!(a->stream == s) || !detail::same_stream(a->stream_id, backend.stream_id(s)))
+      backend.stream_synchronize(s);
     std::lock_guard lock(a->mutex);
     insert_and_maybe_shrink(*a, p, need);
   }
@@ -245,7 +262,7 @@ struct arena_resource::impl {
     }
     detail::guard_ptr guard;
     try {
-      guard = std::make_shared<detail::event_guard>(events, a.stream);
+      guard = std::make_shared<detail::event_guard>(events, a.stream, a.stream_id);
     } catch (const driver_error&) {
       return;  // the arena's stream was destroyed: the superblock stays until a defragment
     }
@@ -339,12 +356,12 @@ resource_info arena_resource::do_info() const {
   std::size_t total = impl_->global_free.total(), largest = impl_->global_free.largest();
   std::uint64_t wait = impl_->global_mutex.wait_ns();
   std::shared_lock arenas_lock(impl_->arenas_mutex);
-  for (auto& [k, a] : impl_->arenas) {
-    std::lock_guard al(a->mutex);
-    total += a->free.total();
-    largest = std::max(largest, a->free.largest());
-    wait += a->mutex.wait_ns();
-  }
+  impl_->for_each_arena([&](const arena& a) {
+    std::lock_guard al(a.mutex);
+    total += a.free.total();
+    largest = std::max(largest, a.free.largest());
+    wait += a.mutex.wait_ns();
+  });
   i.free_bytes = total;
   i.largest_free_block = largest;
   i.lock_wait_ns = wait;

@@ -102,6 +102,16 @@ class cuda_backend final : public device_backend {
     make_current();
     check(api_.cuStreamSynchronize(cs(s)), "cuStreamSynchronize");
   }
+  // cuStreamGetId (CUDA 12.0 drivers on): an id unique for the life of the program, so a
+  // recycled handle reads as a new stream.  0 (unknown) without the entry point or when the
+  // driver refuses the call (a destroyed stream not yet recycled; a stream being captured).
+  std::uint64_t stream_id(stream_view s) noexcept override {
+    if (api_.cuStreamGetId == nullptr) return 0;
+    make_current();
+    unsigned long long id = 0;
+    if (api_.cuStreamGetId(cs(s), &id) != CUDA_SUCCESS) return 0;
+    return id;
+  }
   void* event_create() override {
     make_current();
     CUevent e = nullptr;

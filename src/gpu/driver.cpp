@@ -29,6 +29,12 @@ bool bind(void* lib, F& slot, const char* symbol, std::string& error) {
   return true;
 }
 
+// An entry point strata can do without: the slot stays nullptr when the driver lacks it.
+template <class F>
+void bind_optional(void* lib, F& slot, const char* symbol) {
+  if (void* p = os::find_symbol(lib, symbol)) slot = reinterpret_cast<F>(p);
+}
+
 loaded load() {
   loaded out;
   // secure_getenv: a setuid or setgid program does not load a library its caller names.
@@ -66,6 +72,7 @@ loaded load() {
   bind(lib, a.cuStreamCreateWithPriority, "cuStreamCreateWithPriority", e);
   bind(lib, a.cuStreamDestroy, "cuStreamDestroy_v2", e);
   bind(lib, a.cuStreamSynchronize, "cuStreamSynchronize", e);
+  bind_optional(lib, a.cuStreamGetId, "cuStreamGetId");  // without it stream_id is 0 (unknown)
   bind(lib, a.cuStreamWaitEvent, "cuStreamWaitEvent", e);
   bind(lib, a.cuEventCreate, "cuEventCreate", e);
   bind(lib, a.cuEventDestroy, "cuEventDestroy_v2", e);

@@ -79,6 +79,7 @@ struct driver_api {
   CUresult (*cuStreamCreateWithPriority)(CUstream*, unsigned, int);
   CUresult (*cuStreamDestroy)(CUstream);  // cuStreamDestroy_v2
   CUresult (*cuStreamSynchronize)(CUstream);
+  CUresult (*cuStreamGetId)(CUstream, unsigned long long*);  // CUDA 12.0; nullptr when missing
   CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned);
   CUresult (*cuEventCreate)(CUevent*, unsigned);
   CUresult (*cuEventDestroy)(CUevent);  // cuEventDestroy_v2

@@ -4,6 +4,8 @@
 //   lock
 //   best fit in S's list ............................... split, return
 //   steal: another stream T has a fit -> record T's event, S waits on it, T's list joins S's
+//          (T destroyed: synchronise the device, T's list joins S's; likewise a destroyed
+//          stream's list retired when a new stream got its handle)
 //   grow from upstream (growth policy) ................. new chunk joins S's list
 //   defragment: synchronise the device, every list joins S's, wholly free chunks go upstream,
 //               grow once more
@@ -13,6 +15,7 @@
 #include "gpu/detail/chunk_set.hpp"
 #include "gpu/detail/free_list.hpp"
 #include "gpu/detail/overaligned.hpp"
+#include "gpu/detail/stream_cache.hpp"
 #include "gpu/detail/timed_mutex.hpp"
 
 #include <algorithm>
@@ -22,6 +25,7 @@
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 namespace strata::gpu {
 
@@ -30,9 +34,10 @@ using detail::round_up;
 
 struct pool_resource::impl {
   struct stream_state {
-    explicit stream_state(const std::set<std::uintptr_t>* b) : free(b) {}
+    stream_state(const std::set<std::uintptr_t>* b, std::uint64_t id) : free(b), id(id) {}
     free_list free;
     void* event = nullptr;
+    std::uint64_t id;  // device_backend::stream_id of the stream it was made for
   };
   struct block {
     std::uintptr_t start;
@@ -48,23 +53,56 @@ struct pool_resource::impl {
   mutable detail::timed_mutex<> mutex;
   detail::chunk_set chunks;
   std::unordered_map<stream_view, stream_state> streams;
+  // Lists of destroyed streams whose handle the driver gave to a newer stream: no stream order
+  // covers their blocks, so only a device synchronisation makes them safe (as in steal).
+  std::vector<stream_state> retired;
   std::unordered_map<std::uintptr_t, block> live;  // user pointer -> block
   std::size_t allocated = 0;
 
+  // S's state.  One made under S's handle for an earlier stream (its id differs) is that
+  // destroyed stream's: it is retired and S starts afresh.
   stream_state& state(stream_view s) {
+    const std::uint64_t id = backend.stream_id(s);
     auto it = streams.find(s);
-    if (it == streams.end()) it = streams.emplace(s, stream_state(chunks.boundaries())).first;
+    if (it == streams.end()) return streams.emplace(s, stream_state(chunks.boundaries(), id)).first->second;
+    if (!detail::same_stream(it->second.id, id)) [[unlikely]]
+      retire(it->second, id);
     return it->second;
   }
 
+  [[gnu::noinline]] void retire(stream_state& st, std::uint64_t new_id) {
+    if (st.free.total() > 0) {
+      retired.push_back(std::move(st));
+    } else if (st.event) {
+      backend.event_destroy(st.event);
+    }
+    st = stream_state(chunks.boundaries(), new_id);
+  }
+
+  // After a device synchronisation: a destroyed stream's list joins `into`.
+  void take_destroyed(stream_state& into, stream_state& from) {
+    merge_into(into, from);
+    if (from.event) backend.event_destroy(from.event);
+    from.event = nullptr;
+  }
+  void take_retired(stream_state& into) {
+    for (stream_state& r : retired) take_destroyed(into, r);
+    retired.clear();
+  }
+
+  template <class F>
+  void for_each_list(F&& f) const {
+    for (auto& [s, st] : streams) f(st.free);
+    for (const stream_state& r : retired) f(r.free);
+  }
   std::size_t free_total() const {
     std::size_t t = 0;
-    for (auto& [s, st] : streams) t += st.free.total();
+    for_each_list([&](const free_list& f) { t += f.total(); });
     return t;
   }
   std::size_t largest_free() const {
     std::size_t l = 0;
-    for (auto& [s, st] : streams) l = std::max(l, st.free.largest());
+    for_each_list([&](const free_list& f) { l = std::max(l, f.largest()); });
     return l;
   }
 
@@ -89,14 +127,17 @@ struct pool_resource::impl {
       if (other == s || ot.free.largest() < need) continue;
       if (!ot.event) ot.event = backend.event_create();
       try {
+        // A handle that names a newer stream than the list's (the driver recycled it) would
+        // order the wrong stream: checked before the record and after it.
+        if (!detail::same_stream(backend.stream_id(other), ot.id)) throw driver_error("stream recycled");
         backend.event_record(ot.event, other);
+        if (!detail::same_stream(backend.stream_id(other), ot.id)) throw driver_error("stream recycled");
       } catch (const driver_error&) {
-        // `other` was destroyed (its handle is invalid): no work can be queued on it any more,
-        // so once the device is synchronised its blocks are safe for every stream, and its list
-        // goes away with it.
+        // `other` was destroyed (its handle is invalid, or recycled): no work can be queued on
+        // it any more, so once the device is synchronised its blocks are safe for every
+        // stream, and its list goes away with it.
         backend.device_synchronize();
-        merge_into(st, ot);
-        backend.event_destroy(ot.event);
+        take_destroyed(st, ot);
         streams.erase(it);
         return true;
       }
@@ -104,6 +145,12 @@ struct pool_resource::impl {
       merge_into(st, ot);
       return true;
     }
+    for (const stream_state& r : retired)
+      if (r.free.largest() >= need) {
+        backend.device_synchronize();
+        take_retired(st);
+        return true;
+      }
     return false;
   }
 
@@ -122,6 +169,7 @@ struct pool_resource::impl {
   void gather_all(stream_state& into) {
     for (auto& [other, ot] : streams)
       if (&ot != &into) merge_into(into, ot);
+    take_retired(into);
   }
 
 };
@@ -156,6 +204,8 @@ pool_resource::pool_resource(device_memory_resource& upstream, pool_options opti
 pool_resource::~pool_resource() {
   backend().device_synchronize();
   for (auto& [s, st] : impl_->streams)
+    if (st.event) backend().event_destroy(st.event);
+  for (auto& st : impl_->retired)
     if (st.event) backend().event_destroy(st.event);
   impl_->chunks.release_all();
 }

@@ -11,6 +11,13 @@
 //   * S has completed that ticket (the host waited, or the work simply finished),
 //   * S' waited on an event covering it, directly or through a chain of waits (each stream keeps
 //     a vector clock `waited` of the tickets it is known to run after).
+//
+// Handles.  Like the driver, stream_destroy returns at once (the stream's worker drains what was
+// enqueued, then ends) and the next stream_create hands the destroyed stream's handle value out
+// again: a handle names a slot, and a slot names the stream created last in it.  Everything the
+// device and the checker remember (events, waits, releases, pool blocks) names the stream
+// object itself, which lives as long as the backend, so a recycled handle is a different stream
+// to them, as it is to the driver; stream_id gives each stream its own serial number.
 #include <strata/gpu/device_backend.hpp>
 #include <strata/gpu/errors.hpp>
 
@@ -54,6 +61,8 @@ struct sim_stream {
   std::atomic<std::uint64_t> enqueued{0};
   std::atomic<std::uint64_t> completed{0};
   std::atomic<bool> destroyed{false};  // by stream_destroy: the handle is no longer valid
+  void* handle = nullptr;              // its slot's handle value (nullptr: the default stream)
+  std::uint64_t serial = 0;            // stream_id: never reused
   bool stop = false;
   std::thread worker;
   // Vector clock (guarded by the backend's check mutex): for each other stream, the ticket this
@@ -105,12 +114,17 @@ struct sim_stream {
 
   void synchronize() { synchronize_to(enqueued.load(std::memory_order_acquire)); }
 
-  void shut_down() {
+  // The worker finishes what is enqueued, then ends.
+  void request_stop() {
     {
       std::lock_guard lock(m);
       stop = true;
     }
     work_cv.notify_one();
+  }
+
+  void shut_down() {
+    request_stop();
     if (worker.joinable()) worker.join();
   }
 };
@@ -142,7 +156,7 @@ class sim_backend_impl final : public sim_backend {
  public:
   explicit sim_backend_impl(sim_options options) : options_(options) {
     checks_reuse_ = options.check_reuse;
-    default_stream_ = new_stream();
+    default_stream_ = new_stream(nullptr);
   }
 
   ~sim_backend_impl() override {
@@ -175,13 +189,40 @@ class sim_backend_impl final : public sim_backend {
   }
 
   // ---- streams and events --------------------------------------------------------------------
-  stream_view stream_create(int) override { return stream_view{new_stream()}; }
+  stream_view stream_create(int) override {
+    std::size_t slot;
+    {
+      std::lock_guard lock(streams_m_);
+      if (free_slots_.empty() && next_slot_ == max_streams)
+        throw driver_error("sim device: more than " + std::to_string(max_streams) + " live streams");
+      if (free_slots_.empty()) {
+        slot = next_slot_++;
+      } else {  // the handle destroyed last comes back first, as from the driver
+        slot = free_slots_.back();
+        free_slots_.pop_back();
+      }
+    }
+    // The slot's last stream was destroyed: once its worker has drained its queue, it ends at
+    // once; join it here so a stream-per-task program does not keep a parked thread per task.
+    if (sim_stream* old = slots_[slot].load(std::memory_order_acquire);
+        old && old->completed.load(std::memory_order_acquire) == old->enqueued.load(std::memory_order_acquire) &&
+        old->worker.joinable())
+      old->worker.join();
+    return stream_view{new_stream(handle_of(slot))->handle};
+  }
+  // Returns at once, as cuStreamDestroy does: the work enqueued so far still runs.  The object
+  // stays (events, the checker and pool blocks may still name it); its slot is free for reuse.
   void stream_destroy(stream_view s) noexcept override {
     if (s.is_default()) return;
     sim_stream* st = get(s);
-    st->synchronize();
-    st->destroyed.store(true, std::memory_order_release);
-    st->shut_down();  // the object stays (the checker may still name it); only the thread goes
+    if (st == nullptr || st->destroyed.exchange(true, std::memory_order_acq_rel)) return;
+    st->request_stop();
+    std::lock_guard lock(streams_m_);
+    free_slots_.push_back(slot_of(s.handle()));
+  }
+  std::uint64_t stream_id(stream_view s) noexcept override {
+    const sim_stream* st = get(s);
+    return st ? st->serial : 0;
   }
   void stream_synchronize(stream_view s) override { live(s)->synchronize(); }
   void* event_create() override { return new sim_event; }
@@ -321,6 +362,7 @@ class sim_backend_impl final : public sim_backend {
   // ---- reuse checker -------------------------------------------------------------------------
   void note_release(const void* p, std::size_t bytes, stream_view s) noexcept override {
     sim_stream* st = get(s);
+    if (st == nullptr) return;
     const auto a = reinterpret_cast<std::uintptr_t>(p);
     std::lock_guard lock(check_m_);
     carve(a, a + bytes);
@@ -329,6 +371,7 @@ class sim_backend_impl final : public sim_backend {
 
   void note_reuse(const void* p, std::size_t bytes, stream_view s) noexcept override {
     sim_stream* st = get(s);
+    if (st == nullptr) return;
     const auto a = reinterpret_cast<std::uintptr_t>(p);
     const auto b = a + bytes;
     std::lock_guard lock(check_m_);
@@ -342,8 +385,9 @@ class sim_backend_impl final : public sim_backend {
                         waited_locked(st, r.stream, r.ticket);
       if (!safe) {
         violations_.push_back(reuse_violation{std::max(a, it->first), std::min(b, r.end) - std::max(a, it->first),
-                                              reinterpret_cast<std::uintptr_t>(r.stream),
-                                              reinterpret_cast<std::uintptr_t>(st), r.ticket});
+                                              reinterpret_cast<std::uintptr_t>(r.stream->handle),
+                                              reinterpret_cast<std::uintptr_t>(st->handle), r.ticket,
+                                              r.stream->serial, st->serial});
         violation_count_.fetch_add(1, std::memory_order_relaxed);
         if (options_.abort_on_violation) {
           std::fprintf(stderr, "strata sim device: block %p reused on another stream before the "
@@ -368,7 +412,9 @@ class sim_backend_impl final : public sim_backend {
     violation_count_.store(0, std::memory_order_relaxed);
   }
   std::uint64_t completed_ops(stream_view s) const override {
-    return get(s)->completed.load(std::memory_order_acquire);
+    const sim_stream* st = get(s);
+    if (st == nullptr) throw driver_error("sim device: no stream " + std::to_string(s.id()));
+    return st->completed.load(std::memory_order_acquire);
   }
   void* gate_enqueue(stream_view s) override {
     sim_gate* g;
@@ -396,23 +442,37 @@ class sim_backend_impl final : public sim_backend {
     std::uint64_t ticket;
   };
 
-  sim_stream* new_stream() {
+  // Handle values: slot i is (i + 1) * 16, aligned like the driver's pointers, never nullptr.
+  static void* handle_of(std::size_t slot) noexcept { return reinterpret_cast<void*>((slot + 1) << 4); }
+  static std::size_t slot_of(void* handle) noexcept { return (reinterpret_cast<std::uintptr_t>(handle) >> 4) - 1; }
+
+  // A stream for `handle` (nullptr: the default stream), which its slot names from now on.
+  sim_stream* new_stream(void* handle) {
     auto s = std::make_unique<sim_stream>();
     sim_stream* raw = s.get();
+    raw->handle = handle;
+    raw->serial = next_serial_.fetch_add(1, std::memory_order_relaxed);
     raw->worker = std::thread([raw] { raw->run(); });
     std::lock_guard lock(streams_m_);
     streams_.push_back(std::move(s));
+    if (handle) slots_[slot_of(handle)].store(raw, std::memory_order_release);
     return raw;
   }
 
-  sim_stream* get(stream_view s) const {
-    return s.is_default() ? default_stream_ : static_cast<sim_stream*>(s.handle());
+  // The stream a handle names now; nullptr for a value no stream_create returned.
+  sim_stream* get(stream_view s) const noexcept {
+    if (s.is_default()) return default_stream_;
+    const auto h = s.id();
+    if ((h & 15) != 0 || (h >> 4) - 1 >= max_streams) return nullptr;
+    return slots_[slot_of(s.handle())].load(std::memory_order_acquire);
   }
 
   // A stream that work is enqueued on, or an event recorded on: a destroyed one is an invalid
-  // handle, as the driver reports (or, once the handle is recycled, a different stream).
+  // handle, as the driver reports (once the handle is recycled, it names the new stream).
   sim_stream* live(stream_view s) const {
     sim_stream* st = get(s);
+    if (st == nullptr)
+      throw driver_error("sim device: no stream " + std::to_string(s.id()) + " (CUDA_ERROR_INVALID_HANDLE)");
     if (st->destroyed.load(std::memory_order_acquire))
       throw driver_error("sim device: stream " + std::to_string(s.id()) +
                          " was destroyed (CUDA_ERROR_INVALID_HANDLE)");
@@ -484,6 +544,11 @@ class sim_backend_impl final : public sim_backend {
   mutable std::mutex streams_m_;
   std::vector<std::unique_ptr<sim_stream>> streams_;
   std::vector<std::unique_ptr<sim_gate>> gates_;
+  static constexpr std::size_t max_streams = std::size_t{1} << 14;  // live at once
+  std::unique_ptr<std::atomic<sim_stream*>[]> slots_{new std::atomic<sim_stream*>[max_streams]()};
+  std::size_t next_slot_ = 0;             // guarded by streams_m_, as is free_slots_
+  std::vector<std::size_t> free_slots_;   // destroyed streams' slots, the last destroyed at the back
+  std::atomic<std::uint64_t> next_serial_{1};
   sim_stream* default_stream_ = nullptr;
 
   std::mutex mem_m_;

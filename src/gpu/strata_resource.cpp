@@ -31,6 +31,10 @@
 //   beyond the heap's cache budget (heap_budget) goes back to the page heap guarded by an
 //   event on S, and past release_threshold wholly free, unguarded chunks go back upstream.
 //
+// A destroyed stream's heap keeps its blocks (the stream's last work may still use them) for the
+// next defragment, which synchronises the device; so does one whose handle the driver gave to a
+// newer stream (stream_id differs): that stream gets a heap of its own.
+//
 // Lock order: page heap, then heaps.  The fast path holds one heap lock and takes no other;
 // the slow path never holds a heap lock while taking the page heap's or another heap's.
 #include <strata/gpu/strata_resource.hpp>
@@ -111,9 +115,10 @@ std::atomic<std::uint64_t> next_strata_resource_id{1};
 constexpr int ready_scan = 256;
 
 struct heap {
-  explicit heap(stream_view s) : stream(s) {}
+  heap(stream_view s, std::uint64_t id) : stream(s), stream_id(id) {}
   detail::timed_mutex<detail::spin_lock> lock;
   stream_view stream;
+  const std::uint64_t stream_id;  // device_backend::stream_id of the stream it was made for
   std::array<std::vector<std::uintptr_t>, class_count> bins;
   std::size_t cached_large = 0;  // bytes cached in classes above the small limit
   std::int64_t allocated = 0;    // handed out minus returned through this heap
@@ -155,7 +160,8 @@ struct strata_resource::impl {
   // heaps
   mutable std::mutex heaps_mutex;
   std::unordered_map<heap_key, std::unique_ptr<heap>, heap_key_hash> heaps;
-  std::vector<heap*> heap_list;
+  std::vector<std::unique_ptr<heap>> retired;  // destroyed streams' heaps, handle recycled
+  std::vector<heap*> heap_list;                // every heap, retired ones included
   // Bytes of large blocks one heap may cache: heap_cache_bytes, less once the heaps together
   // would pass cache_bytes.  Set when a heap is added; the fast path only loads it.
   std::atomic<std::size_t> heap_budget{options.heap_cache_bytes};
@@ -171,16 +177,19 @@ struct strata_resource::impl {
   }
 
   heap& heap_for(stream_view s) {
-    return detail::cached_for_thread<heap>(id, s, [&]() -> heap& { return find_heap(s); });
+    const std::uint64_t sid = backend.stream_id(s);
+    return detail::cached_for_thread<heap>(id, s, sid, [&]() -> heap& { return find_heap(s, sid); });
   }
 
-  [[gnu::noinline]] heap& find_heap(stream_view s) {
+  [[gnu::noinline]] heap& find_heap(stream_view s, std::uint64_t sid) {
     std::lock_guard lock(heaps_mutex);
     auto& slot = heaps[heap_key{std::this_thread::get_id(), s.id()}];
+    if (slot && !detail::same_stream(slot->stream_id, sid)) retired.push_back(std::move(slot));  // an earlier stream's
     if (!slot) {
-      slot = std::make_unique<heap>(s);
+      slot = std::make_unique<heap>(s, sid);
       heap_list.push_back(slot.get());
-      heap_budget.store(std::min(options.heap_cache_bytes, options.cache_bytes / heap_list.size()),
+      // Shared among live heaps only: a retired one caches nothing past the next defragment.
+      heap_budget.store(std::min(options.heap_cache_bytes, options.cache_bytes / heaps.size()),
                         std::memory_order_relaxed);
     }
     return *slot;
@@ -197,8 +206,9 @@ struct strata_resource::impl {
   // Takes n bytes for stream s.  Unless may_wait, only a range whose guards have all completed;
   // otherwise s waits on the pending ones.  0 when none fits.
   std::uintptr_t take_pages(std::size_t n, stream_view s, bool may_wait) {
+    const std::uint64_t sid = backend.stream_id(s);
     auto take = [&] {
-      return may_wait ? pages.take_best_fit_ready(n, s, ready_scan) : pages.take_ready_fit(n, s, ready_scan);
+      return may_wait ? pages.take_best_fit_ready(n, s, sid, ready_scan) : pages.take_ready_fit(n, s, sid, ready_scan);
     };
     auto r = take();
     if (!r && pages.has_splits()) {  // a miss costs growth or a wait: first merge what guards split
@@ -299,7 +309,7 @@ struct strata_resource::impl {
       locked.push_back(h);
       if (std::any_of(h->bins.begin(), h->bins.end(), [](const auto& bin) { return !bin.empty(); })) {
         try {
-          guards[i] = std::make_shared<detail::event_guard>(events, h->stream);
+          guards[i] = std::make_shared<detail::event_guard>(events, h->stream, h->stream_id);
         } catch (const driver_error&) {
           unrecorded = true;  // a destroyed stream: the synchronisation below covers its frees
         }
@@ -331,7 +341,7 @@ struct strata_resource::impl {
       }
       bool complete;
       try {
-        complete = detail::event_guard(events, h->stream).complete();
+        complete = detail::event_guard(events, h->stream, h->stream_id).complete();
       } catch (const driver_error&) {
         complete = false;  // a destroyed stream: only defragment's synchronisation takes it back
       }
@@ -421,7 +431,8 @@ struct strata_resource::impl {
     }
     const std::size_t cs = class_size(c);
     for (heap* v : victims) {
-      if (v == &h || (v->stream == s) == other_streams) continue;
+      // The same stream, not only the same handle: a retired heap's stream is another one.
+      if (v == &h || (v->stream == s && detail::same_stream(v->stream_id, h.stream_id)) == other_streams) continue;
       std::vector<std::uintptr_t> got;
       {
         std::lock_guard lock(v->lock);
@@ -435,7 +446,7 @@ struct strata_resource::impl {
       }
       if (other_streams) {
         try {
-          detail::event_guard g(events, v->stream);  // covers every free already in v's bin
+          detail::event_guard g(events, v->stream, v->stream_id);  // covers every free already in v's bin
           if (!g.complete()) backend.stream_wait_event(s, g.event);
         } catch (const driver_error&) {
           // v's stream was destroyed (or s cannot wait): the blocks go back; defragment's

@@ -404,6 +404,7 @@ class forwarding_backend : public device_backend {
   stream_view stream_create(int priority) override { return in_->stream_create(priority); }
   void stream_destroy(stream_view s) noexcept override { in_->stream_destroy(s); }
   void stream_synchronize(stream_view s) override { in_->stream_synchronize(s); }
+  std::uint64_t stream_id(stream_view s) noexcept override { return in_->stream_id(s); }
   void* event_create() override { return in_->event_create(); }
   void event_destroy(void* ev) noexcept override { in_->event_destroy(ev); }
   void event_record(void* ev, stream_view s) override { in_->event_record(ev, s); }
@@ -733,3 +734,134 @@ TEST_F(dead_stream, strata_miss_survives_a_destroyed_streams_heap) {
   mr.release();  // defragment: synchronises and flushes the dead heap too
   EXPECT_EQ(mr.info().reserved_bytes, 0u);
 }
+
+// The driver hands a destroyed stream's handle value to the next stream created, while the old
+// stream's work may still run (rapidsai/rmm #649).  State a resource keeps under the handle for
+// the old stream (its free list, arena, heap, a guard's "same stream, no wait") must not serve
+// the new one: nothing orders the new stream's work after the old stream's.
+struct recycled_stream : ::testing::Test {
+  std::shared_ptr<sim_backend> dev = make_sim_backend();
+  cuda_resource upstream{dev};
+  stream_view old_stream = dev->stream_create();
+  stream_view new_stream{};
+  void* gate = dev->gate_enqueue(old_stream);  // the old stream's work stays pending
+
+  // Destroys the old stream and creates the one that gets its handle.
+  void recycle() {
+    dev->stream_destroy(old_stream);
+    new_stream = dev->stream_create();
+    ASSERT_EQ(new_stream, old_stream);
+  }
+  // Declared after the resource in a test: opens the gate before the resource's destructor
+  // synchronises the device.
+  struct open_gate_at_exit {
+    recycled_stream& t;
+    ~open_gate_at_exit() { t.dev->gate_open(t.gate); }
+  };
+  void TearDown() override {
+    dev->gate_open(gate);
+    dev->device_synchronize();
+    dev->stream_destroy(new_stream);
+  }
+};
+
+TEST_F(recycled_stream, pool_does_not_hand_the_old_streams_list_to_the_new_stream) {
+  pool_resource pool(upstream, sized<pool_options>(1 << 20));
+  open_gate_at_exit open{*this};
+  void* kept = pool.allocate(64 << 10, stream_view{});
+  pool.deallocate(pool.allocate(4096, old_stream), 4096, old_stream);  // the rest is old's list
+  recycle();
+  pool.deallocate(kept, 64 << 10, stream_view{});  // a live stream's block the new one may take
+  pool.deallocate(pool.allocate(4096, new_stream), 4096, new_stream);
+  EXPECT_EQ(dev->violation_count(), 0u);
+}
+
+TEST_F(recycled_stream, arena_does_not_hand_the_old_streams_arena_to_the_new_stream) {
+  arena_resource arena(upstream, four_superblocks());
+  open_gate_at_exit open{*this};
+  arena.deallocate(arena.allocate(4096, old_stream), 4096, old_stream);
+  recycle();
+  arena.deallocate(arena.allocate(4096, new_stream), 4096, new_stream);
+  EXPECT_EQ(dev->violation_count(), 0u);
+}
+
+TEST_F(recycled_stream, arena_new_stream_waits_for_a_large_block_the_old_stream_freed) {
+  auto o = sized<arena_options>(1 << 20, 1 << 20);
+  o.superblock_size = 1 << 20;  // one superblock, so the new stream must take the freed one
+  arena_resource arena(upstream, o);
+  open_gate_at_exit open{*this};
+  arena.deallocate(arena.allocate(1 << 20, old_stream), 1 << 20, old_stream);
+  recycle();
+  arena.deallocate(arena.allocate(1 << 20, new_stream), 1 << 20, new_stream);
+  EXPECT_EQ(dev->violation_count(), 0u);
+}
+
+TEST_F(recycled_stream, strata_does_not_hand_the_old_streams_heap_to_the_new_stream) {
+  strata_resource mr(upstream, sized<strata_options>(0));
+  open_gate_at_exit open{*this};
+  mr.deallocate(mr.allocate(4096, old_stream), 4096, old_stream);
+  recycle();
+  mr.deallocate(mr.allocate(4096, new_stream), 4096, new_stream);
+  EXPECT_EQ(dev->violation_count(), 0u);
+}
+
+TEST_F(recycled_stream, strata_new_stream_does_not_take_a_page_range_the_old_stream_guards) {
+  strata_resource mr(upstream, sized<strata_options>(0));
+  open_gate_at_exit open{*this};
+  const std::size_t huge = std::size_t{80} << 20;  // past the size classes: a page-heap range
+  mr.deallocate(mr.allocate(huge, old_stream), huge, old_stream);
+  recycle();
+  mr.deallocate(mr.allocate(huge, new_stream), huge, new_stream);
+  EXPECT_EQ(dev->violation_count(), 0u);
+}
+
+// The driver's own pool keeps its streams apart itself (the simulated one by stream object):
+// async_resource holds no per-stream state and needs nothing.
+TEST_F(recycled_stream, async_resource_leaves_it_to_the_drivers_pool) {
+  async_resource mr(dev);
+  open_gate_at_exit open{*this};
+  void* p = mr.allocate(4096, old_stream);
+  mr.deallocate(p, 4096, old_stream);
+  recycle();
+  void* q = mr.allocate(4096, new_stream);
+  EXPECT_NE(q, p);  // the old stream's free is still pending
+  mr.deallocate(q, 4096, new_stream);
+}
+
+// A stream per task, as a production program runs them: threads create a stream, queue a
+// kernel, allocate and free on it, and destroy it while the kernel still runs, so the next
+// stream created often gets a handle whose old stream's work is pending.  Fixed seeds; the
+// checker must stay clean and every block come back.
+template <class Resource, class Options>
+void stream_per_task(Options options) {
+  auto dev = make_sim_backend();
+  cuda_resource upstream{dev};
+  {
+    Resource mr(upstream, options);
+    std::vector<std::thread> threads;
+    for (unsigned t = 0; t < 3; ++t)
+      threads.emplace_back([&, t] {
+        std::uint64_t seed = 0x9e3779b97f4a7c15ull * (t + 1);
+        for (int task = 0; task < 40; ++task) {
+          stream_view s = dev->stream_create();
+          dev->launch_spin(s, 20'000);
+          std::vector<std::pair<void*, std::size_t>> blocks;
+          for (int i = 0; i < 8; ++i) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            const std::size_t n = std::size_t{256} << (seed >> 60) % 12;  // 256 B .. 512 KiB
+            blocks.emplace_back(mr.allocate(n, s), n);
+          }
+          for (auto [p, n] : blocks) mr.deallocate(p, n, s);
+          dev->stream_destroy(s);
+        }
+      });
+    for (auto& th : threads) th.join();
+    dev->device_synchronize();
+    EXPECT_EQ(mr.info().allocated_bytes, 0u);
+  }
+  EXPECT_EQ(dev->violation_count(), 0u);
+}
+
+TEST(recycled_stream_churn, pool) { stream_per_task<pool_resource>(sized<pool_options>(8 << 20)); }
+TEST(recycled_stream_churn, arena) { stream_per_task<arena_resource>(sized<arena_options>(8 << 20)); }
+TEST(recycled_stream_churn, strata) { stream_per_task<strata_resource>(sized<strata_options>(8 << 20)); }

@@ -1,6 +1,7 @@
 // The simulated device: stream order, events, cross-stream waits and the reuse checker.
 // Work is held pending with gates (opened by the test), never with timing.
 #include <strata/gpu/device_backend.hpp>
+#include <strata/gpu/errors.hpp>
 
 #include <gtest/gtest.h>
 
@@ -181,6 +182,49 @@ TEST_F(sim, async_pool_reuses_only_safe_blocks) {
   dev->pool_trim(pool, 0);
   EXPECT_EQ(dev->pool_query(pool).reserved, 0u);
   dev->pool_destroy(pool);
+}
+
+// The driver returns from cuStreamDestroy while the stream's work still runs, and hands the
+// handle value to the next stream created (rapidsai/rmm #649); the simulated device does both,
+// and its checker tells the two streams behind one handle apart.
+TEST_F(sim, destroyed_streams_handle_is_recycled_as_a_new_stream) {
+  stream_view c = dev->stream_create();
+  void* gate = dev->gate_enqueue(c);
+  dev->launch_spin(c, 0);
+  const std::uint64_t c_id = dev->stream_id(c);
+  EXPECT_NE(c_id, 0u);
+  EXPECT_NE(c_id, dev->stream_id(a));
+  dev->stream_destroy(c);  // returns with c's work pending
+  EXPECT_EQ(dev->completed_ops(c), 0u);
+  EXPECT_THROW(dev->launch_spin(c, 0), driver_error);  // invalid until recycled
+  stream_view d = dev->stream_create();
+  EXPECT_EQ(d, c);
+  EXPECT_NE(dev->stream_id(d), c_id);
+  EXPECT_NO_THROW(dev->launch_spin(d, 0));
+  dev->stream_synchronize(d);  // d's own work only: c's is still held by the gate
+  EXPECT_EQ(dev->completed_ops(d), 1u);
+  dev->gate_open(gate);
+  dev->device_synchronize();  // covers the destroyed stream's work too
+  dev->stream_destroy(d);
+}
+
+TEST_F(sim, reuse_checker_keys_streams_by_identity_not_handle) {
+  std::vector<char> block(4096);
+  stream_view c = dev->stream_create();
+  void* gate = dev->gate_enqueue(c);
+  dev->note_release(block.data(), block.size(), c);
+  const std::uint64_t c_id = dev->stream_id(c);
+  dev->stream_destroy(c);
+  stream_view d = dev->stream_create();
+  ASSERT_EQ(d, c);
+  dev->note_reuse(block.data(), block.size(), d);  // same handle, no order: violation
+  auto v = dev->violations();
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].released_on, v[0].reused_on);
+  EXPECT_EQ(v[0].released_stream_id, c_id);
+  EXPECT_EQ(v[0].reused_stream_id, dev->stream_id(d));
+  dev->gate_open(gate);
+  dev->stream_destroy(d);
 }
 
 }  // namespace

@@ -7,15 +7,25 @@
 //                        enqueued operations in order, events complete when their stream reaches
 //                        them, and a reuse checker flags any block handed out on one stream while
 //                        work enqueued before its release on another stream may still be pending.
+//                        Like the driver, it hands a destroyed stream's handle value to the next
+//                        stream it creates; the checker keys streams by identity, not handle.
 //
 // Contract shared by both (the resources rely on it):
 //   * mem_alloc returns nullptr when the device is out of memory and throws driver_error for any
 //     other failure; mem_free waits for all outstanding device work first (as cuMemFree does).
 //   * event_record captures all work enqueued on the stream so far; stream_wait_event makes work
 //     enqueued later on the waiting stream run after it (no host blocking).
-//   * a destroyed stream is an invalid handle: recording on it, waiting or launching on it throws
-//     driver_error (the simulated device always; the driver when it has not recycled the handle).
-//     Resources meet streams their callers have destroyed since, and must survive that.
+//   * stream_destroy returns at once; work already enqueued on the stream still runs.  A destroyed
+//     stream is an invalid handle: recording on it, waiting or launching on it throws
+//     driver_error, until a later stream_create hands the same handle value out again (the
+//     driver does so at once, and so does the simulated device).  Resources meet streams their
+//     callers have destroyed since, and must survive that.
+//   * stream_id tells apart two streams behind one handle value: a nonzero id unique among the
+//     backend's streams for the life of the process, or 0 when the backend cannot tell (a
+//     driver without cuStreamGetId, a handle it rejects, a stream being captured into a graph).
+//     A resource keeps per-stream state under the handle; when the id it recorded differs from
+//     the handle's id now (both known), the state belongs to a destroyed stream and no stream
+//     order covers it.  An unknown id counts as the same stream, as before ids existed.
 //   * the stream-ordered pool calls mirror cuMemAllocFromPoolAsync / cuMemFreeAsync.
 //   * note_release/note_reuse are hints for the reuse checker: a resource calls note_release when
 //     a block comes back on a stream and note_reuse when it hands the block out again.  The real
@@ -44,9 +54,11 @@ struct memory_info {
 struct reuse_violation {
   std::uintptr_t address = 0;
   std::size_t bytes = 0;
-  std::uintptr_t released_on = 0;
+  std::uintptr_t released_on = 0;  // stream handle values
   std::uintptr_t reused_on = 0;
   std::uint64_t released_ticket = 0;
+  std::uint64_t released_stream_id = 0;  // stream_id of each: tells a recycled handle apart
+  std::uint64_t reused_stream_id = 0;
 };
 
 class device_backend {
@@ -65,6 +77,8 @@ class device_backend {
   virtual stream_view stream_create(int priority = 0) = 0;
   virtual void stream_destroy(stream_view s) noexcept = 0;
   virtual void stream_synchronize(stream_view s) = 0;
+  // The stream's identity, unique for the life of the process (see above); 0: unknown.
+  virtual std::uint64_t stream_id(stream_view) noexcept { return 0; }
   virtual void* event_create() = 0;
   virtual void event_destroy(void* ev) noexcept = 0;
   virtual void event_record(void* ev, stream_view s) = 0;

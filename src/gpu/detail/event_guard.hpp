@@ -5,6 +5,9 @@
 #pragma once
 
 #include <strata/gpu/device_backend.hpp>
+#include <strata/gpu/errors.hpp>
+
+#include "gpu/detail/stream_cache.hpp"
 
 #include <atomic>
 #include <cstdint>
@@ -48,11 +51,20 @@ class event_pool {
 };
 
 struct event_guard {
-  // Throws driver_error when the record fails (a stream destroyed since it was last used); the
-  // event goes back to the pool.
-  event_guard(event_pool& pool, stream_view s) : pool(pool), event(pool.get()), stream(s) {
+  // An event recorded on s now.
+  event_guard(event_pool& pool, stream_view s) : event_guard(pool, s, pool.backend().stream_id(s)) {}
+
+  // An event recorded on the stream with id `expected_id` (device_backend::stream_id) behind
+  // handle s: the stream a resource's per-stream state was made for.  Throws driver_error when
+  // that stream was destroyed: the record fails, or the handle names a newer stream now (the
+  // driver recycles handles; recording there would order the wrong stream), checked before the
+  // record and after it (a recycle in between).  The event goes back to the pool.
+  event_guard(event_pool& pool, stream_view s, std::uint64_t expected_id)
+      : pool(pool), event(pool.get()), stream(s), stream_id(expected_id) {
     try {
+      if (!same_stream(pool.backend().stream_id(s), expected_id)) throw_recycled();
       pool.backend().event_record(event, s);
+      if (!same_stream(pool.backend().stream_id(s), expected_id)) throw_recycled();
     } catch (...) {
       pool.put(event);
       throw;
@@ -71,21 +83,29 @@ struct event_guard {
     done_.store(true, std::memory_order_release);
     return true;
   }
-  // Stream order already covers work on the guard's own stream: no wait needed there.
-  bool ready_for(stream_view s) const { return stream == s || complete(); }
+  // Stream order already covers work on the guard's own stream (s_id: stream_id of s): no wait
+  // needed there.  The same stream, not the same handle: a recycled handle is another stream.
+  bool ready_for(stream_view s, std::uint64_t s_id) const {
+    return (stream == s && same_stream(stream_id, s_id)) || complete();
+  }
   // Whether this event completes no earlier than `o`: recorded after it on the same stream by
   // the same host thread (program order is record order), so waiting on this one covers both.
   bool supersedes(const event_guard& o) const {
-    return stream == o.stream && thread == o.thread && sequence > o.sequence;
+    return stream == o.stream && same_stream(stream_id, o.stream_id) && thread == o.thread &&
+           sequence > o.sequence;
   }
 
   event_pool& pool;
   void* event;
-  stream_view stream;  // where the event was recorded
+  stream_view stream;       // where the event was recorded
+  std::uint64_t stream_id;  // and that stream's id
   std::thread::id thread = std::this_thread::get_id();
   std::uint64_t sequence = next_sequence();
 
  private:
+  [[noreturn]] static void throw_recycled() {
+    throw driver_error("the stream was destroyed and its handle names a newer stream");
+  }
   mutable std::atomic<bool> done_{false};
   static std::uint64_t next_sequence() noexcept {
     thread_local std::uint64_t n = 0;
@@ -98,8 +118,10 @@ using guard_list = std::vector<guard_ptr>;
 
 // Orders stream s after every guard in `guards` that has not completed yet.
 inline void wait_for(device_backend& backend, const guard_list& guards, stream_view s) {
+  if (guards.empty()) return;
+  const std::uint64_t id = backend.stream_id(s);
   for (const guard_ptr& g : guards)
-    if (!g->ready_for(s)) backend.stream_wait_event(s, g->event);
+    if (!g->ready_for(s, id)) backend.stream_wait_event(s, g->event);
 }
 
 // Appends `more` to `into`, dropping duplicates; past a handful it drops completed guards so

@@ -99,13 +99,15 @@ class free_list {
   }
 
   // Among the first `scan` candidates by size and the largest range, the smallest that stream
-  // `taker` can use without waiting (every guard completed or recorded on `taker` itself):
-  // taking it orders no stream after another.  nullopt when none of them is ready.
-  std::optional<free_range> take_ready_fit(std::size_t size, stream_view taker, int scan = 32) {
+  // `taker` (whose stream_id is taker_id) can use without waiting (every guard completed or
+  // recorded on `taker` itself): taking it orders no stream after another.  nullopt when none of
+  // them is ready.
+  std::optional<free_range> take_ready_fit(std::size_t size, stream_view taker, std::uint64_t taker_id,
+                                           int scan = 32) {
     auto ready = [&](std::multimap<std::size_t, std::uintptr_t>::iterator s) {
       auto it = by_addr_.find(s->second);
       for (const guard_ptr& g : it->second.guards)
-        if (!g->ready_for(taker)) return by_addr_.end();
+        if (!g->ready_for(taker, taker_id)) return by_addr_.end();
       return it;
     };
     auto s = by_size_.lower_bound(size);
@@ -117,8 +119,9 @@ class free_list {
   }
 
   // take_ready_fit, falling back to the best fit (whose taker must wait on its guards).
-  std::optional<free_range> take_best_fit_ready(std::size_t size, stream_view taker, int scan = 32) {
-    if (auto r = take_ready_fit(size, taker, scan)) return r;
+  std::optional<free_range> take_best_fit_ready(std::size_t size, stream_view taker,
+                                                std::uint64_t taker_id, int scan = 32) {
+    if (auto r = take_ready_fit(size, taker, taker_id, scan)) return r;
     return take_best_fit(size);
   }
 
