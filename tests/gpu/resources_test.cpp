@@ -758,6 +758,15 @@ struct recycled_stream : ::testing::Test {
     recycled_stream& t;
     ~open_gate_at_exit() { t.dev->gate_open(t.gate); }
   };
+  // A block of `bytes` allocated and freed on the old stream, then the handle recycled and a
+  // block of that size allocated and freed on the new stream: the checker must see no reuse.
+  template <class Resource>
+  void expect_no_reuse_across_recycling(Resource& mr, std::size_t bytes) {
+    mr.deallocate(mr.allocate(bytes, old_stream), bytes, old_stream);
+    recycle();
+    mr.deallocate(mr.allocate(bytes, new_stream), bytes, new_stream);
+    EXPECT_EQ(dev->violation_count(), 0u);
+  }
   void TearDown() override {
     dev->gate_open(gate);
     dev->device_synchronize();
@@ -779,10 +788,7 @@ TEST_F(recycled_stream, pool_does_not_hand_the_old_streams_list_to_the_new_strea
 TEST_F(recycled_stream, arena_does_not_hand_the_old_streams_arena_to_the_new_stream) {
   arena_resource arena(upstream, four_superblocks());
   open_gate_at_exit open{*this};
-  arena.deallocate(arena.allocate(4096, old_stream), 4096, old_stream);
-  recycle();
-  arena.deallocate(arena.allocate(4096, new_stream), 4096, new_stream);
-  EXPECT_EQ(dev->violation_count(), 0u);
+  expect_no_reuse_across_recycling(arena, 4096);
 }
 
 TEST_F(recycled_stream, arena_new_stream_waits_for_a_large_block_the_old_stream_freed) {
@@ -790,29 +796,20 @@ TEST_F(recycled_stream, arena_new_stream_waits_for_a_large_block_the_old_stream_
   o.superblock_size = 1 << 20;  // one superblock, so the new stream must take the freed one
   arena_resource arena(upstream, o);
   open_gate_at_exit open{*this};
-  arena.deallocate(arena.allocate(1 << 20, old_stream), 1 << 20, old_stream);
-  recycle();
-  arena.deallocate(arena.allocate(1 << 20, new_stream), 1 << 20, new_stream);
-  EXPECT_EQ(dev->violation_count(), 0u);
+  expect_no_reuse_across_recycling(arena, 1 << 20);
 }
 
 TEST_F(recycled_stream, strata_does_not_hand_the_old_streams_heap_to_the_new_stream) {
   strata_resource mr(upstream, sized<strata_options>(0));
   open_gate_at_exit open{*this};
-  mr.deallocate(mr.allocate(4096, old_stream), 4096, old_stream);
-  recycle();
-  mr.deallocate(mr.allocate(4096, new_stream), 4096, new_stream);
-  EXPECT_EQ(dev->violation_count(), 0u);
+  expect_no_reuse_across_recycling(mr, 4096);
 }
 
 TEST_F(recycled_stream, strata_new_stream_does_not_take_a_page_range_the_old_stream_guards) {
   strata_resource mr(upstream, sized<strata_options>(0));
   open_gate_at_exit open{*this};
   const std::size_t huge = std::size_t{80} << 20;  // past the size classes: a page-heap range
-  mr.deallocate(mr.allocate(huge, old_stream), huge, old_stream);
-  recycle();
-  mr.deallocate(mr.allocate(huge, new_stream), huge, new_stream);
-  EXPECT_EQ(dev->violation_count(), 0u);
+  expect_no_reuse_across_recycling(mr, huge);
 }
 
 // The driver's own pool keeps its streams apart itself (the simulated one by stream object):
