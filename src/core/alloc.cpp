@@ -365,6 +365,7 @@ STRATA_EXPORT void* strata_realloc(void* p, size_t size) {
   // half-used); the real programs' peak RSS and time unchanged (docs/design.md).  tcmalloc
   // grows by a quarter at least, rpmalloc by 37.5 %.
   size_t want = size > usable && size < usable + usable / 2 ? usable + usable / 2 : size;
+  int saved = errno;
   void* q;
   if (size > usable && size > realloc_huge_min) {
     // A block growing past realloc_huge_min moves to a mapping of its own, with the same
@@ -375,7 +376,11 @@ STRATA_EXPORT void* strata_realloc(void* p, size_t size) {
   } else {
     q = malloc_inline(want);
   }
-  if (q == nullptr) return nullptr;  // p is untouched, errno = ENOMEM
+  if (q == nullptr) {
+    if (size > usable) return nullptr;  // p is untouched, errno = ENOMEM
+    errno = saved;  // a shrink needs no memory: p, which fits (glibc never fails one)
+    return p;
+  }
   memcpy(q, p, size < usable ? size : usable);
   free_inline(p);
   return q;

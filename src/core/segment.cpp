@@ -899,13 +899,16 @@ void huge_unmap_list(segment* seg) noexcept {
 // Hardened build: a huge mapping's two guard pages (its header's tail, its last page) split it
 // into several kernel mappings, which mremap cannot move or resize; huge_resize lifts them (the
 // pieces merge back into one) and puts them back at the new size: 4 mprotect calls instead of
-// copying the block or faulting a new mapping in (bigbuf: docs/security.md).
-void huge_guards(segment* seg, size_t bytes, bool on) noexcept {
+// copying the block or faulting a new mapping in (bigbuf: docs/security.md).  False when the
+// kernel refused one.
+bool huge_guards(segment* seg, size_t bytes, bool on) noexcept {
+  bool ok = true;
   if constexpr (secure) {
     size_t ps = os::page_size();
     for (uint8_t* guard : {header_guard(seg), reinterpret_cast<uint8_t*>(seg) + bytes - ps})
-      on ? os::protect_none(guard, ps) : os::protect_rw(guard, ps);
+      ok &= on ? os::protect_none(guard, ps) : os::protect_rw(guard, ps);
   }
+  return ok;
 }
 
 // Moves or resizes a huge mapping to `bytes`, keeping its pages; nullptr when out of memory.
@@ -913,7 +916,12 @@ segment* huge_resize(segment* seg, size_t bytes) noexcept {
   size_t old = seg->mapped_size;
   if (bytes == old) return seg;
   size_t align = huge_offset(seg) > segment_size ? huge_offset(seg) : segment_size;
-  huge_guards(seg, old, false);
+  if (!huge_guards(seg, old, false)) {
+    // A guard left in place moves with the pages: the old last page, inside the grown block,
+    // would fault at the program's first touch (a lift the kernel refused: out of memory).
+    huge_guards(seg, old, true);
+    return nullptr;
+  }
   // The old range's marks go before the kernel gives any of it back (a move, or a shrink's
   // tail), as huge_unmap's do: cleared after the remap, they could clear those of a mapping
   // another thread got in that range meanwhile, whose live block strata then no longer knew
@@ -1268,7 +1276,12 @@ void* huge_realloc(segment* seg, size_t size) noexcept {
   }
   segment* to = huge_resize(seg, bytes);
   if (to == nullptr && bytes != need) to = huge_resize(seg, bytes = need);
-  if (to == nullptr) return errno = ENOMEM, nullptr;
+  // A shrink the kernel refused (mremap out of kernel mappings) leaves a block that still fits:
+  // glibc's realloc never fails a shrink, and programs write p = realloc(p, smaller) unchecked.
+  if (to == nullptr) {
+    if (need > seg->mapped_size) return errno = ENOMEM, nullptr;
+    return seg->pages[0].start;
+  }
   huge_count<&huge_counts::bytes_in, &huge_counts::bytes_out>(to->huge_size, old_usable);
   return to->pages[0].start;
 }

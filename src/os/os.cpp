@@ -25,8 +25,17 @@ size_t page_size() noexcept {
   return v;
 }
 
-bool protect_none(void* p, size_t size) noexcept { return mprotect(p, size, PROT_NONE) == 0; }
-bool protect_rw(void* p, size_t size) noexcept { return mprotect(p, size, PROT_READ | PROT_WRITE) == 0; }
+namespace {
+bool protect(void* p, size_t size, int prot) noexcept {
+  int saved = errno;
+  bool ok = mprotect(p, size, prot) == 0;
+  errno = saved;
+  return ok;
+}
+}  // namespace
+
+bool protect_none(void* p, size_t size) noexcept { return protect(p, size, PROT_NONE); }
+bool protect_rw(void* p, size_t size) noexcept { return protect(p, size, PROT_READ | PROT_WRITE); }
 
 void commit_add(int64_t bytes) noexcept {
   if (bytes < 0) stats.released.fetch_add(static_cast<uint64_t>(-bytes), std::memory_order_relaxed);
@@ -109,6 +118,9 @@ void* remap_aligned(void* p, size_t old_size, size_t new_size, size_t alignment)
   // In place first: always possible when shrinking, and when the address range above is free.
   void* q = mremap(p, old_size, new_size, 0);
   if (q == MAP_FAILED) {
+    // EFAULT: a range of several kernel mappings (the program changed the protection of part of
+    // it), which no kernel resizes.
+    bool split = errno == EFAULT && new_size > old_size;
     // Elsewhere: reserve an aligned range, then move the pages there (no copy, no fault).
     void* target = map_aligned(new_size, alignment);
     if (target == nullptr) {
@@ -116,13 +128,16 @@ void* remap_aligned(void* p, size_t old_size, size_t new_size, size_t alignment)
       return nullptr;
     }
     stats.reserved.fetch_sub(static_cast<int64_t>(new_size), std::memory_order_relaxed);
-    stats.mremap_calls.fetch_add(1, std::memory_order_relaxed);
-    q = mremap(p, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, target);
-    if (q == MAP_FAILED && errno == EFAULT && new_size > old_size) {
-      // Growth of a range of several kernel mappings (the program changed the protection of
-      // part of it), which no kernel resizes: realloc returned NULL with memory to spare.  Its
-      // pages are moved into the new range instead, a mapping at a time where the kernel wants
-      // that; what a failure leaves behind (out of mappings, ENOMEM) is copied.
+    if (!split) {
+      stats.mremap_calls.fetch_add(1, std::memory_order_relaxed);
+      q = mremap(p, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, target);
+    } else {
+      // Growth of a split range: realloc returned NULL with memory to spare.  Its pages are
+      // moved into the new range instead, a mapping at a time where the kernel wants that; what
+      // a failure leaves behind (out of mappings, ENOMEM) is copied.  Not tried as one resize
+      // and move first: before Linux 6.17 the kernel unmapped the destination before it said
+      // EFAULT, and the grown block's tail past the moved pages was left unmapped (the
+      // program's first write there faulted).
       auto* src = static_cast<uint8_t*>(p);
       auto* dst = static_cast<uint8_t*>(target);
       size_t moved = move_range(src, old_size, dst);
