@@ -6,7 +6,8 @@ in the program, STRATA_STATS_FILE at exit) show that strata served its allocatio
 installed header compiles on its own (C headers as C99, C11 and C++11; C++ headers as C++20),
 with clang too where it is installed; strata.pc is right for absolute CMAKE_INSTALL_LIBDIR and
 _INCLUDEDIR; a C project (no C++ enabled) links strata::pool's C API and strata::static; the
-installed shared libraries export their documented names only.  Usage:
+installed shared libraries export their documented names only; every place that writes the
+version says the same one.  Usage:
     install_test.py <strata build dir> <cmake> <c++ compiler> <c compiler>
 """
 import os
@@ -103,6 +104,27 @@ def check_exports(prefix):
             f"stray {sorted(names - declared('gpu/plugin.h'))}, missing {sorted(declared('gpu/plugin.h') - names)}")
 
 
+def check_versions(prefix, env):
+    """One version everywhere it is written: CMake's project(), strata.h's STRATA_VERSION_STRING
+    (written by hand beside it), strata.pc, the CMake package, the Rust crates and the lab."""
+    def found(path, pattern):
+        m = re.search(pattern, Path(path).read_text(), re.M)
+        return m.group(1) if m else None
+    want = found(SRC / "CMakeLists.txt", r"^project\(strata VERSION ([0-9.]+)")
+    f.check("CMakeLists.txt's project() names a version", want is not None)
+    given = {
+        "installed strata.h": found(prefix / "include/strata/strata.h", r'^#define STRATA_VERSION_STRING "([^"]+)"'),
+        "strata.pc": sh("pkg-config", "--modversion", "strata", env=env).strip(),
+        "strataConfigVersion.cmake": found(prefix / "lib/cmake/strata/strataConfigVersion.cmake",
+                                           r'^set\(PACKAGE_VERSION "([^"]+)"\)'),
+        "bindings/rust/Cargo.toml": found(SRC / "bindings/rust/Cargo.toml", r'^version = "([^"]+)"'),
+        "lab/pyproject.toml": found(SRC / "lab/pyproject.toml", r'^version = "([^"]+)"'),
+        "strata_lab.__version__": found(SRC / "lab/strata_lab/__init__.py", r'^__version__ = "([^"]+)"'),
+    }
+    for where, version in given.items():
+        f.check(f"{where} says version {want}", version == want, f"{where}: {version!r}")
+
+
 def check_c_consumer(prefix, build_dir):
     """A C project, linked by the C compiler: libstrata_pool.a is C++ inside, so strata::pool
     must bring the C++ runtime itself (it did not: undefined operator new, __gxx_personality_v0)."""
@@ -159,6 +181,7 @@ def main():
 
         # pkg-config, as a Makefile would use it (its recipe's shell splits the flags).
         env = dict(os.environ, PKG_CONFIG_PATH=str(lib / "pkgconfig"))
+        check_versions(prefix, env)
         flags = shlex.split(sh("pkg-config", "--cflags", "--libs", "strata", env=env))
         f.check("pkg-config --cflags --libs names the installed paths",
                 flags == [f"-I{prefix}/include", f"-L{lib}", "-lstrata"], " ".join(flags))
