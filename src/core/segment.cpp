@@ -960,6 +960,8 @@ inline bool huge_fits(const segment* seg, size_t offset, size_t bytes) noexcept 
 // largest one grown (its resident pages are reused, only the rest is faulted in).
 // *resident: the bytes of the returned mapping that may hold old data (the rest, grown by
 // mremap, is fresh from the OS and reads as zero).
+void huge_cache_put(segment* seg) noexcept;
+
 segment* huge_cache_take(size_t offset, size_t bytes, size_t* resident) noexcept {
   segment* pick = nullptr;
   segment* expired;
@@ -984,7 +986,10 @@ segment* huge_cache_take(size_t offset, size_t bytes, size_t* resident) noexcept
   // Much too large (over huge_reuse_waste times the need): give the tail back.  Too small: grow.
   if (!huge_fits(pick, offset, bytes)) {
     if (segment* resized = huge_resize(pick, bytes)) return resized;
-    huge_unmap(pick);
+    if (pick->mapped_size >= bytes) return pick;  // a trim refused: it serves, untrimmed
+    // A growth refused (a request no memory backs, or no address space): the mapping goes back
+    // to the cache as it was, not unmapped with its resident pages for the next request.
+    huge_cache_put(pick);
     return nullptr;
   }
   return pick;
@@ -1058,11 +1063,11 @@ void* huge_alloc(size_t size, size_t alignment, size_t* dirty) noexcept {
   if (seg == nullptr) {
     size_t map_align = align > segment_size ? align : segment_size;
     purge_before_growth(tl_heap, total);
-    seg = static_cast<segment*>(os::map_aligned(total, map_align));
+    seg = static_cast<segment*>(os::map_aligned(total, map_align, true));
     if (seg == nullptr) {  // out of address space or memory: give back what the caches hold, retry
       segment_cache_trim(0);
       huge_cache_trim(true);
-      seg = static_cast<segment*>(os::map_aligned(total, map_align));
+      seg = static_cast<segment*>(os::map_aligned(total, map_align, true));
     }
     if (seg == nullptr) return errno = ENOMEM, nullptr;
     numa_place(seg, total);

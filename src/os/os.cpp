@@ -47,9 +47,10 @@ void commit_add(int64_t bytes) noexcept {
 }
 
 namespace {
-void* map_at(void* hint, size_t size) noexcept {
+void* map_at(void* hint, size_t size, bool backed) noexcept {
   stats.mmap_calls.fetch_add(1, std::memory_order_relaxed);
-  void* p = mmap(hint, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  int flags = MAP_PRIVATE | MAP_ANONYMOUS | (backed ? 0 : MAP_NORESERVE);
+  void* p = mmap(hint, size, PROT_READ | PROT_WRITE, flags, -1, 0);
   return p == MAP_FAILED ? nullptr : p;
 }
 void unmap_raw(void* p, size_t size) noexcept {
@@ -61,9 +62,9 @@ bool is_aligned(const void* p, size_t alignment) noexcept {
 }
 }  // namespace
 
-void* map_aligned(size_t size, size_t alignment) noexcept {
+void* map_aligned(size_t size, size_t alignment, bool backed) noexcept {
   // Try the exact size first: the kernel often hands out aligned addresses for large maps.
-  void* p = map_at(nullptr, size);
+  void* p = map_at(nullptr, size, backed);
   if (p == nullptr) return nullptr;
   if (!is_aligned(p, alignment)) {
     // Then the aligned address just below, where the kernel's top-down search usually left room:
@@ -71,7 +72,7 @@ void* map_aligned(size_t size, size_t alignment) noexcept {
     // `alignment` bytes early).
     unmap_raw(p, size);
     void* hint = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) & ~(alignment - 1));
-    p = map_at(hint, size);
+    p = map_at(hint, size, backed);
     if (p != nullptr && !is_aligned(p, alignment)) {
       unmap_raw(p, size);
       p = nullptr;
@@ -81,7 +82,7 @@ void* map_aligned(size_t size, size_t alignment) noexcept {
     // Otherwise over-map by the alignment and trim both ends.
     size_t over = size + alignment;
     if (over < size) return errno = ENOMEM, nullptr;
-    void* raw = map_at(nullptr, over);
+    void* raw = map_at(nullptr, over, backed);
     if (raw == nullptr) return nullptr;
     uintptr_t start = reinterpret_cast<uintptr_t>(raw);
     uintptr_t aligned = (start + alignment - 1) & ~(alignment - 1);

@@ -29,7 +29,12 @@ class no_cancel {
 // Maps `size` bytes (a multiple of the page size) of read-write anonymous memory whose address is
 // a multiple of `alignment` (a power of two >= the page size).  Returns nullptr on failure with
 // errno left as mmap set it.  The memory is reserved and committed lazily by the kernel.
-void* map_aligned(size_t size, size_t alignment) noexcept;
+// `backed`: the whole range will be used (a huge block), so it is mapped as glibc maps one,
+// without MAP_NORESERVE: the kernel's overcommit policy refuses a request no memory could back
+// (malloc(2^45) is NULL and ENOMEM, as under glibc, not a lazy mapping the program's writes then
+// run out of memory in).  Otherwise address space reserved ahead of use (segments), which the
+// policy must not weigh whole.
+void* map_aligned(size_t size, size_t alignment, bool backed = false) noexcept;
 // Resizes a mapping from map_aligned, keeping its pages (and their contents) without copying:
 // in place when it can, else moved to a new address that is a multiple of `alignment` (a range
 // the program split into several kernel mappings, by mprotect of part of it, moved piece by

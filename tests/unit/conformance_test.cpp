@@ -2,6 +2,7 @@
 // Built twice (tests/unit/CMakeLists.txt): through strata_* (STRATA_TEST_API=1) and through the
 // standard names with libstrata.a replacing malloc and operator new (STRATA_TEST_API=0).
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <malloc.h>
 #include <unistd.h>
 
@@ -149,6 +150,43 @@ TEST(Malloc, ImpossibleSizeFailsWithEnomem) {
   EXPECT_EQ(errno, ENOMEM);
   errno = 0;
   EXPECT_EQ(T_MALLOC(volatile_size(SIZE_MAX / 2 + 1)), nullptr);
+  EXPECT_EQ(errno, ENOMEM);
+}
+
+// A size no memory could back (64 TiB): refused where the kernel's overcommit policy refuses a
+// plain anonymous mapping of it (the heuristic default, vm.overcommit_memory=0), as glibc's malloc
+// is.  strata mapped huge blocks with MAP_NORESERVE, which the policy does not weigh: malloc
+// returned a lazy 64 TiB block (a size read from corrupt input), whose writes then ran the machine
+// out of memory instead of the program seeing NULL.
+TEST(Malloc, ASizeTheKernelWouldNotBackFailsWithEnomem) {
+  const size_t size = volatile_size(size_t{1} << 46);
+  void* plain = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (plain != MAP_FAILED) {
+    munmap(plain, size);
+    GTEST_SKIP() << "this kernel backs a 64 TiB mapping (vm.overcommit_memory=1)";
+  }
+  errno = 0;
+  EXPECT_EQ(T_MALLOC(size), nullptr);
+  EXPECT_EQ(errno, ENOMEM);
+  errno = 0;
+  EXPECT_EQ(T_CALLOC(1, size), nullptr);
+  EXPECT_EQ(errno, ENOMEM);
+  void* q = nullptr;
+  EXPECT_EQ(T_POSIX_MEMALIGN(&q, size_t{64} << 20, size), ENOMEM);
+  // A huge block grown to it: refused, the block kept; and the same size again (the cache's
+  // mapping a failed growth tried is kept, not lost).
+  auto* p = static_cast<char*>(T_MALLOC(size_t{3} << 20));
+  ASSERT_NE(p, nullptr);
+  strcpy(p, "still here");
+  for (int i = 0; i < 2; ++i) {
+    errno = 0;
+    EXPECT_EQ(T_REALLOC(p, size), nullptr);
+    EXPECT_EQ(errno, ENOMEM);
+  }
+  EXPECT_STREQ(p, "still here");
+  T_FREE(p);
+  errno = 0;
+  EXPECT_EQ(T_MALLOC(size), nullptr);
   EXPECT_EQ(errno, ENOMEM);
 }
 
