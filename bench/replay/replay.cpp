@@ -203,7 +203,9 @@ void read_trace(const char* path, trace_file& t) {
   for (auto& [number, chunks] : by_number) t.threads.push_back(std::move(chunks));
   t.valid_bytes = off;
   if (!t.complete && t.truncated.empty())
-    t.truncated = "no end chunk: the program did not exit normally (killed, crashed or _exit)";
+    t.truncated =
+        "no end chunk: the program did not exit normally (killed, crashed or _exit), or recording "
+        "stopped early (a write error, its descriptor closed, no memory: its stderr says which)";
 }
 
 // ---- turning events into replay operations --------------------------------------------------

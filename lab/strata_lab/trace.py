@@ -190,7 +190,9 @@ def read(path: str | Path) -> Trace:
                                              before[keep]))
     t.valid_bytes = off
     if not t.complete and not t.truncated:
-        t.truncated = "no end chunk: the program did not exit normally (killed, crashed or _exit)"
+        t.truncated = ("no end chunk: the program did not exit normally (killed, crashed or _exit), or "
+                       "recording stopped early (a write error, its descriptor closed, no memory: its "
+                       "stderr says which)")
     cols = []
     for th in sorted(parts):
         for op, w, size, alog, cyc, bef in parts[th]:

@@ -99,6 +99,14 @@ std::atomic<bool> writes_failed{false};  // a write failed: nothing more is writ
 // FIFO takes over 4 KiB (PIPE_BUF) in pieces when its reader lags, and two chunks written at once
 // were interleaved (a thread's exit chunk beside the writer's: a checksum mismatch).
 pthread_mutex_t write_lock = PTHREAD_MUTEX_INITIALIZER;
+// How many of the recorder's locks the calling thread holds (tl_held), and whether write_lock is
+// one (tl_writing).  A signal handler that calls exit() (SIGTERM's, commonly) while its thread
+// held one ran at_exit, which took it again, or waited on the writer that needed it: the program
+// hung for ever instead of exiting.  A thread writes its own chunk at its exit or with no writer
+// (a FIFO whose reader lags holds that write as long as it likes), and fork holds them all
+// (before_fork: a signal that arrives during fork runs its handler with them held).
+__thread int tl_held __attribute__((tls_model("initial-exec"))) = 0;
+__thread bool tl_writing __attribute__((tls_model("initial-exec"))) = false;
 // Set by at_exit (the end chunk follows): no thread writes or queues an area after it.  Threads
 // keep running through exit(); one whose area filled, or that exited, while at_exit wrote a
 // snapshot of its events wrote them again (a copy after the end chunk, or in the middle of
@@ -133,8 +141,12 @@ constexpr long writer_idle_ms = 100;
 void lock() noexcept {
   while (registry_lock.test_and_set(std::memory_order_acquire)) {
   }
+  tl_held++;
 }
-void unlock() noexcept { registry_lock.clear(std::memory_order_release); }
+void unlock() noexcept {
+  tl_held--;
+  registry_lock.clear(std::memory_order_release);
+}
 
 void stop(const char* why) noexcept {
   active = false;
@@ -161,14 +173,24 @@ void write_out(const void* a, size_t na, const void* b, size_t nb) noexcept {
   if (fd < 0 || writes_failed.load(std::memory_order_acquire)) return;
   if (unseen_child()) return;
   const char* why = nullptr;
-  pthread_mutex_lock(&write_lock);
-  if (writes_failed.load(std::memory_order_acquire)) {
-  } else if (!fd_is_trace()) {
-    why = "the program closed or replaced the trace's descriptor";
-  } else if (!os::file_write2(fd, a, na, b, nb)) {
-    why = strerror(errno);
+  if (tl_writing) {
+    // A signal handler that allocates interrupted this thread's write: nothing can follow a chunk
+    // that may be cut short.
+    why = "a signal handler allocated while its thread wrote the trace";
+  } else {
+    pthread_mutex_lock(&write_lock);
+    tl_held++;
+    tl_writing = true;
+    if (writes_failed.load(std::memory_order_acquire)) {
+    } else if (!fd_is_trace()) {
+      why = "the program closed or replaced the trace's descriptor";
+    } else if (!os::file_write2(fd, a, na, b, nb)) {
+      why = strerror(errno);
+    }
+    tl_writing = false;
+    tl_held--;
+    pthread_mutex_unlock(&write_lock);
   }
-  pthread_mutex_unlock(&write_lock);
   if (why != nullptr && !writes_failed.exchange(true, std::memory_order_acq_rel)) stop(why);
 }
 
@@ -230,6 +252,7 @@ void flush(buffer* b, uint32_t flags, bool now = false) noexcept {
     b->queued_header = header_of(b, b->cursor, flags);
     b->queued_words = b->words();
     pthread_mutex_lock(&queue_lock);
+    tl_held++;
     if (writer_running.load(std::memory_order_relaxed)) {  // under the lock: it may have left
       b->queued.store(true, std::memory_order_release);
       b->next_queued = nullptr;
@@ -238,6 +261,7 @@ void flush(buffer* b, uint32_t flags, bool now = false) noexcept {
       pthread_cond_signal(&queue_ready);
       queued = true;
     }
+    tl_held--;
     pthread_mutex_unlock(&queue_lock);
   }
   if (queued) b->current ^= 1;
@@ -523,6 +547,13 @@ void on_thread_exit(void* arg) noexcept {
 
 void at_exit() noexcept {
   if (!active || fd < 0 || unseen_child()) return;
+  if (tl_held != 0) {
+    // exit() from a signal handler that interrupted this thread inside the recorder: the trace
+    // ends at its last whole chunk (the one being written may be cut short).
+    if (!writes_failed.exchange(true, std::memory_order_acq_rel))
+      stop("a signal handler called exit() inside the recorder (writing, queueing an area or forking)");
+    return;
+  }
   active = false;
   closing.store(true, std::memory_order_seq_cst);
   writer_wanted.store(false, std::memory_order_relaxed);
@@ -614,6 +645,9 @@ __attribute__((constructor(102))) void init_at_load() noexcept {
   if (!write_file_header(0)) return;
   pthread_atfork(before_fork, after_fork_parent, after_fork_child);
   atexit(at_exit);
+  // quick_exit runs only at_quick_exit's handlers: a program leaving through it (exit status and
+  // output as exit's) lost every thread's last areas, and its trace read as killed or crashed.
+  at_quick_exit(at_exit);
   writer_wanted.store(true, std::memory_order_relaxed);
   active = true;
   options::applied(option::trace);

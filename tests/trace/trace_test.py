@@ -7,6 +7,7 @@ trace cut short, a corrupt one, another file, and STRATA_TRACE unset.  Usage:
 import glob
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -204,6 +205,9 @@ with tempfile.TemporaryDirectory() as tmp:
     expect(p.stderr.count("strata:") == 1 and "descriptor" in p.stderr, f"closeall: {p.stderr!r}")
     rc, got, err = check(os.path.join(tmp, "closed"))
     expect(rc == 0 and not got["complete"], f"closeall trace: {got} {err}")
+    # Its note says the recorder may have stopped: the program exited normally (the note said
+    # only "killed, crashed or _exit").
+    expect(rc == 0 and "recording stopped early" in got["truncated"], f"the note of a stopped trace: {got}")
     for f in glob.glob(os.path.join(tmp, "*")):
         os.unlink(f)
 
@@ -221,6 +225,15 @@ with tempfile.TemporaryDirectory() as tmp:
            f"fsize workload, SIGXFSZ not ignored: {p.returncode} {p.stderr!r}")
     for f in glob.glob(os.path.join(tmp, "*")):
         os.unlink(f)
+
+    # quick_exit runs at_quick_exit's handlers only: the trace had no end chunk (read as a killed
+    # program) and lost the areas still being filled.
+    p = record(tmp, "quickexit", "300000", trace="quick")
+    expect(p.returncode == 0 and p.stderr == "", f"quickexit workload: {p.returncode} {p.stderr!r}")
+    rc, got, err = check(os.path.join(tmp, "quick"))
+    expect(rc == 0 and got["complete"] and got["counts"]["malloc"] >= 300000,
+           f"a program that left through quick_exit: {got} {err}")
+    os.unlink(os.path.join(tmp, "quick"))
 
     # Paced (--pace), the replay waits for the recorded times: the workload slept 300 ms between
     # its allocations and its frees, so the replay lasts at least about that long.
@@ -375,6 +388,51 @@ with tempfile.TemporaryDirectory() as tmp:
            and json.loads(out)["mallocs"] == 300000,
            f"a FIFO whose reader left: rc {proc.returncode} {err!r}")
     os.unlink(fifo)
+
+    # A SIGTERM handler that calls exit() while its thread writes its own chunk (here into a FIFO
+    # nobody reads): exit's handler locked the trace's write lock again, and the program hung.
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    env = dict(os.environ, LD_PRELOAD=LIB, STRATA_TRACE=fifo)
+    proc = subprocess.Popen([WORKLOAD, "sigexit", "0"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    proc.stdout.readline()
+    for _ in range(500):  # until the write waits for the reader (wchan may read 0: then 5 s)
+        try:
+            with open(f"/proc/{proc.pid}/wchan") as w:
+                if "pipe" in w.read():
+                    break
+        except OSError:
+            break
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    try:
+        out, err = proc.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+    expect(proc.returncode == 3 and err.count("strata:") == 1 and "signal handler called exit()" in err,
+           f"exit() from a signal handler during the trace's write: rc {proc.returncode} {err!r}")
+    os.close(reader)
+    os.unlink(fifo)
+    # The same inside fork, whose handlers hold the recorder's locks (a signal that comes during
+    # the fork system call runs its handler there): exit's handler spun on them for ever.
+    forked = os.path.join(tmp, "forked")
+    env = dict(os.environ, LD_PRELOAD=LIB, STRATA_TRACE=forked)
+    proc = subprocess.Popen([WORKLOAD, "forkexit", "0"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    proc.stdout.readline()
+    time.sleep(0.2)  # not needed for the check: more forks under way
+    proc.send_signal(signal.SIGTERM)
+    try:
+        out, err = proc.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+    rc, got, err2 = check(forked)
+    expect(proc.returncode == 3 and rc == 0, f"exit() from a signal handler inside fork: rc {proc.returncode} "
+           f"{err!r}; trace {got} {err2}")
+    os.unlink(forked)
 
     # STRATA_TRACE unset: nothing is written.
     env = dict(os.environ, LD_PRELOAD=LIB)

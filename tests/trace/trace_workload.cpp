@@ -4,6 +4,11 @@
 //                              the even ones by the main thread; reallocs, calloc, aligned, new
 //   trace_workload fork N      the child allocates and frees N blocks, then exits
 //   trace_workload kill N      allocates N blocks and kills itself (SIGKILL) before freeing them
+//   trace_workload quickexit N allocates N blocks and leaves through quick_exit(0)
+//   trace_workload sigexit N   malloc/free pairs until SIGTERM, whose handler calls exit(3) (the
+//                              test's FIFO is never read: the thread waits in its own write)
+//   trace_workload forkexit N  forks (children _exit at once) until SIGTERM, whose handler calls
+//                              exit(3): the signal usually comes inside fork, with fork's locks held
 //   trace_workload pause N     allocates N blocks, sleeps 300 ms, frees them
 //   trace_workload forkexec N  allocates N blocks, runs /bin/true (fork and exec), frees them
 //   trace_workload closeall N  closes every descriptor, opens files up to number 899 and its data
@@ -294,6 +299,32 @@ int main(int argc, char** argv) {
     pairs(n);
     exiting.join();
     return 0;
+  }
+  if (strcmp(argv[1], "sigexit") == 0) {
+    signal(SIGTERM, [](int) { exit(3); });
+    printf("{\"mallocs\": %d}\n", n);
+    fflush(stdout);
+    for (;;) {
+      void* volatile p = malloc(32);
+      free(p);
+    }
+  }
+  if (strcmp(argv[1], "forkexit") == 0) {
+    signal(SIGTERM, [](int) { exit(3); });
+    signal(SIGCHLD, SIG_IGN);  // no zombies, no wait: the loop is almost all fork
+    printf("{\"mallocs\": %d}\n", n);
+    fflush(stdout);
+    for (;;) {
+      void* volatile p = malloc(32);
+      free(p);
+      if (fork() == 0) _exit(0);
+    }
+  }
+  if (strcmp(argv[1], "quickexit") == 0) {
+    for (int i = 0; i < n; i++) blocks[i] = malloc(24);
+    printf("{\"mallocs\": %d}\n", n);
+    fflush(stdout);
+    quick_exit(0);
   }
   if (strcmp(argv[1], "kill") == 0) {
     for (int i = 0; i < n; i++) blocks[i] = malloc(24);
