@@ -34,6 +34,17 @@ def check(path):
     return r.returncode, (json.loads(r.stdout) if r.returncode == 0 else None), r.stderr
 
 
+def terminate(proc, wait=20):
+    """SIGTERM to proc, then its output; a proc still running after `wait` s is killed (a hang
+    reads as rc -9)."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.communicate(timeout=wait)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.communicate()
+
+
 def one_trace(tmp, pid):
     path = os.path.join(tmp, f"t.{pid}")
     expect(os.path.isfile(path), f"no trace {path}")
@@ -405,12 +416,7 @@ with tempfile.TemporaryDirectory() as tmp:
         except OSError:
             break
         time.sleep(0.01)
-    proc.send_signal(signal.SIGTERM)
-    try:
-        out, err = proc.communicate(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
+    out, err = terminate(proc)
     expect(proc.returncode == 3 and err.count("strata:") == 1 and "signal handler called exit()" in err,
            f"exit() from a signal handler during the trace's write: rc {proc.returncode} {err!r}")
     os.close(reader)
@@ -423,12 +429,7 @@ with tempfile.TemporaryDirectory() as tmp:
                             stderr=subprocess.PIPE, text=True)
     proc.stdout.readline()
     time.sleep(0.2)  # not needed for the check: more forks under way
-    proc.send_signal(signal.SIGTERM)
-    try:
-        out, err = proc.communicate(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
+    out, err = terminate(proc)
     rc, got, err2 = check(forked)
     expect(proc.returncode == 3 and rc == 0, f"exit() from a signal handler inside fork: rc {proc.returncode} "
            f"{err!r}; trace {got} {err2}")
