@@ -812,10 +812,17 @@ void page_recount(page* pg) noexcept {
   uint32_t listed = 0;
   bool past_capacity = false;
   size_t carved_bytes = size_t{pg->capacity} * pg->block_size;
+  size_t span_bytes = size_t{pg->reserved} * pg->block_size;
   for (block* list : {pg->free, pg->local_free}) {
     for (block* b = list; b != nullptr && listed <= pg->capacity; b = link_get(pg, b)) {
+      auto offset = static_cast<size_t>(reinterpret_cast<uint8_t*>(b) - pg->start);
+      // A link that names no block of the span: a write after free overwrote it (no stopped
+      // store leaves one).  Followed, it faulted inside fork() with no report (the hardened
+      // build too, whose pop reports it); the list ends at the block that holds it, the blocks
+      // past it out for good, and the child's pop of that block reports it as the parent's would.
+      if (offset >= span_bytes || offset % pg->block_size != 0) break;
       ++listed;
-      if (static_cast<size_t>(reinterpret_cast<uint8_t*>(b) - pg->start) >= carved_bytes) past_capacity = true;
+      if (offset >= carved_bytes) past_capacity = true;
     }
   }
   if (listed != 0) page_block_back(pg);

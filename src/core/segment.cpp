@@ -486,6 +486,22 @@ void segment_release(heap* h, segment* seg) noexcept {
   segment_unmap(seg);
 }
 
+// Hardened build: clears the link and canary words of every block carved on pg, all free, before
+// its span takes another layout (span_free, page_reshape).  Pops clear them only under the layout
+// that wrote them: left in the span, they sat inside the next layout's blocks, and a program
+// that sent out a fresh block's uninitialised bytes (a buffer not yet filled, struct padding)
+// sent stale canaries (each its address XOR the secret: the secret, and with it every page's
+// link key) and encoded links.  As many stores as the carve made.
+void page_scrub(const page* pg) noexcept {
+  if constexpr (secure) {
+    for (uint32_t i = 0; i < pg->capacity; ++i) {
+      auto* b = reinterpret_cast<block*>(pg->start + static_cast<size_t>(i) * pg->block_size);
+      b->next = nullptr;
+      b->canary = 0;
+    }
+  }
+}
+
 // Sets up pg, the first page of a span of n slices at slice idx of seg, for blocks of class cls:
 // empty, in use, on no list.
 void page_shape(segment* seg, size_t idx, size_t n, size_t cls) noexcept {
@@ -547,6 +563,7 @@ long free_run(const segment* seg, size_t n, bool warm_only) noexcept {
 void page_reshape(page* pg, size_t cls) noexcept {
   segment* seg = segment_of(pg);
   STRATA_ASSERT_INTERNAL(pg->used == 0 && page_slices(cls) <= pg->slice_count);
+  page_scrub(pg);
   page_shape(seg, static_cast<size_t>(pg - seg->pages), pg->slice_count, cls);
   pg->reserved = 1;  // a longer span than the class needs still holds one block
 }
@@ -572,6 +589,7 @@ void span_free(heap* h, page* pg, bool may_release_segment) noexcept {
   STRATA_ASSERT((flags_of(pg) & page_flag::in_use) && page_is_empty(pg));
   segment* seg = segment_of(pg);
   size_t idx = slice_index(seg, pg), n = pg->slice_count;
+  page_scrub(pg);
   pg->flags.store(0, std::memory_order_relaxed);  // only a span's first slice has flags
   if (!page_map_ready())
     for (size_t k = 1; k < n; ++k) pg[k].slice_offset = 0;
