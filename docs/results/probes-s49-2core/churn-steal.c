@@ -1,7 +1,7 @@
 // Session 49: thread churn (short threads one after another, blocks of 8 B up to BIGMAX, 32 a
 // thread handed on through 1024 shared slots), the main thread printing strata statistics between
 // workers (its stdout buffer takes a span).  cc -O2 -DBIGMAX="(5<<20)" churn-steal.c -lm -lpthread
-// ./a.out THREADS  (under LD_PRELOAD).  churn-quiet.c: the same, main printing only at the end.
+// ./a.out THREADS [quiet]  (under LD_PRELOAD; quiet: main prints only after the last worker).
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <math.h>
@@ -37,10 +37,11 @@ static void* worker(void* arg) {
 }
 static long rss_kb(void) { long a, b; FILE* f = fopen("/proc/self/statm", "r"); fscanf(f, "%ld %ld", &a, &b); fclose(f); return b * 4; }
 int main(int argc, char** argv) {
-  int n = argc > 1 ? atoi(argv[1]) : 96;
+  int n = argc > 1 ? atoi(argv[1]) : 96, quiet = argc > 2;
   stats_get = dlsym(RTLD_DEFAULT, "strata_stats_get");
   for (int g = 0; g < n; g++) {
     pthread_t t; pthread_create(&t, 0, worker, (void*)(uintptr_t)(g + 1)); pthread_join(t, 0);
+    if (quiet && g != n - 1) continue;
     if (stats_get && (g < 20 || g % 8 == 7 || g == n - 1)) { st_t st; stats_get(&st);
       printf("g%3d rss %6ld KB  in_use %6lu KB committed %6lu KB reserved %6lu KB segs %lu huge %lu mmap %lu munmap %lu madv %lu\n", g, rss_kb(), st.in_use >> 10, st.committed >> 10, st.reserved >> 10, st.segs, st.huge, st.mm, st.mu, st.ma); }
     else if (g % 8 == 7) printf("g%3d rss %6ld KB\n", g, rss_kb());
