@@ -217,6 +217,13 @@ class sim_backend_impl final : public sim_backend {
     sim_stream* st = get(s);
     if (st == nullptr || st->destroyed.exchange(true, std::memory_order_acq_rel)) return;
     st->request_stop();
+    // Drained already (a stream synchronised before its destroy, the usual case): its worker
+    // ends at once and is joined here, before the slot can be handed out (stream_create joins a
+    // busy one's when it reuses the slot).  Left unjoined in a backend that lives to the end of
+    // the program (the plug-in's), every such thread was a leak at exit (ThreadSanitizer).
+    if (st->completed.load(std::memory_order_acquire) == st->enqueued.load(std::memory_order_acquire) &&
+        st->worker.joinable())
+      st->worker.join();
     std::lock_guard lock(streams_m_);
     free_slots_.push_back(slot_of(s.handle()));
   }
