@@ -14,12 +14,20 @@ from strata_lab import cli, results
 from .conftest import ROOT, lab
 
 
+def as_in_a_terminal():
+    """A Ctrl-C reaches a program run in a terminal: SIGINT at its default.  A job a non-interactive
+    shell starts in the background (`make test &`, nohup) inherits SIGINT ignored, and Python then
+    never raises KeyboardInterrupt: these tests' SIGINTs did nothing, the runs went on to exit 0."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(tmp_path, **env_extra):
     env = dict(os.environ, STRATA_ROOT=str(ROOT), **env_extra)
     return subprocess.Popen([sys.executable, "-m", "strata_lab", "run", "--suite", "patterns",
                              "--alloc", "glibc", "--cells", "larson/t1", "--seconds", "0.3",
                              "--rounds", "20", "--warmup", "0", "--out", str(tmp_path)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=as_in_a_terminal)
 
 
 def wait_for_samples(tmp_path, n, proc, limit=60):
@@ -232,7 +240,7 @@ def test_ctrl_c_while_the_cli_loads_exits_130_quietly(tmp_path, entry, module):
     env = dict(os.environ, STRATA_ROOT=str(ROOT))
     code = CTRL_C_WHILE_IMPORTING.format(module=module, entry=ENTRIES[entry])
     r = subprocess.run([sys.executable, "-c", code, "env", "--json"], capture_output=True, text=True,
-                       env=env, timeout=60, cwd=tmp_path)
+                       env=env, timeout=60, cwd=tmp_path, preexec_fn=as_in_a_terminal)
     assert r.returncode == 130 and "Traceback" not in r.stderr, (r.returncode, r.stderr)
     assert r.stderr.strip() == "strata-lab: interrupted" and r.stdout == "", r.stderr
 
