@@ -43,7 +43,7 @@ test-sanitize:
 
 # strata-alloc as the global allocator of collection- and thread-heavy tests (bindings/rust).
 test-rust:
-	$(CARGO) test -q $(RUST)
+	$(CARGO) test -q $(RUST) --workspace
 
 # The lab's suite "rust": alloc-bench under strata, mimalloc and jemalloc (the crates' own builds).
 rust-bench:
