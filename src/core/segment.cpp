@@ -974,12 +974,12 @@ inline bool huge_fits(const segment* seg, size_t offset, size_t bytes) noexcept 
   return huge_same_room(seg, offset) && seg->mapped_size >= bytes && seg->mapped_size / huge_reuse_waste <= bytes;
 }
 
+void huge_cache_put(segment* seg) noexcept;  // below: a refused growth puts its mapping back
+
 // A cached mapping for a block at `offset` needing `bytes` of mapping: the best fit, else the
 // largest one grown (its resident pages are reused, only the rest is faulted in).
 // *resident: the bytes of the returned mapping that may hold old data (the rest, grown by
 // mremap, is fresh from the OS and reads as zero).
-void huge_cache_put(segment* seg) noexcept;
-
 segment* huge_cache_take(size_t offset, size_t bytes, size_t* resident) noexcept {
   segment* pick = nullptr;
   segment* expired;

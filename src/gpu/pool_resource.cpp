@@ -127,11 +127,8 @@ struct pool_resource::impl {
       if (other == s || ot.free.largest() < need) continue;
       if (!ot.event) ot.event = backend.event_create();
       try {
-        // A handle that names a newer stream than the list's (the driver recycled it) would
-        // order the wrong stream: checked before the record and after it.
-        if (!detail::same_stream(backend.stream_id(other), ot.id)) throw driver_error("stream recycled");
-        backend.event_record(ot.event, other);
-        if (!detail::same_stream(backend.stream_id(other), ot.id)) throw driver_error("stream recycled");
+        // A handle that names a newer stream than the list's (recycled) would order the wrong one.
+        detail::record_on_stream(backend, ot.event, other, ot.id);
       } catch (const driver_error&) {
         // `other` was destroyed (its handle is invalid, or recycled): no work can be queued on
         // it any more, so once the device is synchronised its blocks are safe for every

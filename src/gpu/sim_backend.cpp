@@ -127,6 +127,12 @@ struct sim_stream {
     request_stop();
     if (worker.joinable()) worker.join();
   }
+
+  // After request_stop: joins the worker if its queue is drained already (it ends at once then).
+  void join_if_drained() {
+    if (completed.load(std::memory_order_acquire) == enqueued.load(std::memory_order_acquire) && worker.joinable())
+      worker.join();
+  }
 };
 
 struct sim_event {
@@ -204,10 +210,7 @@ class sim_backend_impl final : public sim_backend {
     }
     // The slot's last stream was destroyed: once its worker has drained its queue, it ends at
     // once; join it here so a stream-per-task program does not keep a parked thread per task.
-    if (sim_stream* old = slots_[slot].load(std::memory_order_acquire);
-        old && old->completed.load(std::memory_order_acquire) == old->enqueued.load(std::memory_order_acquire) &&
-        old->worker.joinable())
-      old->worker.join();
+    if (sim_stream* old = slots_[slot].load(std::memory_order_acquire)) old->join_if_drained();
     return stream_view{new_stream(handle_of(slot))->handle};
   }
   // Returns at once, as cuStreamDestroy does: the work enqueued so far still runs.  The object
@@ -221,9 +224,7 @@ class sim_backend_impl final : public sim_backend {
     // ends at once and is joined here, before the slot can be handed out (stream_create joins a
     // busy one's when it reuses the slot).  Left unjoined in a backend that lives to the end of
     // the program (the plug-in's), every such thread was a leak at exit (ThreadSanitizer).
-    if (st->completed.load(std::memory_order_acquire) == st->enqueued.load(std::memory_order_acquire) &&
-        st->worker.joinable())
-      st->worker.join();
+    st->join_if_drained();
     std::lock_guard lock(streams_m_);
     free_slots_.push_back(slot_of(s.handle()));
   }

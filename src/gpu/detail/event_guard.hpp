@@ -50,21 +50,31 @@ class event_pool {
   std::vector<void*> free_;
 };
 
+// Records ev on the stream with id `expected_id` (device_backend::stream_id) behind handle s: the
+// stream a resource's per-stream state was made for.  Throws driver_error when that stream was
+// destroyed: the record fails, or the handle names a newer stream now (the driver recycles
+// handles; recording there would order the wrong stream), checked before the record and after
+// it (a recycle in between).
+inline void record_on_stream(device_backend& backend, void* ev, stream_view s, std::uint64_t expected_id) {
+  auto check = [&] {
+    if (!same_stream(backend.stream_id(s), expected_id))
+      throw driver_error("the stream was destroyed and its handle names a newer stream");
+  };
+  check();
+  backend.event_record(ev, s);
+  check();
+}
+
 struct event_guard {
   // An event recorded on s now.
   event_guard(event_pool& pool, stream_view s) : event_guard(pool, s, pool.backend().stream_id(s)) {}
 
-  // An event recorded on the stream with id `expected_id` (device_backend::stream_id) behind
-  // handle s: the stream a resource's per-stream state was made for.  Throws driver_error when
-  // that stream was destroyed: the record fails, or the handle names a newer stream now (the
-  // driver recycles handles; recording there would order the wrong stream), checked before the
-  // record and after it (a recycle in between).  The event goes back to the pool.
+  // An event recorded on the stream with id `expected_id` behind handle s (record_on_stream);
+  // when that throws, the event goes back to the pool.
   event_guard(event_pool& pool, stream_view s, std::uint64_t expected_id)
       : pool(pool), event(pool.get()), stream(s), stream_id(expected_id) {
     try {
-      if (!same_stream(pool.backend().stream_id(s), expected_id)) throw_recycled();
-      pool.backend().event_record(event, s);
-      if (!same_stream(pool.backend().stream_id(s), expected_id)) throw_recycled();
+      record_on_stream(pool.backend(), event, s, expected_id);
     } catch (...) {
       pool.put(event);
       throw;
@@ -103,9 +113,6 @@ struct event_guard {
   std::uint64_t sequence = next_sequence();
 
  private:
-  [[noreturn]] static void throw_recycled() {
-    throw driver_error("the stream was destroyed and its handle names a newer stream");
-  }
   mutable std::atomic<bool> done_{false};
   static std::uint64_t next_sequence() noexcept {
     thread_local std::uint64_t n = 0;
