@@ -14,8 +14,9 @@ else
   debs=("${build_debs[@]}"
       libmimalloc2.0 libjemalloc2 libgoogle-perftools4 libtcmalloc-minimal4
       redis-server redis-tools wrk nginx-light
-      python3 sqlite3 perl jq git clang valgrind chromium nodejs
+      python3 python3-venv sqlite3 perl jq git clang valgrind chromium nodejs
       openjdk-17-jdk-headless dpkg-dev)   # Java: Spark executors and preload tests; dpkg-dev: make deb
+  # python3-venv: Debian's python3 leaves out ensurepip, without which `python3 -m venv` fails.
   # Rust's cargo (bindings/rust, the peers' crates): Debian's unless rustup's is there.
   if ! command -v cargo >/dev/null && [[ ! -x $HOME/.cargo/bin/cargo ]]; then
     debs+=(cargo)

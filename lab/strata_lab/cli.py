@@ -139,7 +139,12 @@ def cmd_run(a: argparse.Namespace) -> int:
     if baseline not in names:
         raise LabError(f"baseline {baseline!r} is not among the variants of this run: {', '.join(names)}")
 
+    ctx.consulted.clear()
     cells = suite.cells(ctx)
+    for option, given in (("--threads", a.threads), ("--seconds", a.seconds)):
+        if given is not None and option[2:] not in ctx.consulted:
+            raise LabError(f"suite {suite.name!r} does not take {option}: none of its cells reads it "
+                           "(it would be ignored); leave it out")
     if a.cells:
         import fnmatch
 

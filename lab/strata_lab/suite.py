@@ -187,6 +187,15 @@ class SuiteContext:
     cpus: list[int] = field(default_factory=lambda: sorted(os.sched_getaffinity(0)))
     params: dict = field(default_factory=dict)  # the suite's PARAMS, every one resolved
     out_root: Path | None = None  # --out: where the run's directory goes (default results/)
+    # Which of `seconds` and `threads` the suite's cells() read: a --threads or --seconds given to
+    # a suite that never reads it (programs, e4, redis, spark, ...) was ignored, and results.json
+    # still recorded it as the run's setting.  run refuses it instead.
+    consulted: set[str] = field(default_factory=set, repr=False, compare=False)
+
+    def __getattribute__(self, name: str):
+        if name in ("seconds", "threads"):
+            object.__getattribute__(self, "consulted").add(name)
+        return object.__getattribute__(self, name)
 
     def results_root(self) -> Path:
         """Where the run writes (--out, else results/): files a suite keeps beside its results."""

@@ -181,6 +181,16 @@ def test_nonsense_run_options_are_refused(built, tmp_path, args, needle):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("option, value", [("--threads", "4"), ("--seconds", "7")])
+def test_an_option_the_suite_never_reads_is_refused(built, tmp_path, option, value):
+    """e4's cells have their own thread counts and do a fixed amount of work: --threads 4 and
+    --seconds 7 ran its usual cells, exit 0, and results.json recorded threads [4] and seconds 7."""
+    r = lab("run", "--suite", "e4", "--smoke", "--alloc", "glibc", "--rounds", "1", "--warmup", "0",
+            "--no-progress", "--out", str(tmp_path), option, value)
+    check(r, f"suite 'e4' does not take {option}")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_report_with_an_empty_baseline_is_refused(tmp_path):
     check(lab("report", str(tmp_path), "--baseline", "", "--no-html"), "--baseline is empty")
 
