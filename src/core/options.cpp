@@ -1,5 +1,6 @@
 #include "core/options.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -88,6 +89,57 @@ bool parse_integer(const char* raw, const descriptor& d, int64_t* out) {
   return true;
 }
 
+char fold(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
+
+// The edit distance between a and b (insertions, deletions, substitutions; letters compared
+// without case), or limit + 1 once it is past limit.  Names are short: the rows fit the stack.
+size_t distance_within(const char* a, size_t na, const char* b, size_t nb, size_t limit) {
+  constexpr size_t longest = 64;
+  if (na > longest || nb > longest) return limit + 1;
+  size_t row[longest + 1];
+  for (size_t j = 0; j <= nb; ++j) row[j] = j;
+  for (size_t i = 1; i <= na; ++i) {
+    size_t diagonal = row[0], smallest = row[0] = i;
+    for (size_t j = 1; j <= nb; ++j) {
+      size_t above = row[j];
+      bool same = fold(a[i - 1]) == fold(b[j - 1]);
+      row[j] = std::min({above + 1, row[j - 1] + 1, diagonal + (same ? 0 : 1)});
+      diagonal = above;
+      smallest = std::min(smallest, row[j]);
+    }
+    if (smallest > limit) return limit + 1;
+  }
+  return row[nb];
+}
+
+// A variable named like an option but not one (STRATA_PURGE_DELY, strata_purge_delay): a typo
+// would otherwise leave the default in force without a word.  Only names within two edits of an
+// option's are warned about: the GPU layer, the lab and the tests read STRATA_* variables of
+// their own, none of them that close.
+void warn_near_misses() {
+  constexpr size_t near = 2;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const char* entry = *e;
+    if (strncasecmp(entry, "STRATA_", 7) != 0) continue;
+    const char* eq = strchr(entry, '=');
+    size_t n = eq ? static_cast<size_t>(eq - entry) : strlen(entry);
+    const char* meant = nullptr;
+    size_t best = near + 1;
+    for (const descriptor& d : table) {
+      size_t dn = strlen(d.env);
+      if (dn == n && strncmp(entry, d.env, n) == 0) {
+        meant = nullptr;  // an option's own name
+        break;
+      }
+      size_t k = distance_within(entry, n, d.env, dn, near);
+      if (k < best) best = k, meant = d.env;
+    }
+    if (meant != nullptr)
+      report::message("strata: warning: %.*s is not a strata option (did you mean %s?); ignored\n",
+                      static_cast<int>(n < 200 ? n : 200), entry, meant);
+  }
+}
+
 }  // namespace
 
 void init() noexcept {
@@ -130,6 +182,7 @@ void init() noexcept {
                       static_cast<long long>(d.def), d.env, d.help);
     }
   }
+  warn_near_misses();
   errno = saved;
 }
 

@@ -435,6 +435,27 @@ TEST(Issue17Options, WhitespaceInsideOrInsteadOfAValueIsRejected) {
   }
 }
 
+// A misspelt option (a letter missing, swapped or in the wrong case) was ignored without a word,
+// the default left in force.  Now it is named with the option it is closest to; STRATA_*
+// variables that other layers read (the GPU backend, the lab) are far from every option's name
+// and pass in silence.
+TEST(Issue17Options, AMisspeltOptionIsNamedWithTheOneMeant) {
+  options::reset(option::purge_delay);
+  const auto default_delay = options::get(option::purge_delay);
+  for (const char* name : {"STRATA_PURGE_DELY", "strata_purge_delay", "STRATA_PURGEDELAY", "STRATA_PURGE_DELAYS"}) {
+    std::string err = init_with(name, "0");
+    EXPECT_EQ(lines(err), 1) << name << ": " << err;
+    EXPECT_NE(err.find(std::string(name) + " is not a strata option (did you mean STRATA_PURGE_DELAY?)"),
+              std::string::npos) << err;
+    EXPECT_EQ(options::get(option::purge_delay), default_delay) << name;
+  }
+  for (const char* name : {"STRATA_GPU_BACKEND", "STRATA_LAB_ROUND", "STRATA_E5_SERVERS", "STRATA_CUDA_LIBRARY"})
+    EXPECT_EQ(init_with(name, "1"), "") << name;
+  EXPECT_EQ(init_with("STRATA_PURGE_DELAY", "7"), "");  // the option itself
+  EXPECT_EQ(options::get(option::purge_delay), 7);
+  options::reset(option::purge_delay);
+}
+
 // ---- 6. long values in messages, numbers in JSON whatever the locale ---------------------------
 
 // A rejected value over a message line's 1023 bytes is quoted cut short: the line still says why,
