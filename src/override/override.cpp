@@ -58,9 +58,16 @@ STRATA_EXPORT void* realloc(void* p, size_t size) {
   STRATA_TRACED(realloc(p, size));
   return strata_realloc(p, size);
 }
+// Through the process's realloc (a call the loader binds, as glibc's reallocarray makes): an
+// allocator preloaded before strata that has no reallocarray of its own (jemalloc, tcmalloc) or
+// a tracing wrapper that defines realloc only then serves it.  Served here, strata's block went
+// to the other allocator's free (`ls` and `sort` under LD_PRELOAD="libjemalloc.so.2
+// libstrata.so": SIGSEGV in jemalloc, tcmalloc's abort), one of that allocator's was refused as
+// foreign, and the wrapper never saw the call.  Recorded as the realloc it is (STRATA_TRACE).
 STRATA_EXPORT void* reallocarray(void* p, size_t n, size_t size) {
-  STRATA_TRACED(reallocarray(p, n, size));
-  return strata_reallocarray(p, n, size);
+  size_t bytes;
+  if (__builtin_mul_overflow(n, size, &bytes)) return strata_reallocarray(p, n, size);  // ENOMEM
+  return realloc(p, bytes);
 }
 STRATA_EXPORT int posix_memalign(void** out, size_t alignment, size_t size) {
   STRATA_TRACED(posix_memalign(out, alignment, size));

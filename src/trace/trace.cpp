@@ -672,12 +672,6 @@ void* realloc(void* p, size_t size) noexcept {
   return record(op_realloc, strata_realloc(p, size), size);
 }
 
-void* reallocarray(void* p, size_t count, size_t size) noexcept {
-  size_t bytes;
-  if (__builtin_mul_overflow(count, size, &bytes)) return strata_reallocarray(p, count, size);  // ENOMEM
-  return realloc(p, bytes);
-}
-
 int posix_memalign(void** out, size_t alignment, size_t size) noexcept {
   int r = strata_posix_memalign(out, alignment, size);
   record(op_aligned, r == 0 ? *out : nullptr, size, log2_of(alignment));  // refused: a failed allocation

@@ -19,7 +19,6 @@ extern __attribute__((visibility("hidden"))) bool active;
 void* malloc(size_t size) noexcept;
 void* calloc(size_t count, size_t size) noexcept;
 void* realloc(void* p, size_t size) noexcept;
-void* reallocarray(void* p, size_t count, size_t size) noexcept;
 int posix_memalign(void** out, size_t alignment, size_t size) noexcept;
 void* aligned_alloc(size_t alignment, size_t size) noexcept;
 void* memalign(size_t alignment, size_t size) noexcept;  // also aligned operator new
