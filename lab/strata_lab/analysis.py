@@ -343,6 +343,8 @@ def analyse(doc: RunDoc, baseline: str | None = None) -> Analysis:
                         + f" only, not {stats.CONFIDENCE * 100:.0f} % ((min, max) of the values "
                           "or per-round ratios; 6 rounds or more reach 95 %)")
     geo: dict[str, Geomean | None] = {}
+    no_ci: dict[str, int] = {}   # variant -> the fewest rounds of a cell, where that left no interval
+    rough: dict[str, int] = {}
     for v in variants:
         if v == baseline:
             n = sum(1 for c in cells_out if c.by_variant[v].n)
@@ -354,6 +356,18 @@ def analyse(doc: RunDoc, baseline: str | None = None) -> Analysis:
             continue
         point, ci = stats.geomean_paired(logs)
         geo[v] = Geomean(point, ci, len(logs), len(doc.cells))
+        fewest = min(len(x) for x in logs)
+        if len(logs) > 1 and fewest < 6:
+            (no_ci if ci is None else rough)[v] = fewest
+    # A bootstrap of a handful of rounds per cell is narrower than the spread it stands for.
+    if no_ci:
+        warnings.append("geometric means without an interval (a cell has fewer than "
+                        f"{stats.GEOMEAN_MIN_ROUNDS} paired rounds): "
+                        + ", ".join(f"{v} ({n} round{'s' if n != 1 else ''})" for v, n in no_ci.items()))
+    if rough:
+        warnings.append("geometric means whose interval is a bootstrap of cells with fewer than 6 rounds "
+                        f"and may cover well under {stats.CONFIDENCE * 100:.0f} %: "
+                        + ", ".join(f"{v} ({n} rounds)" for v, n in rough.items()))
     conv = convergence(doc, cells_out, variants, baseline, target)
     if conv.not_converged:
         worst = {cid: conv.cells[cid].worst for cid in conv.not_converged}
@@ -492,8 +506,15 @@ def compare(a: RunDoc, b: RunDoc, alpha: float = 0.05) -> Comparison:
         for v in b.variants:
             if v not in a.variants:
                 continue
+            # A metric <= 0 is a failure (files written before the runner made it one count it as
+            # a success): left out, as from the paired ratios, not divided by.
             va = [s.metrics[c["metric"]] for s in a.counted(c["id"], v)]
             vb = [s.metrics[c["metric"]] for s in b.counted(c["id"], v)]
+            for label, vals in (("A", va), ("B", vb)):
+                if left_out := sum(x <= 0 for x in vals):
+                    notes.append(f"{c['id']} / {v}: {left_out} sample{'s' if left_out > 1 else ''} of {label} "
+                                 f"left out ({c['metric']} <= 0)")
+            va, vb = [x for x in va if x > 0], [x for x in vb if x > 0]
             if not va or not vb:
                 notes.append(f"{c['id']} / {v}: no successful samples in {'A' if not va else 'B'}")
                 continue

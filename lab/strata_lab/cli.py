@@ -494,7 +494,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--max-rounds", type=int, help=f"adaptive rounds: at most this many per cell "
                                                   f"(default {runner.MAX_ROUNDS})")
     r.add_argument("--noise-threshold", type=float, default=runner.NOISE_THRESHOLD, metavar="SHARE",
-                   help="a sample that lost more than this share of its CPUs (steal or other "
+                   help="a sample that lost more than this share of its CPUs (steal and other "
                         "processes) is flagged and run again (default 0.10)")
     r.add_argument("--max-reruns", type=int, default=runner.MAX_RERUNS,
                    help=f"noisy samples run again, at most this many per cell (default {runner.MAX_RERUNS}; "

@@ -76,8 +76,8 @@ class Sample:
 
     @property
     def lost(self) -> float:
-        """The larger share of its CPUs the sample lost: to steal or to other processes."""
-        return max(self.steal_frac or 0.0, self.other_cpu_frac or 0.0)
+        """The share of its CPUs the sample lost: to steal and to other processes."""
+        return (self.steal_frac or 0.0) + (self.other_cpu_frac or 0.0)
 
     @classmethod
     def from_json(cls, d: dict) -> "Sample":

@@ -236,14 +236,14 @@ def _usage(status: int, ru, launcher: str | None, prefix: Path) -> tuple[int, di
 def _noise(jiffies0, jiffies1, lab_cpu_s: float, usage: dict, wall: float,
            noise_cpus: list[int] | None) -> dict:
     """What the sample lost on its CPUs while it ran: time stolen by the hypervisor, and CPU used
-    by everything else (busy time minus the sample's own CPU and the lab's polling).  A noisy
-    neighbour shows here before it shows as a wide spread."""
+    by everything else (busy time, which counts steal, minus the steal, the sample's own CPU and
+    the lab's polling).  A noisy neighbour shows here before it shows as a wide spread."""
     if jiffies0 is None or jiffies1 is None or wall <= 0:
         return {}
     ncpu = len(noise_cpus) if noise_cpus else (os.cpu_count() or 1)
     busy = (jiffies1[0] - jiffies0[0]) / machine.CLK_TCK
     steal = (jiffies1[1] - jiffies0[1]) / machine.CLK_TCK
-    other = max(0.0, busy - usage["utime"] - usage["stime"] - lab_cpu_s)
+    other = max(0.0, busy - steal - usage["utime"] - usage["stime"] - lab_cpu_s)
     return {"noise_cpus": ncpu, "steal_s": round(steal, 3), "steal_frac": round(steal / (wall * ncpu), 4),
             "other_cpu_s": round(other, 3), "other_cpu_frac": round(other / (wall * ncpu), 4)}
 
@@ -634,7 +634,7 @@ def execute(suite: Suite, cells: list[Cell], variants: list[Variant], *, rounds:
     """Run everything, writing out_dir/results.json after every sample.  Returns the document.
 
     1. The planned samples: warm-ups, then `rounds` interleaved rounds, round after round over all
-       cells.  A counted sample that lost more than `noise_threshold` of its CPUs (steal or other
+       cells.  A counted sample that lost more than `noise_threshold` of its CPUs (steal and other
        processes) is run again at once, at most `max_reruns` times per cell; the worse of the two
        is kept, marked `superseded_by`, and left out of the statistics.
     2. With `instructions`, one cachegrind sample per single-threaded cell and variant.

@@ -135,3 +135,27 @@ def test_busy_machine_is_flagged():
         s["other_cpu_frac"] = 0.5
     an = analysis.analyse(RunDoc.from_json(d))
     assert an.other_cpu_frac == 0.5 and an.warnings[0].startswith("BUSY MACHINE: other processes used a median 50 %")
+
+
+def test_compare_leaves_out_a_metric_of_zero_instead_of_dividing_by_it():
+    """A results file written before the runner made a metric <= 0 a failure holds such samples
+    as successes; `compare` took the median of 0 and divided by it (ZeroDivisionError)."""
+    a = RunDoc.from_json(doc_with({("a/t1", "base"): [0, 0, 10], ("a/t1", "x"): [20, 21, 22],
+                                   ("b/t4", "base"): [8, 9, 8], ("b/t4", "x"): [0, 0, 0]}))
+    b = RunDoc.from_json(doc_with({("a/t1", "base"): [11, 12, 11], ("a/t1", "x"): [20, 21, 22],
+                                   ("b/t4", "base"): [8, 9, 8], ("b/t4", "x"): [4, 5, 4]}))
+    cmp = analysis.compare(a, b)
+    row = next(r for r in cmp.rows if (r.cell, r.variant) == ("a/t1", "base"))
+    assert row.speedup == pytest.approx(1.1) and row.a.n == 1
+    assert "a/t1 / base: 2 samples of A left out (ops <= 0)" in cmp.notes
+    assert "b/t4 / x: no successful samples in A" in cmp.notes
+    assert not any((r.cell, r.variant) == ("b/t4", "x") for r in cmp.rows)
+
+
+def test_a_variant_with_one_sample_beside_tied_baseline_values_is_analysed():
+    """`report` died of scipy's ValueError (its permutation test wants two values a side) on a
+    cell where a variant kept one successful sample and the baseline's values tied."""
+    d = doc_with({("a/t1", "base"): [10, 10, 11], ("a/t1", "x"): [20],
+                  ("b/t4", "base"): [8, 9, 8], ("b/t4", "x"): [4, 5, 4]})
+    an = analysis.analyse(RunDoc.from_json(d))
+    assert an.cells[0].by_variant["x"].p_value == pytest.approx(0.5)

@@ -137,3 +137,14 @@ def test_mann_whitney_with_ties_is_exact_for_small_sets():
     assert stats.mann_whitney([1, 1, 1, 1], [2, 2, 2, 2]) == pytest.approx(2 / 70)
     # without ties unchanged
     assert stats.mann_whitney([1, 2, 3], [4, 5, 6]) == pytest.approx(0.1)
+
+
+def test_mann_whitney_with_one_value_and_ties_is_exact():
+    """One value against tied ones went to scipy's permutation test, which wants two values a
+    side: a ValueError out of `compare` for a cell that kept one successful sample in a run.
+    Exact over the 4 splits: 10 against 11, 12, 11 ranks lowest, p = 2 x 1/4."""
+    assert stats.mann_whitney([10], [11, 12, 11]) == pytest.approx(0.5)
+    assert stats.mann_whitney([12, 12, 11], [11]) == pytest.approx(1.0)
+    # the same rule as scipy's for two values or more
+    assert stats._tied_rank_sum_p(np.array([1.0, 2, 2, 3, 1, 5]), 2) == pytest.approx(
+        stats.mann_whitney([1, 2], [2, 3, 1, 5]))
