@@ -14,7 +14,10 @@
 //
 // A destroyed stream's arena stays (its blocks may still be in use by the stream's last work)
 // and is left to the next defragment, which synchronises the device; so is one whose handle the
-// driver gave to a newer stream (stream_id differs): that stream gets an arena of its own.
+// driver gave to a newer stream (stream_id differs): that stream gets an arena of its own.  Once
+// such arenas hold a growth step's worth of superblocks, the global arena defragments instead of
+// growing, and drops the retired arenas left empty: a stream per task otherwise kept a superblock
+// per task until the device was full.
 //
 // Lock order: global, then arena.  The paths that take an arena lock never take the global
 // lock while holding it.
@@ -88,6 +91,7 @@ struct arena_resource::impl {
   mutable std::shared_mutex arenas_mutex;
   std::unordered_map<arena_key, std::unique_ptr<arena>, arena_key_hash> arenas;
   std::vector<std::unique_ptr<arena>> retired;  // destroyed streams' arenas, handle recycled
+  std::atomic<std::size_t> retired_bytes{0};     // superblocks they held when retired, since the last defragment
 
   // Every arena, retired ones included (arenas_mutex held).
   template <class F>
@@ -108,7 +112,13 @@ struct arena_resource::impl {
     const arena_key key{s.id(), s.is_default() ? std::this_thread::get_id() : std::thread::id{}};
     std::unique_lock lock(arenas_mutex);
     auto& slot = arenas[key];
-    if (slot && !detail::same_stream(slot->stream_id, sid)) retired.push_back(std::move(slot));  // an earlier stream's
+    if (slot && !detail::same_stream(slot->stream_id, sid)) {  // an earlier stream's
+      {
+        std::lock_guard al(slot->mutex);
+        retired_bytes.fetch_add(slot->sb_starts.size() * sb(), std::memory_order_relaxed);
+      }
+      retired.push_back(std::move(slot));
+    }
     if (!slot) slot = std::make_unique<arena>(s, sid);
     return *slot;
   }
@@ -129,6 +139,18 @@ struct arena_resource::impl {
   void defragment() {
     backend.device_synchronize();
     global_free.coalesce_after_sync();
+    pull_empty_superblocks();
+    // A retired arena holding no superblock is reached no more: its stream's id is gone from
+    // every lookup, and `owner` names only arenas that hold one.
+    std::unique_lock arenas_lock(arenas_mutex);
+    retired_bytes.store(0, std::memory_order_relaxed);
+    std::erase_if(retired, [](const std::unique_ptr<arena>& a) {
+      std::lock_guard lock(a->mutex);
+      return a->sb_starts.empty();
+    });
+  }
+
+  void pull_empty_superblocks() {
     std::shared_lock arenas_lock(arenas_mutex);
     for_each_arena([&](arena& a) {
       std::lock_guard lock(a.mutex);
@@ -169,7 +191,14 @@ struct arena_resource::impl {
         detail::wait_for(backend, r->guards, s);
         return r->addr;
       }
-      if (attempt == 0 && grow(size)) continue;
+      if (attempt == 0) {
+        // Destroyed streams' arenas (handles recycled) hold a growth step: take them back first.
+        if (retired_bytes.load(std::memory_order_relaxed) >= std::max(options.min_growth, size)) {
+          defragment();
+          continue;
+        }
+        if (grow(size)) continue;
+      }
       if (attempt == 1) {
         defragment();
         continue;

@@ -33,7 +33,10 @@
 //
 // A destroyed stream's heap keeps its blocks (the stream's last work may still use them) for the
 // next defragment, which synchronises the device; so does one whose handle the driver gave to a
-// newer stream (stream_id differs): that stream gets a heap of its own.
+// newer stream (stream_id differs): that stream gets a heap of its own.  Once such heaps cache a
+// growth step's worth, the page heap defragments instead of growing, and the retired heaps it
+// empties are dropped: a stream per task otherwise kept a slab and a heap per task (device memory
+// until the device was full, host memory for good, and a longer walk at every steal).
 //
 // Lock order: page heap, then heaps.  The fast path holds one heap lock and takes no other;
 // the slow path never holds a heap lock while taking the page heap's or another heap's.
@@ -162,6 +165,11 @@ struct strata_resource::impl {
   std::unordered_map<heap_key, std::unique_ptr<heap>, heap_key_hash> heaps;
   std::vector<std::unique_ptr<heap>> retired;  // destroyed streams' heaps, handle recycled
   std::vector<heap*> heap_list;                // every heap, retired ones included
+  std::size_t retired_bytes = 0;               // what they cached when retired, since the last drop
+  std::int64_t dropped_allocated = 0;          // the `allocated` and lock wait of retired heaps dropped
+  std::uint64_t dropped_wait_ns = 0;
+  // Steals walking a copy of heap_list (taken under heaps_mutex): no heap is dropped meanwhile.
+  std::atomic<int> steals_in_flight{0};
   // Bytes of large blocks one heap may cache: heap_cache_bytes, less once the heaps together
   // would pass cache_bytes.  Set when a heap is added; the fast path only loads it.
   std::atomic<std::size_t> heap_budget{options.heap_cache_bytes};
@@ -184,7 +192,20 @@ struct strata_resource::impl {
   [[gnu::noinline]] heap& find_heap(stream_view s, std::uint64_t sid) {
     std::lock_guard lock(heaps_mutex);
     auto& slot = heaps[heap_key{std::this_thread::get_id(), s.id()}];
-    if (slot && !detail::same_stream(slot->stream_id, sid)) retired.push_back(std::move(slot));  // an earlier stream's
+    if (slot && !detail::same_stream(slot->stream_id, sid)) {  // an earlier stream's
+      std::size_t cached = 0;
+      {
+        std::lock_guard hl(slot->lock);
+        for (unsigned c = 0; c < class_count; ++c) cached += slot->bins[c].size() * class_size(c);
+      }
+      if (cached == 0 && steals_in_flight.load() == 0) {
+        drop(*slot);  // nothing to wait for
+        slot.reset();
+      } else {
+        retired_bytes += cached;
+        retired.push_back(std::move(slot));
+      }
+    }
     if (!slot) {
       slot = std::make_unique<heap>(s, sid);
       heap_list.push_back(slot.get());
@@ -229,6 +250,11 @@ struct strata_resource::impl {
     auto r = pages.take_at(a);
     if (r->size > n) pages.insert(a + n, r->size - n);
     return a;
+  }
+
+  bool retired_over(std::size_t n) {
+    std::lock_guard hl(heaps_mutex);
+    return retired_bytes != 0 && retired_bytes >= std::max(options.min_growth, n);
   }
 
   void return_pages(std::uintptr_t p, std::size_t n, stream_view released_on) {
@@ -295,6 +321,11 @@ struct strata_resource::impl {
   // heap's blocks go back guarded by an event recorded on its stream under its lock, which
   // covers every free in its bins (complete at once, and dropped, when the stream is idle).
   void defragment() {
+    flush_all_heaps();
+    drop_retired();
+  }
+
+  void flush_all_heaps() {
     backend.device_synchronize();
     pages.coalesce_after_sync();
     std::lock_guard hl(heaps_mutex);
@@ -319,6 +350,28 @@ struct strata_resource::impl {
     // whose stream took no event needs none.
     if (unrecorded) backend.device_synchronize();
     flush_heaps(heap_list, &guards);
+  }
+
+  // After flush_all_heaps: retired heaps left with nothing cached are reached no more (their
+  // stream's id is gone from every lookup, and only their thread looked them up), unless a steal
+  // walks a copy of heap_list; one still caching blocks of a slab in use elsewhere stays.  (One
+  // retired with nothing cached goes at once: find_heap.)
+  void drop_retired() {
+    std::lock_guard hl(heaps_mutex);
+    retired_bytes = 0;
+    if (steals_in_flight.load() != 0) return;
+    std::erase_if(retired, [&](const std::unique_ptr<heap>& h) {
+      if (std::any_of(h->bins.begin(), h->bins.end(), [](const auto& bin) { return !bin.empty(); })) return false;
+      drop(*h);
+      return true;
+    });
+  }
+
+  // heaps_mutex held: h, retired and caching nothing, leaves heap_list (its owner deletes it).
+  void drop(heap& h) {
+    dropped_allocated += h.allocated;
+    dropped_wait_ns += h.lock.wait_ns();
+    std::erase(heap_list, &h);
   }
 
   // Page heap locked: heaps whose stream has completed all its work give back their cached
@@ -367,7 +420,12 @@ struct strata_resource::impl {
   std::uintptr_t take_pages_from(source from, std::size_t n, stream_view s) {
     switch (from) {
       case source::ready: return take_pages(n, s, false);
-      case source::grown: return take_grown(n);
+      case source::grown:
+        if (retired_over(n)) {  // destroyed streams' heaps (handles recycled) cache a growth step
+          defragment();
+          if (std::uintptr_t p = take_pages(n, s, false)) return p;
+        }
+        return take_grown(n);
       case source::idle: reclaim_idle(); return take_pages(n, s, false);
       case source::guarded: return take_pages(n, s, true);
       case source::defragmented:
@@ -428,7 +486,12 @@ struct strata_resource::impl {
     {
       std::lock_guard lock(heaps_mutex);
       victims = heap_list;
+      ++steals_in_flight;
     }
+    struct in_flight {
+      std::atomic<int>& n;
+      ~in_flight() { --n; }
+    } done{steals_in_flight};
     const std::size_t cs = class_size(c);
     for (heap* v : victims) {
       // The same stream, not only the same handle: a retired heap's stream is another one.
@@ -625,6 +688,8 @@ resource_info strata_resource::do_info() const {
   std::int64_t allocated = impl_->huge_allocated.load();
   std::uint64_t wait = impl_->page_mutex.wait_ns();
   std::lock_guard hl(impl_->heaps_mutex);
+  allocated += impl_->dropped_allocated;
+  wait += impl_->dropped_wait_ns;
   for (heap* h : impl_->heap_list) {
     std::lock_guard l(h->lock);
     for (unsigned c = 0; c < class_count; ++c)
