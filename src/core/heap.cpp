@@ -502,6 +502,14 @@ void collect_remote_hinted(heap* h, size_t cls) noexcept {
 
 void heap_spares_release(heap* h) noexcept { spares_release(h, true); }
 
+void heap_purge_if_due(heap* h) noexcept {
+  if (h != &empty_heap) return heap_maybe_purge(h);
+  // The shared empty heap's clock and deadline are no thread's to write.
+  int64_t idle_due = segments_idle_due();
+  if (idle_due == 0) return;
+  if (int64_t now = os::now_ms(); now >= idle_due) segments_purge_idle(now);
+}
+
 void heap_schedule_purge(heap* h) noexcept {
   // A purge already due comes first: now + delay is no earlier (unless the adaptive delay
   // shrank meanwhile, when this purge comes a little late), and the clock is not read for each
@@ -578,7 +586,14 @@ void* heap_alloc_slow(heap* h, size_t cls) noexcept {
   // Every 64th call reads the clock for heap_idle_beside: here, before the paths that serve from
   // the direct page's own frees or the foreign cache (a thread fed by other threads' blocks
   // allocates without a walk, and must not look idle to them).
-  if ((++h->slow_calls & 63) == 0) h->active_tsc.store(tsc_now(), std::memory_order_relaxed);
+  // It also runs the purge check, whatever the path: a thread that keeps one block of a class
+  // and allocates and frees others of it takes no path but the fold of its direct page's frees
+  // below, and never gave back what it or exited threads had freed (the walk's own check comes at
+  // every 64th walk).  First: a pass may give the direct page's span back.
+  if ((++h->slow_calls & 63) == 0) {
+    h->active_tsc.store(tsc_now(), std::memory_order_relaxed);
+    heap_maybe_purge(h);
+  }
   // A one-block class has no direct page and no foreign blocks: a kept span first, with the
   // collect and purge pacing of the walk below (E1's large band, every allocation here).
   if (cls >= one_block_class_min) {

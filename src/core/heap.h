@@ -64,6 +64,10 @@ void orphan_page_flags_set(page* pg, uint8_t f) noexcept;
 void heap_spares_release(heap* h) noexcept;
 // h's next purge pass comes a purge delay from now, unless one is due already.
 void heap_schedule_purge(heap* h) noexcept;
+// The purge passes that are due (h's own, and the idle pass over the segments and huge mappings
+// no heap owns), for a slow path outside heap.cpp's: huge_alloc.  h may be the empty heap (a
+// thread without one), which runs the idle pass only.
+void heap_purge_if_due(heap* h) noexcept;
 
 // pthread key destructor: the exiting thread's heap is given back or abandoned.
 void heap_thread_done(void* h) noexcept;

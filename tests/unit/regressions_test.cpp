@@ -1119,6 +1119,97 @@ TEST(Issue10Purge, AStreamOfRefaultsLengthensTheDelayOncePerDelay) {
   EXPECT_GE(best, 40) << count << " refaults a try:" << tries;
 }
 
+// A long-lived server's memory over time (helper H29).  Each test frees a spike of small blocks
+// (64 K of 1000 B), then goes on with one kind of call alone, and waits for the purge passes
+// to give the spike back (two to four delays; refaults elsewhere may have lengthened the delay,
+// so up to 2 s of them).
+namespace purge_after_a_spike {
+constexpr size_t huge = 4 * MiB;
+
+void spike_and_free() {
+  uint64_t before = stats().committed_bytes;
+  std::vector<void*> blocks(64 * 1024);
+  for (auto& b : blocks) b = memset(strata_malloc(1000), 1, 1000);
+  ASSERT_GT(stats().committed_bytes, before + 48 * MiB);
+  for (void* b : blocks) strata_free(b);
+}
+
+void huge_block() {
+  auto* p = static_cast<char*>(strata_malloc(huge));
+  ASSERT_NE(p, nullptr);
+  p[0] = 1;
+  strata_free(p);
+}
+
+// Runs step every 10 ms, for 2 s at most, until committed memory falls under bound; returns the
+// last committed figure.
+template <class Step>
+uint64_t committed_after(uint64_t bound, Step step) {
+  uint64_t now = stats().committed_bytes;
+  for (int i = 0; i < 200 && now > bound; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    step();
+    now = stats().committed_bytes;
+  }
+  return now;
+}
+}  // namespace purge_after_a_spike
+
+// A thread that then allocated only huge blocks (4 MiB buffers, served from its huge spare) never
+// ran a purge pass: huge_alloc is a slow path of its own, and passes ran from the others only.
+// The 64 MiB stayed committed (and resident) for as long as it went on so, where
+// STRATA_PURGE_DELAY promises them back after the delay.
+TEST(Issue10Purge, AThreadAllocatingOnlyHugeBlocksGivesBackWhatItFreed) {
+  using namespace purge_after_a_spike;
+  scoped_option delay(strata::option::purge_delay, 10);
+  strata_collect(true);
+  std::thread([] {
+    strata_free(memset(strata_malloc(huge), 1, huge));  // the thread's huge spare from here on
+    uint64_t base = stats().committed_bytes;
+    spike_and_free();
+    uint64_t now = committed_after(base + 16 * MiB, huge_block);
+    EXPECT_LT(now, base + 16 * MiB) << "committed " << base << " before, " << now << " after 2 s of huge blocks";
+  }).join();
+}
+
+// The same with a thread that never allocated a small block (it has no heap): its huge blocks
+// alone never ran the pass over what exited threads left (64 MiB here).
+TEST(Issue10Purge, AThreadWithoutAHeapAllocatingOnlyHugeBlocksGivesBackWhatExitedThreadsFreed) {
+  using namespace purge_after_a_spike;
+  scoped_option delay(strata::option::purge_delay, 10);
+  strata_collect(true);
+  uint64_t base = stats().committed_bytes;
+  std::thread([] {
+    void* big = memset(strata_malloc(huge), 1, huge);  // first: its mapping purges nothing
+    spike_and_free();
+    strata_free(big);  // kept by the heap, in the shared cache once the thread exits
+  }).join();
+  std::thread([base] {
+    uint64_t now = committed_after(base + 16 * MiB, huge_block);  // from the shared cache: no growth
+    EXPECT_LT(now, base + 16 * MiB) << "committed " << base << " before, " << now << " after 2 s of huge blocks";
+  }).join();
+}
+
+// The same server, its steady state: a thread that keeps one block of a class and allocates and
+// frees others of that class takes malloc's slow path only to fold its direct page's own frees
+// into the free list, and that path had no purge check: the 64 MiB it had freed stayed committed
+// however long it went on (and so would what exited threads left).
+TEST(Issue10Purge, AThreadAllocatingFromItsDirectPageAloneGivesBackWhatItFreed) {
+  using namespace purge_after_a_spike;
+  scoped_option delay(strata::option::purge_delay, 10);
+  strata_collect(true);
+  std::thread([] {
+    void* kept = strata_malloc(16);  // the direct page of its class never empties
+    uint64_t base = stats().committed_bytes;
+    spike_and_free();
+    uint64_t now = committed_after(base + 16 * MiB, [] {
+      for (int j = 0; j < 20000; ++j) strata_free(opaque(strata_malloc(16)));  // folds its frees
+    });
+    strata_free(kept);
+    EXPECT_LT(now, base + 16 * MiB) << "committed " << base << " before, " << now << " after 2 s";
+  }).join();
+}
+
 // Issue 10 (single-threaded programs with few allocations): arrays of one size allocated one
 // after another all started at the same offset of a 4 KiB page (64 KiB-aligned pages, block
 // sizes that are multiples of 4 KiB), so walking them side by side made their accesses alias.
