@@ -44,18 +44,26 @@ class cuda_backend final : public device_backend {
                          std::to_string(count) + " visible)");
     check(api_.cuDeviceGet(&device_, ordinal), "cuDeviceGet");
     check(api_.cuDevicePrimaryCtxRetain(&context_, device_), "cuDevicePrimaryCtxRetain");
-    make_current();
-    int pools = 0;
-    api_.cuDeviceGetAttribute(&pools, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, device_);
-    pools_supported_ = pools != 0;
-    char name[256] = {};
-    api_.cuDeviceGetName(name, sizeof name - 1, device_);
-    int version = 0;
-    api_.cuDriverGetVersion(&version);
-    description_ = std::string(name) + ", driver API " + std::to_string(version / 1000) + "." +
-                   std::to_string(version % 1000 / 10);
-    check(api_.cuModuleLoadData(&module_, spin_ptx), "cuModuleLoadData(spin kernel PTX)");
-    check(api_.cuModuleGetFunction(&spin_, module_, "strata_spin"), "cuModuleGetFunction");
+    try {
+      make_current();
+      int pools = 0;
+      api_.cuDeviceGetAttribute(&pools, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, device_);
+      // A driver older than 11.2 has no pool entry points (and no such attribute).
+      pools_supported_ = pools != 0 && api_.cuMemPoolCreate != nullptr;
+      char name[256] = {};
+      api_.cuDeviceGetName(name, sizeof name - 1, device_);
+      int version = 0;
+      api_.cuDriverGetVersion(&version);
+      description_ = std::string(name) + ", driver API " + std::to_string(version / 1000) + "." +
+                     std::to_string(version % 1000 / 10);
+      check(api_.cuModuleLoadData(&module_, spin_ptx), "cuModuleLoadData(spin kernel PTX)");
+      check(api_.cuModuleGetFunction(&spin_, module_, "strata_spin"), "cuModuleGetFunction");
+    } catch (...) {
+      // No destructor runs for a constructor that throws: give back what it took.
+      if (module_) api_.cuModuleUnload(module_);
+      api_.cuDevicePrimaryCtxRelease(device_);
+      throw;
+    }
   }
 
   ~cuda_backend() override {
@@ -165,8 +173,12 @@ class cuda_backend final : public device_backend {
     CUmemoryPool pool = nullptr;
     check(api_.cuMemPoolCreate(&pool, &props), "cuMemPoolCreate");
     unsigned long long threshold = release_threshold;
-    check(api_.cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold),
-          "cuMemPoolSetAttribute(RELEASE_THRESHOLD)");
+    const CUresult r =
+        api_.cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold);
+    if (r != CUDA_SUCCESS) {
+      api_.cuMemPoolDestroy(pool);  // the caller never sees it
+      check(r, "cuMemPoolSetAttribute(RELEASE_THRESHOLD)");
+    }
     return pool;
   }
   void pool_destroy(void* pool) noexcept override {
@@ -208,12 +220,13 @@ class cuda_backend final : public device_backend {
   }
 
   // The driver's current context is per host thread; every entry point makes ours current.
+  // The driver is asked which context is current, not a cache of what strata set last: other
+  // code on the thread (cudaSetDevice, a library pushing or popping its own context) changes
+  // it between our calls, and a stale cache sent allocations to that context's device.
   void make_current() const noexcept {
-    thread_local CUcontext current = nullptr;
-    if (current != context_) {
+    CUcontext current = nullptr;
+    if (api_.cuCtxGetCurrent(&current) != CUDA_SUCCESS || current != context_)
       api_.cuCtxSetCurrent(context_);
-      current = context_;
-    }
   }
 
   void check(CUresult r, const char* what) const {

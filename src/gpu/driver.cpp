@@ -22,7 +22,7 @@ bool bind(void* lib, F& slot, const char* symbol, std::string& error) {
   if (p == nullptr) {
     if (error.empty())
       error = std::string("the CUDA driver has no entry point ") + symbol +
-              " (driver too old: strata needs a CUDA 11.2 or newer driver)";
+              " (driver too old: strata needs a CUDA 11.0 or newer driver)";
     return false;
   }
   slot = reinterpret_cast<F>(p);
@@ -57,18 +57,24 @@ loaded load() {
   bind(lib, a.cuDeviceGetAttribute, "cuDeviceGetAttribute", e);
   bind(lib, a.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", e);
   bind(lib, a.cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", e);
+  bind(lib, a.cuCtxGetCurrent, "cuCtxGetCurrent", e);
   bind(lib, a.cuCtxSetCurrent, "cuCtxSetCurrent", e);
   bind(lib, a.cuCtxSynchronize, "cuCtxSynchronize", e);
   bind(lib, a.cuMemAlloc, "cuMemAlloc_v2", e);
   bind(lib, a.cuMemFree, "cuMemFree_v2", e);
   bind(lib, a.cuMemGetInfo, "cuMemGetInfo_v2", e);
-  bind(lib, a.cuMemPoolCreate, "cuMemPoolCreate", e);
-  bind(lib, a.cuMemPoolDestroy, "cuMemPoolDestroy", e);
-  bind(lib, a.cuMemPoolSetAttribute, "cuMemPoolSetAttribute", e);
-  bind(lib, a.cuMemPoolGetAttribute, "cuMemPoolGetAttribute", e);
-  bind(lib, a.cuMemPoolTrimTo, "cuMemPoolTrimTo", e);
-  bind(lib, a.cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", e);
-  bind(lib, a.cuMemFreeAsync, "cuMemFreeAsync", e);
+  // The stream-ordered pool (CUDA 11.2): without it, supports_async_pool() is false and every
+  // resource but async still works.
+  bind_optional(lib, a.cuMemPoolCreate, "cuMemPoolCreate");
+  bind_optional(lib, a.cuMemPoolDestroy, "cuMemPoolDestroy");
+  bind_optional(lib, a.cuMemPoolSetAttribute, "cuMemPoolSetAttribute");
+  bind_optional(lib, a.cuMemPoolGetAttribute, "cuMemPoolGetAttribute");
+  bind_optional(lib, a.cuMemPoolTrimTo, "cuMemPoolTrimTo");
+  bind_optional(lib, a.cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync");
+  bind_optional(lib, a.cuMemFreeAsync, "cuMemFreeAsync");
+  if (!a.cuMemPoolDestroy || !a.cuMemPoolSetAttribute || !a.cuMemPoolGetAttribute ||
+      !a.cuMemPoolTrimTo || !a.cuMemAllocFromPoolAsync || !a.cuMemFreeAsync)
+    a.cuMemPoolCreate = nullptr;  // all or none
   bind(lib, a.cuStreamCreateWithPriority, "cuStreamCreateWithPriority", e);
   bind(lib, a.cuStreamDestroy, "cuStreamDestroy_v2", e);
   bind(lib, a.cuStreamSynchronize, "cuStreamSynchronize", e);

@@ -64,11 +64,13 @@ struct driver_api {
   CUresult (*cuDeviceGetAttribute)(int*, int, CUdevice);
   CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice);
   CUresult (*cuDevicePrimaryCtxRelease)(CUdevice);  // cuDevicePrimaryCtxRelease_v2
+  CUresult (*cuCtxGetCurrent)(CUcontext*);
   CUresult (*cuCtxSetCurrent)(CUcontext);
   CUresult (*cuCtxSynchronize)();
   CUresult (*cuMemAlloc)(CUdeviceptr*, std::size_t);      // cuMemAlloc_v2
   CUresult (*cuMemFree)(CUdeviceptr);                     // cuMemFree_v2
   CUresult (*cuMemGetInfo)(std::size_t*, std::size_t*);  // cuMemGetInfo_v2
+  // The seven pool entry points: CUDA 11.2; all nullptr when any is missing.
   CUresult (*cuMemPoolCreate)(CUmemoryPool*, const CUmemPoolProps*);
   CUresult (*cuMemPoolDestroy)(CUmemoryPool);
   CUresult (*cuMemPoolSetAttribute)(CUmemoryPool, int, void*);
