@@ -649,11 +649,15 @@ int main(int argc, char** argv) {
         pos = c + 1;
       }
     } else if (args.is("--threads")) {
-      // Accepted for the lab's uniform command lines (E4's sizes are fixed), but read as the
-      // number it must be: read as a string, "--threads abc" ran and exited 0.
-      args.value<int>();
+      // Accepted for the lab's uniform command lines (E4's sizes are fixed), but checked as the
+      // other programs check them: read as a string, "--threads abc" ran and exited 0, and
+      // "--threads 0", "-3" or "--seconds nan" still did.
+      int threads = args.value<int>();
+      if (threads < 1 || threads > 1024) args.fail("--threads must be 1..1024");
     } else if (args.is("--seconds")) {
-      args.value<double>();
+      double seconds = args.value<double>();
+      if (!(seconds > 0 && std::isfinite(seconds)))
+        args.fail("--seconds must be a finite number above 0");
     } else {
       args.unknown();
     }

@@ -14,7 +14,8 @@
 // chunks back; destruction destroys the objects still alive and returns every chunk.
 // Destruction destroy()s the live objects in address order: an object's destructor may
 // destroy() objects of the pool that are still alive (they are not destroyed twice), not use
-// one already destroyed (a checked pool aborts on its destroy()).
+// one already destroyed (a checked pool aborts on its destroy()); objects it creates are
+// destroyed by a further walk.
 //
 // Misuse (double deallocate, a pointer this pool never handed out, a pointer into the middle of
 // an object) is caught when the pool is Checked — the default in builds without NDEBUG, or
@@ -260,15 +261,28 @@ class slot_store {
     return released;
   }
 
-  // Calls fn(slot) once for every slot handed out and not returned when it starts, in address
-  // order.  fn may return slots (the pool's destructor destroy()s each object, and an object's
-  // destructor may destroy() the objects it owns): after each call, collect() brings the slots
-  // returned meanwhile onto the free list, and one returned before its turn is not visited.
-  // Slots handed out while it runs are not visited.  Needs a copy of the chunk table and a
-  // bitmap of the free slots: returns false (calling nothing) if they cannot be allocated.
+  // Calls fn(slot) once for every slot handed out and not returned, in address order.  fn may
+  // return slots (the pool's destructor destroy()s each object, and an object's destructor may
+  // destroy() the objects it owns): after each call, collect() brings the slots returned
+  // meanwhile onto the free list, and one returned before its turn is not visited.  Slots handed
+  // out while a walk runs (an object a destructor creates) are visited by a further walk, until
+  // none is left (one walk was all there was, and the pool's destructor never destroyed them);
+  // a walk that visits nothing ends it.  Each walk needs a copy of the chunk table and a bitmap
+  // of the free slots: returns false (calling nothing more) if they cannot be allocated.
   template <class Fn, class Collect>
   bool for_each_live(Fn&& fn, Collect&& collect) noexcept {
-    if (free_count_ == capacity_) return true;
+    bool visited = true;
+    while (free_count_ != capacity_ && visited)
+      if (!walk_live(fn, collect, visited)) return false;
+    return true;
+  }
+
+ private:
+  // One walk of for_each_live over the slots handed out when it starts; visited says whether it
+  // called fn.
+  template <class Fn, class Collect>
+  bool walk_live(Fn& fn, Collect& collect, bool& visited) noexcept {
+    visited = false;
     sort_chunks();
     std::vector<chunk> chunks;  // fn may grow the store: walk the chunks there are now
     std::vector<std::vector<bool>> is_free;
@@ -295,6 +309,7 @@ class slot_store {
     for (std::size_t k = 0; k < chunks.size(); ++k) {
       for (std::size_t i = 0; i < chunks[k].slots; ++i) {
         if (is_free[k][i]) continue;
+        visited = true;
         fn(static_cast<void*>(chunks[k].base + i * slot_size_));
         collect();
         while (free_ != nullptr) {
@@ -309,6 +324,7 @@ class slot_store {
     return true;
   }
 
+ public:
   void release_all() noexcept {
     for (const chunk& c : chunks_) release(c);
     chunks_.clear();

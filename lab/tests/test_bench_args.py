@@ -45,6 +45,25 @@ def test_a_number_with_trailing_garbage_is_refused(target, args, flag, value):
     assert f'{flag} wants' in r.stderr and f'not "{value}"' in r.stderr and "usage:" in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("flag, value, needle", [
+    ("--threads", "0", "--threads must be 1..1024"),
+    ("--threads", "-3", "--threads must be 1..1024"),
+    ("--threads", "100000", "--threads must be 1..1024"),
+    ("--seconds", "0", "--seconds must be a finite number above 0"),
+    ("--seconds", "-1", "--seconds must be a finite number above 0"),
+    ("--seconds", "nan", "--seconds must be a finite number above 0"),
+    ("--seconds", "inf", "--seconds must be a finite number above 0"),
+])
+def test_e4_checks_the_numbers_it_does_not_use(flag, value, needle):
+    """Session 50's probe: strata-bench-e4 takes --threads and --seconds for the lab's uniform
+    command lines (its sizes are fixed) and refused "abc", but ran and exited 0 with a thread
+    count of 0 or -3 and with nan, inf or negative seconds, which every other program refuses."""
+    r = subprocess.run([str(program("strata-bench-e4")), "--group", "numa", "--smoke", flag, value],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stdout == "", (r.returncode, r.stdout[:200], r.stderr)
+    assert needle in r.stderr and "usage:" in r.stderr, r.stderr
+
+
 @pytest.mark.parametrize("target, args", [
     ("strata-bench-e1-sizeclass", ["--band", "tiny", "--smoke", "--threads", "+1", "--seconds",
                                    "5e-2", "--slots", "64", "--seed", "18446744073709551615"]),

@@ -257,6 +257,47 @@ TEST(ConcurrentObjectPool, DestructorsThatDestroyWhatTheyOwnDestroyEachObjectOnc
   expect_owned_objects_destroyed_once<true>();
 }
 
+// Session 50's probe: objects a destructor created while the pool was being destroyed were never
+// destroyed (their strings leaked), checked or not.
+template <bool Checked>
+struct spawning_node {
+  using pool_type = strata::concurrent_object_pool<spawning_node, strata::new_delete_upstream, Checked>;
+  static inline std::atomic<int> constructions{0};  // the threads create concurrently
+  static inline std::atomic<int> destructions{0};
+  pool_type* pool;
+  int generation;
+  std::string text = std::string(64, 'x');
+  spawning_node(pool_type* p, int g) : pool(p), generation(g) { ++constructions; }
+  ~spawning_node() {
+    ++destructions;
+    if (generation > 0) pool->create(pool, generation - 1);
+  }
+};
+
+template <bool Checked>
+void expect_objects_made_during_destruction_destroyed() {
+  using node = spawning_node<Checked>;
+  node::constructions = 0;
+  node::destructions = 0;
+  {
+    typename node::pool_type pool;
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 2; ++t)
+      threads.emplace_back([&] {
+        for (int i = 0; i < 200; ++i) pool.create(&pool, i % 4);  // objects in the depot too
+        pool.destroy(pool.create(&pool, 0));  // and a slot in the thread's magazine
+      });
+    for (auto& t : threads) t.join();
+  }
+  EXPECT_EQ(node::constructions.load(), 2 * (201 + 200 * 3 / 2));  // 0+1+2+3 a group of four
+  EXPECT_EQ(node::destructions.load(), node::constructions.load());
+}
+
+TEST(ConcurrentObjectPool, ObjectsCreatedWhileThePoolIsDestroyedAreDestroyedToo) {
+  expect_objects_made_during_destruction_destroyed<false>();
+  expect_objects_made_during_destruction_destroyed<true>();
+}
+
 // Session 45's probe: a thread without a cache (one whose index holder is gone, as in a late
 // thread-exit destructor) took objects from the store without raising high_water: live 1 with
 // high_water 0, where the header promises an upper bound of live.

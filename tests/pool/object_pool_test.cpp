@@ -307,6 +307,45 @@ TEST(ObjectPool, DestructorsThatDestroyWhatTheyOwnDestroyEachObjectOnce) {
   expect_owned_objects_destroyed_once<owning_pool<true>>();
 }
 
+// Session 50's probe: an object created by a destructor while the pool was being destroyed (a
+// node that hands its work to a successor) was never destroyed, where destruction promises to
+// destroy the objects still alive: 100 of 100 successors' destructors never ran, their strings
+// leaked.  A successor may itself make one, up to `generation` times.
+template <class Pool>
+struct spawning_node {
+  static inline int constructions = 0;
+  static inline int destructions = 0;
+  Pool* pool;
+  int generation;
+  std::string text = std::string(64, 'x');  // leaked when the destructor never runs
+  spawning_node(Pool* p, int g) : pool(p), generation(g) { ++constructions; }
+  ~spawning_node() {
+    ++destructions;
+    if (generation > 0) pool->create(pool, generation - 1);
+  }
+};
+template <bool Checked>
+struct spawning_pool : strata::object_pool<spawning_node<spawning_pool<Checked>>,
+                                           strata::new_delete_upstream, Checked> {};
+
+template <class Pool>
+void expect_objects_made_during_destruction_destroyed() {
+  using node = typename Pool::value_type;
+  node::constructions = node::destructions = 0;
+  {
+    Pool pool;
+    for (int i = 0; i < 100; ++i) pool.create(&pool, i % 4);
+    pool.destroy(pool.create(&pool, 0));  // a free slot on the list as well as the bump region
+  }
+  EXPECT_EQ(node::constructions, 101 + 100 * 3 / 2);  // 0+1+2+3 successors a group of four
+  EXPECT_EQ(node::destructions, node::constructions);
+}
+
+TEST(ObjectPool, ObjectsCreatedWhileThePoolIsDestroyedAreDestroyedToo) {
+  expect_objects_made_during_destruction_destroyed<spawning_pool<false>>();
+  expect_objects_made_during_destruction_destroyed<spawning_pool<true>>();
+}
+
 // Session 40b's probe: 24 x capacity wrapped to 8 bytes, and the pool handed out objects at
 // +24, +48... past its one chunk.  A capacity whose bytes do not fit in a size_t is one the
 // upstream cannot give: with_capacity throws, reserve says false, and nothing is allocated.

@@ -71,7 +71,8 @@ class typed_pool {
   typed_pool& operator=(typed_pool&&) = delete;
 
   // Objects still alive are destroy()ed, so that a destructor that destroys objects it owns
-  // does not destroy them a second time; the core's destructor then returns every chunk.
+  // does not destroy them a second time (and one that creates objects sees them destroyed in a
+  // further walk); the core's destructor then returns every chunk.
   ~typed_pool() {
     if constexpr (!std::is_trivially_destructible_v<T>) {
       core_.for_each_live([this](void* p) { destroy(static_cast<T*>(p)); });
