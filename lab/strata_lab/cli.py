@@ -266,6 +266,8 @@ def _progress(err, disabled: bool):
         from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                    TimeElapsedColumn, TimeRemainingColumn)
 
+        from .tables import escape
+
         prog = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[failed]}"),
                         console=err, transient=False)
@@ -275,7 +277,9 @@ def _progress(err, disabled: bool):
         def on_start(i, n, cell, v, rnd):
             if task["id"] is None:
                 task["id"] = prog.add_task("", total=n, failed="")
-            prog.update(task["id"], total=n, description=f"{cell.id} {v.name} "
+            # Drawn as rich markup: a trace file named "[red]x" (replay's cell id) turned red, and
+            # one with "[/x]" ended the run with a MarkupError.
+            prog.update(task["id"], total=n, description=f"{escape(cell.id)} {escape(v.name)} "
                                                 f"{'warm-up' if rnd is None else f'round {rnd + 1}'}")
 
         def on_sample(i, n, s):

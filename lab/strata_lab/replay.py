@@ -109,7 +109,8 @@ def cmd_trace_stats(a: argparse.Namespace) -> int:
             (out / "trace-stats.md").write_text(trace.markdown(s) + f"\n![{png.name}]({png.name})\n")
         except OSError as e:
             raise LabError(f"trace-stats: cannot write into {out}: {e.strerror}: {e.filename or out}") from None
-        print(f"strata-lab: wrote {out / 'trace-stats.md'} and {png}", file=sys.stderr)
+        print(f"strata-lab: wrote {out / 'trace-stats.md'}, {out / 'trace-stats.json'} and {png}",
+              file=sys.stderr)
     return 0
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from .errors import LabError
 from .model import RunDoc, Sample, dumps
+from .text import printable
 
 SCHEMA = "strata-lab/results"
 SCHEMA_VERSION = 2
@@ -109,8 +110,119 @@ def beside(results_path: str | Path, name: str) -> Path:
 
 
 def finite_number(v) -> bool:
-    """A JSON number that is a real measurement: not a boolean, NaN or infinite."""
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    """A JSON number that is a real measurement: not a boolean, NaN or infinite, nor an integer
+    past any float (1 followed by 400 zeros: math.isfinite raised OverflowError)."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
+
+
+# What the readers (analysis, tables, report, compare, the suites' summaries) take from a
+# document, checked once when it is loaded: (what it must be, the test).  A hand-edited or foreign
+# file ended `report` with a traceback (a failure written as a string, a string peak_rss_kb or
+# settings.rounds, a null suite, a cell without its metric) or drew a wrong table without a word
+# (a negative target_width: no cell ever within it; "ok": "false" read as a success).
+def _or_null(kind: tuple) -> tuple:
+    return kind[0] + ", or null", lambda v: v is None or kind[1](v)
+
+
+STRING = "a string", lambda v: isinstance(v, str)
+BOOL = "true or false", lambda v: isinstance(v, bool)
+OBJECT = "an object", lambda v: isinstance(v, dict)
+LIST = "a list", lambda v: isinstance(v, list)
+COUNT = "an integer, 0 or more", lambda v: type(v) is int and v >= 0
+POSITIVE = "an integer above 0", lambda v: type(v) is int and v > 0
+AMOUNT = "a finite number, 0 or more", lambda v: finite_number(v) and v >= 0
+SHARE = "a number above 0 and below 1", lambda v: finite_number(v) and 0 < v < 1
+STRINGS = "a list of strings", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)
+COUNTS = "a list of integers, 0 or more", lambda v: isinstance(v, list) and all(COUNT[1](x) for x in v)
+NUMBERS = "a list of finite numbers", lambda v: isinstance(v, list) and all(finite_number(x) for x in v)
+LATENCY = ("a finite number, a list of them, or null",
+           lambda v: v is None or finite_number(v) or NUMBERS[1](v))
+
+# (field, kind, required): an absent field the readers have a default for is no damage.
+TOP_FIELDS = (("suite", STRING, True), ("complete", BOOL, True), ("run_id", STRING, False),
+              ("description", STRING, False), ("interrupted", _or_null(STRING), False),
+              ("git", OBJECT, False), ("convergence", _or_null(OBJECT), False))
+GIT_FIELDS = (("revision", STRING, False),)
+SETTINGS_FIELDS = (("rounds", COUNT, False), ("warmup", _or_null(COUNT), False),
+                   ("planned_samples", COUNT, False), ("cpus", _or_null(COUNTS), False),
+                   ("baseline", _or_null(STRING), False), ("target_width", _or_null(SHARE), False),
+                   ("noise_threshold", _or_null(("a number above 0, at most 1",
+                                                 lambda v: finite_number(v) and 0 < v <= 1)), False),
+                   ("converge", _or_null(STRINGS), False), ("params", _or_null(OBJECT), False))
+CELL_FIELDS = (("metric", STRING, True), ("workload", STRING, True), ("threads", POSITIVE, True),
+               ("unit", STRING, False), ("latency_metrics", _or_null(STRINGS), False),
+               ("oversubscribed", BOOL, False), ("cpus", _or_null(COUNTS), False),
+               ("argv", _or_null(LIST), False), ("env", _or_null(OBJECT), False))
+SAMPLE_FIELDS = (("cell", STRING, True), ("variant", STRING, True), ("index", COUNT, True),
+                 ("round", _or_null(COUNT), True), ("warmup", BOOL, False), ("ok", BOOL, True),
+                 ("kind", ("\"time\" or \"instructions\"", lambda v: v in ("time", "instructions")), False),
+                 ("failure", _or_null(OBJECT), False), ("metrics", _or_null(OBJECT), False),
+                 ("noisy", _or_null(BOOL), False), ("rerun_of", _or_null(COUNT), False),
+                 ("superseded_by", _or_null(COUNT), False), ("peak_rss_kb", _or_null(AMOUNT), False),
+                 ("minor_faults", _or_null(AMOUNT), False), ("steal_frac", _or_null(AMOUNT), False),
+                 ("other_cpu_frac", _or_null(AMOUNT), False), ("instructions", _or_null(COUNT), False),
+                 ("instructions_per_op", _or_null(AMOUNT), False), ("rss_timeline", _or_null(OBJECT), False))
+FAILURE_FIELDS = (("kind", STRING, True), ("message", STRING, True))
+TIMELINE_FIELDS = (("t_ms", NUMBERS, False), ("rss_kb", NUMBERS, False))
+CONVERGED_FIELDS = (("reason", _or_null(STRING), False), ("rounds_needed", _or_null(COUNT), False))
+
+
+def _check(p: Path, where: str, obj: dict, spec: tuple) -> None:
+    """Each field of `spec` in `obj` (the object at `where`) what it must be, or a LabError naming
+    the file and the field."""
+    for key, (what, test), required in spec:
+        name = f"{where}.{key}" if where else key
+        if key not in obj:
+            if required:
+                raise LabError(f"corrupt results file {p}: {name} is missing (it must be {what})")
+        elif not test(obj[key]):
+            raise LabError(f"corrupt results file {p}: {name} must be {what}, not {_shown(obj[key])}")
+
+
+def _shown(v) -> str:
+    text = json.dumps(v)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def _check_fields(p: Path, doc: dict) -> None:
+    """Every field the readers use (docs/results-schema.md) of the type they take."""
+    _check(p, "", doc, TOP_FIELDS)
+    _check(p, "git", doc.get("git") or {}, GIT_FIELDS)
+    _check(p, "settings", doc["settings"], SETTINGS_FIELDS)
+    for name, info in doc["variants"].items():
+        if not isinstance(info, dict):
+            raise LabError(f"corrupt results file {p}: variants.{printable(name)} must be an object, "
+                           f"not {_shown(info)}")
+    for i, c in enumerate(doc["cells"]):
+        _check(p, f"cells[{i}]", c, CELL_FIELDS)
+    latency = {c["id"]: c.get("latency_metrics") or () for c in doc["cells"]}
+    for i, s in enumerate(doc["samples"]):
+        if not isinstance(s, dict):
+            raise LabError(f"corrupt results file {p}: samples[{i}] must be an object, not {_shown(s)}")
+        _check(p, f"samples[{i}]", s, SAMPLE_FIELDS)
+        if s.get("failure") is not None:
+            _check(p, f"samples[{i}].failure", s["failure"], FAILURE_FIELDS)
+        if s.get("rss_timeline") is not None:
+            tl = s["rss_timeline"]
+            _check(p, f"samples[{i}].rss_timeline", tl, TIMELINE_FIELDS)
+            if len(tl.get("t_ms") or ()) != len(tl.get("rss_kb") or ()):
+                raise LabError(f"corrupt results file {p}: samples[{i}].rss_timeline has "
+                               f"{len(tl.get('t_ms') or ())} times and {len(tl.get('rss_kb') or ())} sizes")
+        if s["ok"] and isinstance(s.get("metrics"), dict):
+            _check(p, f"samples[{i}].metrics", s["metrics"],
+                   tuple((k, LATENCY, False) for k in latency.get(s["cell"], ())))
+    conv = doc.get("convergence") or {}
+    _check(p, "convergence", conv, (("cells", _or_null(OBJECT), False),))
+    for cid, rec in (conv.get("cells") or {}).items():
+        if not isinstance(rec, dict):
+            raise LabError(f"corrupt results file {p}: convergence.cells.{printable(cid)} must be an "
+                           f"object, not {_shown(rec)}")
+        _check(p, f"convergence.cells.{printable(cid)}", rec, CONVERGED_FIELDS)
 
 
 REQUIRED = ("schema", "schema_version", "suite", "complete", "settings", "variants", "cells", "samples")
@@ -161,7 +273,8 @@ def load(arg: str | Path) -> RunDoc:
     if twice:
         raise LabError(f"corrupt results file {p}: cell {twice[0]!r} is listed twice (two runs "
                        f"merged into one file? compare them with strata-lab compare A B)")
-    metric_of = {c.get("id"): c.get("metric") for c in doc["cells"] if isinstance(c, dict)}
+    _check_fields(p, doc)
+    metric_of = {c["id"]: c["metric"] for c in doc["cells"]}
     for i, s in enumerate(doc["samples"]):
         if not isinstance(s, dict) or s.get("cell") not in metric_of or s.get("variant") not in doc["variants"]:
             raise LabError(f"corrupt results file {p}: sample {i} names an unknown cell or variant")
@@ -172,7 +285,7 @@ def load(arg: str | Path) -> RunDoc:
         # NaN and inf are written), 0, a string, a list or a boolean here is damage, not a missing
         # value: 0 ended compare with a traceback (ZeroDivisionError in the ratio of medians).
         metric = metric_of[s["cell"]]
-        value = s["metrics"].get(metric) if s.get("ok") and metric is not None else 1
+        value = s["metrics"].get(metric) if s["ok"] else 1
         if not (finite_number(value) and value > 0):
             raise LabError(f"corrupt results file {p}: sample {i} is ok but its {metric!r} is "
                            f"{json.dumps(value)[:40]}, not a finite number above 0")

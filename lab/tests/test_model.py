@@ -92,7 +92,8 @@ def test_unknown_keys_travel_and_absent_ones_stay_absent():
 
 def test_a_document_in_progress_has_every_top_level_key(tmp_path):
     doc = RunDoc(schema=results.SCHEMA, schema_version=results.SCHEMA_VERSION, suite="s",
-                 settings={"rounds": 1}, variants={"v": {}}, cells=[{"id": "c"}], samples=[_sample()])
+                 settings={"rounds": 1}, variants={"v": {}},
+                 cells=[{"id": "c", "workload": "c", "threads": 1, "metric": "m"}], samples=[_sample()])
     out = doc.to_json()
     assert out["convergence"] is None and out["complete"] is False and out["interrupted"] is None
     results.write_atomic(tmp_path / results.FILENAME, out)

@@ -7,6 +7,7 @@ Paced by default (--param pace=off: back to back): each event waits for its reco
 allocator that returns memory on a timer (strata, mimalloc) does so as under the program, and the
 replay's peak RSS is the program's; ops/s is then per second of replaying, the waits left out."""
 
+import json
 from pathlib import Path
 
 from strata_lab.allocators import BUILTINS
@@ -66,6 +67,8 @@ def summarise(results: dict) -> str:
     path = ((results.get("settings") or {}).get("params") or {}).get("trace")
     if not path:
         return ""
+    if not isinstance(path, str):  # a hand-edited file: open() ended `report` with a traceback
+        return f"### the trace\nsettings.params.trace is {json.dumps(path)[:40]}, not a file name\n"
     try:
         s = tr.stats(tr.read(path))
     except LabError as e:
