@@ -17,7 +17,8 @@
 //                        blocks to a page E1's mid band ran at 0.55x the speed it has with 32)
 //   block <= 128 KiB   : enough slices for at least 8 blocks
 //   larger             : one block per page
-// Blocks are carved lazily (16 KiB at a time), so a bigger page costs address space, not memory.
+// Blocks are carved lazily (4 KiB the first time, then 16 KiB at a time), so a bigger page costs
+// address space, not memory.
 #pragma once
 #include <bit>
 #include <cstddef>
