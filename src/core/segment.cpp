@@ -1082,9 +1082,13 @@ void* huge_alloc(size_t size, size_t alignment, size_t* dirty) noexcept {
   if (seg == nullptr && huge_cache_ms() > 0) seg = huge_cache_take(offset, total, &resident);
   if (seg == nullptr) {
     size_t map_align = align > segment_size ? align : segment_size;
-    purge_before_growth(tl_heap, total);
+    // A request more than memory and swap together (an absurd size, a length that underflowed)
+    // cannot be backed: it keeps the caches and the working reserve.  Before, one malloc(64 TiB)
+    // that failed gave back the thread's spare, the huge cache and the segment cache anyway.
+    bool backable = total <= os::memory_and_swap_bytes();
+    if (backable) purge_before_growth(tl_heap, total);
     seg = static_cast<segment*>(os::map_aligned(total, map_align, true));
-    if (seg == nullptr) {  // out of address space or memory: give back what the caches hold, retry
+    if (seg == nullptr && backable) {  // out of address space or memory: give back what the caches hold, retry
       segment_cache_trim(0);
       huge_cache_trim(true);
       seg = static_cast<segment*>(os::map_aligned(total, map_align, true));

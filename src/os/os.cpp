@@ -8,11 +8,22 @@
 #include <sys/mman.h>
 #include <sys/auxv.h>
 #include <sys/random.h>
+#include <sys/sysinfo.h>
 #include <unistd.h>
 
 namespace strata::os {
 
 counters stats;
+
+size_t memory_and_swap_bytes() noexcept {
+  int saved = errno;
+  struct sysinfo si {};
+  bool ok = sysinfo(&si) == 0;
+  errno = saved;
+  if (!ok) return SIZE_MAX;
+  unsigned __int128 bytes = (static_cast<unsigned __int128>(si.totalram) + si.totalswap) * (si.mem_unit ? si.mem_unit : 1);
+  return bytes > SIZE_MAX ? SIZE_MAX : static_cast<size_t>(bytes);
+}
 
 size_t page_size() noexcept {
   // Threads may race to fill it; they all store the same value (relaxed: no other data rides on it).

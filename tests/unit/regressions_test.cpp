@@ -36,9 +36,10 @@
 
 namespace {
 
-void* opaque(void* p) {
-  asm volatile("" : "+r"(p));
-  return p;
+template <class T>
+T opaque(T v) {
+  asm volatile("" : "+r"(v));
+  return v;
 }
 
 using strata_test::stats;
@@ -1251,6 +1252,28 @@ TEST(Issue10Purge, AThreadAllocatingFromItsDirectPageAloneGivesBackWhatItFreed) 
     });
     strata_free(kept);
     EXPECT_LT(now, base + 16 * MiB) << "committed " << base << " before, " << now << " after 2 s";
+  }).join();
+}
+
+// A request no memory could back (a size read from corrupt input, a length that underflowed)
+// fails, and must not cost the program its caches on the way (helper H33): one malloc(64 TiB)
+// gave back the thread's spare mapping, the huge cache and the segment cache before it failed
+// (68.8 MiB committed went to 8.6 MiB), so the next buffers were mapped and faulted in anew.
+TEST(Issue10HugeCache, ARequestNoMemoryCouldBackKeepsTheCaches) {
+  const size_t absurd = opaque(size_t{1} << 46);
+  void* plain = mmap(nullptr, absurd, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (plain != MAP_FAILED) {
+    munmap(plain, absurd);
+    GTEST_SKIP() << "this kernel backs a 64 TiB mapping (vm.overcommit_memory=1)";
+  }
+  std::thread([absurd] {
+    constexpr size_t buffer = 8 * MiB;
+    strata_free(memset(strata_malloc(buffer), 1, buffer));  // the thread's spare
+    uint64_t before = stats().committed_bytes;
+    errno = 0;
+    EXPECT_EQ(strata_malloc(absurd), nullptr);
+    EXPECT_EQ(errno, ENOMEM);
+    EXPECT_GE(stats().committed_bytes, before) << "the failed request gave back cached memory";
   }).join();
 }
 
