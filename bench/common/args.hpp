@@ -10,6 +10,7 @@
 //   }
 //   if (o.threads < 1 || o.threads > 1024) args.fail("--threads must be 1..1024");
 //
+// `--help` prints the usage on stdout and exits with status 0.
 // A bad command line prints "<program>: <why>" and the usage on stderr and exits with status 2:
 // the lab records that as a failed sample, never as a number.  A number must be the whole value:
 // "5abc", "", " 5", "5.5" for an integer, "-5" for an unsigned one or a value out of the type's
@@ -34,8 +35,16 @@ class arg_parser {
   arg_parser(int argc, char** argv, const char* program, const char* usage) noexcept
       : argc_(argc), argv_(argv), program_(program), usage_(usage) {}
 
-  // Steps to the next argument; false once every argument has been read.
-  bool next() noexcept { return ++i_ < argc_; }
+  // Steps to the next argument; false once every argument has been read.  --help prints the
+  // usage on stdout and exits with status 0, as command-line programs do.
+  bool next() noexcept {
+    if (++i_ >= argc_) return false;
+    if (is("--help")) {
+      std::printf("%s\n", usage_);
+      std::exit(0);
+    }
+    return true;
+  }
   std::string_view current() const noexcept { return argv_[i_]; }
   bool is(std::string_view flag) const noexcept { return current() == flag; }
 

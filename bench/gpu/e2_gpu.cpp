@@ -85,9 +85,11 @@ struct config {
   std::string trace;
 };
 
-[[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr,
-               "strata-bench-e2-gpu: %s\n"
+// A bad command line: why, and the usage, on stderr, exit status 2; --help: the usage on stdout,
+// exit status 0.
+[[noreturn]] void usage(const std::string& why, bool help = false) {
+  std::fprintf(help ? stdout : stderr,
+               "%s%s"
                "usage: strata-bench-e2-gpu [--backend sim|cuda] [--resource NAME[,NAME..]|all]\n"
                "         [--threads 1,4,8,16] [--smoke] [--iterations 1..10^7] [--long-factor K]\n"
                "         [--kernel-ns NS (<= 10^9)] [--max-size BYTES] [--pool-mib MIB] [--seed S]\n"
@@ -96,8 +98,8 @@ struct config {
                "         [--strata-cache-mib MIB] [--table] [--trace OUT.csv]\n"
                "         [--replay TRACE.csv]\n"
                "resources: cuda async pool arena strata\n",
-               why.c_str());
-  std::exit(2);
+               help ? "" : "strata-bench-e2-gpu: ", help ? "" : (why + "\n").c_str());
+  std::exit(help ? 0 : 2);
 }
 
 // s as an unsigned number in base 10 or 16 (an optional 0x), or nothing: digits only and no
@@ -204,7 +206,7 @@ config parse(int argc, char** argv) {
     else if (a == "--strata-cache-mib") c.strata_cache = mib();
     else if (a == "--replay") c.replay = value();
     else if (a == "--trace") c.trace = value();
-    else if (a == "-h" || a == "--help") usage("help");
+    else if (a == "-h" || a == "--help") usage("", true);
     else usage("unknown option " + a);
   }
   if (c.backend != "sim" && c.backend != "cuda") usage("unknown backend " + c.backend);

@@ -302,3 +302,13 @@ def test_an_e2_result_that_cannot_be_written_fails_the_run(target, args):
         r = subprocess.run([str(program(target)), *args], stdout=full, stderr=subprocess.PIPE,
                            text=True, timeout=60)
     assert r.returncode != 0 and "cannot write the results" in r.stderr, (r.returncode, r.stderr)
+
+
+@pytest.mark.parametrize("target", sorted({c[0] for c in CASES} | {"strata-bench-patterns", "strata-bench-e2-gpu"}))
+def test_help_prints_the_usage_and_exits_0(target):
+    """`--help` was an unknown argument: the usage went to stderr with exit status 2, as for a
+    bad command line."""
+    r = subprocess.run([program(target), "--help"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"usage: {target}")
+    assert r.stderr == ""
