@@ -132,7 +132,10 @@ void warn_near_misses() {
         break;
       }
       size_t k = distance_within(entry, n, d.env, dn, near);
-      if (k < best) best = k, meant = d.env;
+      if (k < best) {
+        best = k;
+        meant = d.env;
+      }
     }
     if (meant != nullptr)
       report::message("strata: warning: %.*s is not a strata option (did you mean %s?); ignored\n",

@@ -107,11 +107,11 @@ inline void page_carve(page* pg, uint8_t* first, uint32_t n, uint32_t bs) noexce
   }
 }
 // Carves more blocks from the span onto the free list: 4 KiB worth the first time (plain build),
-// 16 KiB worth after (at least one block); false when the span is carved whole.  The carve writes a link into
-// every block it carves, so it faults its memory in: a thread that uses a class for a few blocks
-// only (a pool's thread holding one block of each of 40 small sizes) faulted in 16 KiB of each
-// class's page, 312 KiB a thread (mimalloc 2: 188 KiB; now 144 KiB).  The second carve costs a
-// page one more slow call.
+// 16 KiB worth after (at least one block); false when the span is carved whole.  The carve
+// writes a link into every block it carves, so it faults its memory in: a thread that uses a
+// class for a few blocks only (a pool's thread holding one block of each of 40 small sizes)
+// faulted in 16 KiB of each class's page, 312 KiB a thread (mimalloc 2: 188 KiB; now 144 KiB).
+// The second carve costs a page one more slow call (E1's tiny band: about 1 %, within the noise).
 inline bool page_extend(page* pg) noexcept {
   if (pg->capacity >= pg->reserved) return false;
   uint32_t bs = pg->block_size;

@@ -1088,7 +1088,9 @@ void* huge_alloc(size_t size, size_t alignment, size_t* dirty) noexcept {
     bool backable = total <= os::memory_and_swap_bytes();
     if (backable) purge_before_growth(tl_heap, total);
     seg = static_cast<segment*>(os::map_aligned(total, map_align, true));
-    if (seg == nullptr && backable) {  // out of address space or memory: give back what the caches hold, retry
+    // Out of address space or memory: what the caches hold goes back, and the mapping is tried
+    // again.
+    if (seg == nullptr && backable) {
       segment_cache_trim(0);
       huge_cache_trim(true);
       seg = static_cast<segment*>(os::map_aligned(total, map_align, true));

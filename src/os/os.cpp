@@ -21,7 +21,8 @@ size_t memory_and_swap_bytes() noexcept {
   bool ok = sysinfo(&si) == 0;
   errno = saved;
   if (!ok) return SIZE_MAX;
-  unsigned __int128 bytes = (static_cast<unsigned __int128>(si.totalram) + si.totalswap) * (si.mem_unit ? si.mem_unit : 1);
+  unsigned __int128 units = static_cast<unsigned __int128>(si.totalram) + si.totalswap;
+  unsigned __int128 bytes = units * (si.mem_unit ? si.mem_unit : 1);
   return bytes > SIZE_MAX ? SIZE_MAX : static_cast<size_t>(bytes);
 }
 
