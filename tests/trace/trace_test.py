@@ -128,6 +128,21 @@ with tempfile.TemporaryDirectory() as tmp:
     for f in glob.glob(os.path.join(tmp, "*")):
         os.unlink(f)
 
+    # Threads recording at once: each keeps its two areas resident (512 KiB), and areas grow
+    # (to 1 MiB each) only within one budget for all threads (16 MiB).  Before, every thread that
+    # found the writer behind grew: 64 threads kept 2 MiB each, 128 MiB over the untraced run.
+    env = dict(os.environ, LD_PRELOAD=LIB)
+    env.pop("STRATA_TRACE", None)
+    plain = subprocess.run([WORKLOAD, "busy", "300000"], env=env, capture_output=True, text=True, timeout=60)
+    p = record(tmp, "busy", "300000", trace="/dev/null")
+    expect(plain.returncode == 0 and p.returncode == 0, f"busy workload failed: {plain.stderr} {p.stderr}")
+    if plain.returncode == 0 and p.returncode == 0:
+        traced, untraced = json.loads(p.stdout), json.loads(plain.stdout)
+        extra = traced["rss_kib"] - untraced["rss_kib"]
+        most = traced["threads"] * (512 + 4) + 16 * 1024 + 16 * 1024  # areas, headers, growth, slack
+        expect(extra <= most, f"busy: recording kept {extra} KiB resident for {traced['threads']} threads "
+                              f"(at most {most})")
+
     # Thread churn: a thread's buffer goes to the next thread once its thread is done with it.
     # Each thread kept a mapped buffer (2 MiB of address space, its 4 KiB header resident) for
     # good: 2000 threads, 4 GB of address space.  Every thread's events are still there, under

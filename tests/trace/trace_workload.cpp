@@ -26,6 +26,8 @@
 //                              posix_memalign with alignment 24
 //   trace_workload threadchurn N  N threads one after another, each allocating and freeing 100
 //                              blocks; prints how much the address space grew (KiB)
+//   trace_workload busy N      64 threads alive at once, each making N malloc/free pairs; prints
+//                              the resident memory (KiB) while all of them are still alive
 //   trace_workload exitrace N  a thread allocates N blocks and waits; the main thread prints its
 //                              line and calls exit(), and the thread exits 300 ms later, while the
 //                              exit handlers may still be writing (trace_test.py reads the FIFO
@@ -53,6 +55,19 @@
 #include <cstring>
 #include <thread>
 #include <vector>
+
+// A field of /proc/self/status in KiB (its name with the colon), or -1.
+static long status_kib(const char* field) {
+  long kib = -1;
+  if (FILE* f = fopen("/proc/self/status", "r")) {
+    char line[256];
+    size_t n = strlen(field);
+    while (fgets(line, sizeof line, f))
+      if (strncmp(line, field, n) == 0) kib = atol(line + n);
+    fclose(f);
+  }
+  return kib;
+}
 
 int main(int argc, char** argv) {
   if (argc != 3) return 2;
@@ -113,25 +128,37 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (strcmp(argv[1], "threadchurn") == 0) {
-    auto vm_kib = [] {
-      long kib = -1;
-      if (FILE* f = fopen("/proc/self/status", "r")) {
-        char line[256];
-        while (fgets(line, sizeof line, f))
-          if (strncmp(line, "VmSize:", 7) == 0) kib = atol(line + 7);
-        fclose(f);
-      }
-      return kib;
-    };
     std::thread([] { free(malloc(16)); }).join();  // the first thread's buffer and the writer
-    long before = vm_kib();
+    long before = status_kib("VmSize:");
     for (int t = 0; t < n; t++)
       std::thread([] {
         void* b[100];
         for (int i = 0; i < 100; i++) b[i] = malloc(16 + i);
         for (int i = 0; i < 100; i++) free(b[i]);
       }).join();
-    printf("{\"threads\": %d, \"vm_growth_kib\": %ld}\n", n, vm_kib() - before);
+    printf("{\"threads\": %d, \"vm_growth_kib\": %ld}\n", n, status_kib("VmSize:") - before);
+    return 0;
+  }
+  if (strcmp(argv[1], "busy") == 0) {
+    constexpr int threads = 64;
+    pthread_barrier_t done, measured;
+    pthread_barrier_init(&done, nullptr, threads + 1);
+    pthread_barrier_init(&measured, nullptr, threads + 1);
+    std::vector<std::thread> busy;
+    for (int t = 0; t < threads; t++)
+      busy.emplace_back([&] {
+        for (int i = 0; i < n; i++) {
+          void* volatile p = malloc(16 + (i & 63) * 8);
+          free(p);
+        }
+        pthread_barrier_wait(&done);
+        pthread_barrier_wait(&measured);
+      });
+    pthread_barrier_wait(&done);
+    long kib = status_kib("VmRSS:");
+    pthread_barrier_wait(&measured);
+    for (auto& t : busy) t.join();
+    printf("{\"threads\": %d, \"rss_kib\": %ld}\n", threads, kib);
     return 0;
   }
   if (strcmp(argv[1], "api") == 0) {
