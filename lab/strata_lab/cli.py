@@ -313,12 +313,13 @@ def _show(doc, console, baseline: str | None, write_report: bool) -> None:
     from . import analysis, tables
 
     an = analysis.analyse(doc, baseline)
-    tables.print_analysis(an, console, doc)
-    extra = ""
     try:
-        extra = load_suite(doc.suite).summarise(results.for_suite(doc))
-    except LabError:
-        pass
+        suite = load_suite(doc.suite)
+    except LabError:  # a suite this lab does not have: its tables without its own summary
+        suite = None
+    # Before any table: damage in what the summary reads is one line, as load() gives for the rest.
+    extra = suite.summarise(results.for_suite(doc)) if suite else ""
+    tables.print_analysis(an, console, doc)
     if extra:
         from rich.markdown import Markdown
 

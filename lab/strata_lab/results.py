@@ -125,7 +125,7 @@ def finite_number(v) -> bool:
 # file ended `report` with a traceback (a failure written as a string, a string peak_rss_kb or
 # settings.rounds, a null suite, a cell without its metric) or drew a wrong table without a word
 # (a negative target_width: no cell ever within it; "ok": "false" read as a success).
-def _or_null(kind: tuple) -> tuple:
+def or_null(kind: tuple) -> tuple:
     return kind[0] + ", or null", lambda v: v is None or kind[1](v)
 
 
@@ -135,6 +135,7 @@ OBJECT = "an object", lambda v: isinstance(v, dict)
 LIST = "a list", lambda v: isinstance(v, list)
 COUNT = "an integer, 0 or more", lambda v: type(v) is int and v >= 0
 POSITIVE = "an integer above 0", lambda v: type(v) is int and v > 0
+NUMBER = "a finite number", finite_number
 AMOUNT = "a finite number, 0 or more", lambda v: finite_number(v) and v >= 0
 SHARE = "a number above 0 and below 1", lambda v: finite_number(v) and 0 < v < 1
 STRINGS = "a list of strings", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)
@@ -143,45 +144,54 @@ NUMBERS = "a list of finite numbers", lambda v: isinstance(v, list) and all(fini
 LATENCY = ("a finite number, a list of them, or null",
            lambda v: v is None or finite_number(v) or NUMBERS[1](v))
 
-# (field, kind, required): an absent field the readers have a default for is no damage.
+# (field, kind, required): an absent field the readers have a default for is no damage.  A fourth
+# element, a spec of the same form, is what each element of a list field (or each value of an
+# object field) must be: an object with those fields.
 TOP_FIELDS = (("suite", STRING, True), ("complete", BOOL, True), ("run_id", STRING, False),
-              ("description", STRING, False), ("interrupted", _or_null(STRING), False),
-              ("git", OBJECT, False), ("convergence", _or_null(OBJECT), False))
+              ("description", STRING, False), ("interrupted", or_null(STRING), False),
+              ("git", OBJECT, False), ("convergence", or_null(OBJECT), False))
 GIT_FIELDS = (("revision", STRING, False),)
-SETTINGS_FIELDS = (("rounds", COUNT, False), ("warmup", _or_null(COUNT), False),
-                   ("planned_samples", COUNT, False), ("cpus", _or_null(COUNTS), False),
-                   ("baseline", _or_null(STRING), False), ("target_width", _or_null(SHARE), False),
-                   ("noise_threshold", _or_null(("a number above 0, at most 1",
+SETTINGS_FIELDS = (("rounds", COUNT, False), ("warmup", or_null(COUNT), False),
+                   ("planned_samples", COUNT, False), ("cpus", or_null(COUNTS), False),
+                   ("baseline", or_null(STRING), False), ("target_width", or_null(SHARE), False),
+                   ("noise_threshold", or_null(("a number above 0, at most 1",
                                                  lambda v: finite_number(v) and 0 < v <= 1)), False),
-                   ("converge", _or_null(STRINGS), False), ("params", _or_null(OBJECT), False))
+                   ("converge", or_null(STRINGS), False), ("params", or_null(OBJECT), False))
 CELL_FIELDS = (("metric", STRING, True), ("workload", STRING, True), ("threads", POSITIVE, True),
-               ("unit", STRING, False), ("latency_metrics", _or_null(STRINGS), False),
-               ("oversubscribed", BOOL, False), ("cpus", _or_null(COUNTS), False),
-               ("argv", _or_null(LIST), False), ("env", _or_null(OBJECT), False))
+               ("unit", STRING, False), ("latency_metrics", or_null(STRINGS), False),
+               ("oversubscribed", BOOL, False), ("cpus", or_null(COUNTS), False),
+               ("argv", or_null(LIST), False), ("env", or_null(OBJECT), False))
 SAMPLE_FIELDS = (("cell", STRING, True), ("variant", STRING, True), ("index", COUNT, True),
-                 ("round", _or_null(COUNT), True), ("warmup", BOOL, False), ("ok", BOOL, True),
+                 ("round", or_null(COUNT), True), ("warmup", BOOL, False), ("ok", BOOL, True),
                  ("kind", ("\"time\" or \"instructions\"", lambda v: v in ("time", "instructions")), False),
-                 ("failure", _or_null(OBJECT), False), ("metrics", _or_null(OBJECT), False),
-                 ("noisy", _or_null(BOOL), False), ("rerun_of", _or_null(COUNT), False),
-                 ("superseded_by", _or_null(COUNT), False), ("peak_rss_kb", _or_null(AMOUNT), False),
-                 ("minor_faults", _or_null(AMOUNT), False), ("steal_frac", _or_null(AMOUNT), False),
-                 ("other_cpu_frac", _or_null(AMOUNT), False), ("instructions", _or_null(COUNT), False),
-                 ("instructions_per_op", _or_null(AMOUNT), False), ("rss_timeline", _or_null(OBJECT), False))
+                 ("failure", or_null(OBJECT), False), ("metrics", or_null(OBJECT), False),
+                 ("noisy", or_null(BOOL), False), ("rerun_of", or_null(COUNT), False),
+                 ("superseded_by", or_null(COUNT), False), ("peak_rss_kb", or_null(AMOUNT), False),
+                 ("minor_faults", or_null(AMOUNT), False), ("steal_frac", or_null(AMOUNT), False),
+                 ("other_cpu_frac", or_null(AMOUNT), False), ("instructions", or_null(COUNT), False),
+                 ("instructions_per_op", or_null(AMOUNT), False), ("rss_timeline", or_null(OBJECT), False))
 FAILURE_FIELDS = (("kind", STRING, True), ("message", STRING, True))
 TIMELINE_FIELDS = (("t_ms", NUMBERS, False), ("rss_kb", NUMBERS, False))
-CONVERGED_FIELDS = (("reason", _or_null(STRING), False), ("rounds_needed", _or_null(COUNT), False))
+CONVERGED_FIELDS = (("reason", or_null(STRING), False), ("rounds_needed", or_null(COUNT), False))
 
 
 def _check(p: Path, where: str, obj: dict, spec: tuple) -> None:
     """Each field of `spec` in `obj` (the object at `where`) what it must be, or a LabError naming
     the file and the field."""
-    for key, (what, test), required in spec:
+    for key, (what, test), required, *each in spec:
         name = f"{where}.{key}" if where else key
         if key not in obj:
             if required:
                 raise LabError(f"corrupt results file {p}: {name} is missing (it must be {what})")
         elif not test(obj[key]):
             raise LabError(f"corrupt results file {p}: {name} must be {what}, not {_shown(obj[key])}")
+        elif each and obj[key] is not None:
+            items = obj[key].items() if isinstance(obj[key], dict) else enumerate(obj[key])
+            for k, item in items:
+                at = f"{name}[{k}]" if isinstance(k, int) else f"{name}.{printable(k)}"
+                if not isinstance(item, dict):
+                    raise LabError(f"corrupt results file {p}: {at} must be an object, not {_shown(item)}")
+                _check(p, at, item, each[0])
 
 
 def _shown(v) -> str:
@@ -217,7 +227,7 @@ def _check_fields(p: Path, doc: dict) -> None:
             _check(p, f"samples[{i}].metrics", s["metrics"],
                    tuple((k, LATENCY, False) for k in latency.get(s["cell"], ())))
     conv = doc.get("convergence") or {}
-    _check(p, "convergence", conv, (("cells", _or_null(OBJECT), False),))
+    _check(p, "convergence", conv, (("cells", or_null(OBJECT), False),))
     for cid, rec in (conv.get("cells") or {}).items():
         if not isinstance(rec, dict):
             raise LabError(f"corrupt results file {p}: convergence.cells.{printable(cid)} must be an "
@@ -306,6 +316,18 @@ def load(arg: str | Path) -> RunDoc:
                                f"into one file? compare them with strata-lab compare A B)")
             first[key] = i
     return run
+
+
+def check_metrics(results: dict, spec: tuple) -> None:
+    """The metrics a suite's summary reads (its SUMMARY_METRICS, a spec as _check takes) in every
+    successful sample of `results` (as for_suite gives it), or a LabError naming the file, the
+    sample and the field.  load() checks only the cells' own metrics: a summary's med['baseline_ms']
+    of a sample without it, or holding a string or 10**400, ended `report` with a traceback, and a
+    string, true or NaN in a median it took where it could was left out or counted without a word."""
+    p = results.get("_path")
+    for i, s in enumerate(results.get("samples", [])):
+        if s.get("ok") and isinstance(s.get("metrics"), dict):
+            _check(p, f"samples[{i}].metrics", s["metrics"], spec)
 
 
 def for_suite(doc: RunDoc) -> dict:

@@ -20,6 +20,7 @@ from typing import Callable, Mapping, Sequence
 from . import paths
 from .machine import parse_cpus
 from .errors import LabError
+from .results import check_metrics
 
 
 @dataclass(frozen=True)
@@ -328,8 +329,13 @@ class Suite:
         return fn(cell, stdout) if fn else parse_last_json(stdout)
 
     def summarise(self, results: dict) -> str:
+        """The suite's own summary (markdown), after the metrics it reads (SUMMARY_METRICS) are
+        checked: a damaged one is a LabError naming the file, the sample and the field."""
         fn = getattr(self.module, "summarise", None)
-        return fn(results) if fn else ""
+        if not fn:
+            return ""
+        check_metrics(results, getattr(self.module, "SUMMARY_METRICS", ()))
+        return fn(results)
 
 
 def parse_last_json(stdout: str) -> dict:

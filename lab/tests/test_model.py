@@ -121,3 +121,18 @@ def test_a_run_is_written_from_each_samples_text_the_same_as_from_its_json(tmp_p
     back = json.loads((tmp_path / "a.json").read_text())
     assert back["samples"][-1]["metrics"]["m"] is None  # JSON has no inf
     assert back["samples"][:-1] == raw["samples"]
+
+
+STORED = sorted((ROOT / "docs" / "results").rglob("*results.json*"))
+
+
+@pytest.mark.parametrize("path", STORED, ids=lambda p: str(p.relative_to(ROOT / "docs" / "results")))
+def test_every_stored_results_file_reads_with_what_its_summary_needs(path):
+    """Every results file kept under docs/results, compressed or not, is one run `report` reads:
+    probes-s35-2core/peers-one-block-results.json.gz held session 33's run (a copy of
+    probes-s33-2core/peers-default-results.json.gz) before its own, and was refused as not JSON."""
+    from strata_lab.suite import load_suite
+
+    doc = results.load(path)
+    spec = getattr(load_suite(doc.suite).module, "SUMMARY_METRICS", ())
+    results.check_metrics(results.for_suite(doc), spec)

@@ -1,7 +1,7 @@
 """E2 on the host: three-phase fragmentation (baseline -> fragmented -> long term) per thread count."""
 
 from strata_lab.allocators import BUILTINS
-from strata_lab.results import counted_metrics
+from strata_lab.results import NUMBER, counted_metrics
 from strata_lab.suite import Cell
 
 DESCRIPTION = ("E2 host fragmentation: probe time at baseline, after fragmentation and long term, "
@@ -14,6 +14,10 @@ WARMUP = 1
 PHASES = (("baseline", "baseline_ms", "rss_baseline_kb"),
           ("fragmented", "fragmented_ms", "rss_fragmented_kb"),
           ("long term", "longterm_ms", "rss_longterm_kb"))
+CHANGES = ("fragmented_change_pct", "longterm_change_pct")
+# What summarise() reads of each sample (checked before it runs: results.check_metrics).
+SUMMARY_METRICS = tuple((k, NUMBER, True) for p in PHASES for k in p[1:]) + \
+    tuple((k, NUMBER, True) for k in CHANGES)
 
 
 def cells(ctx, threads=(1, 2, 4)):
@@ -43,7 +47,7 @@ def summarise(results: dict) -> str:
             if not ok:
                 lines.append(f"| {c['threads']} | {v} | failed | | | |")
                 continue
-            med = {k: float(np.median([m[k] for m in ok])) for k in ok[0] if isinstance(ok[0][k], (int, float))}
+            med = {k: float(np.median([m[k] for m in ok])) for k, _, _ in SUMMARY_METRICS}
             rss = " → ".join(f"{med[p[2]] / 1024:.1f}" for p in PHASES)
             flag = " ⚠ oversubscribed" if c.get("oversubscribed") else ""
             lines.append(f"| {c['threads']}{flag} | {v} | {med['baseline_ms']:.2f} | "

@@ -23,7 +23,7 @@ import json
 import math
 
 from strata_lab.errors import LabError
-from strata_lab.results import counted_metrics
+from strata_lab.results import NUMBER, counted_metrics, or_null
 from strata_lab.suite import Cell, Param, integer, one_of
 
 RESOURCES = ["strata", "pool", "arena", "async", "cuda"]
@@ -141,10 +141,19 @@ def parse(cell, stdout: str) -> dict:
     return m
 
 
+# What summarise() reads of each sample (checked before it runs: results.check_metrics): absent
+# or null (a non-finite value, as the lab writes it) is shown as "–".
+SUMMARY_METRICS = tuple((k, or_null(NUMBER), False) for k in (
+    "baseline_ms", "fragmented_ms", "fragmented_change_pct", "long_term_ms", "long_term_change_pct",
+    "long_term_alloc_ns", "long_term_lock_wait_ns", "long_term_fragmentation",
+    "long_term_peak_reserved_bytes", "long_term_live_peak_bytes", "live_bound_bytes",
+    "serial_live_bound_bytes", "fragment_ms"))
+
+
 def _median(ok: list, key: str):
     import statistics
 
-    xs = [m[key] for m in ok if isinstance(m.get(key), (int, float))]
+    xs = [m[key] for m in ok if m.get(key) is not None]
     return statistics.median(xs) if xs else None
 
 

@@ -35,6 +35,7 @@ from strata_lab import stats
 from strata_lab.errors import LabError
 from strata_lab.drivers.e3_round import BE_PROCS, KERNELS, LC_BURST_US, LC_PROCS, STREAMS
 from strata_lab.model import Sample
+from strata_lab.results import AMOUNT, COUNT, NUMBER
 from strata_lab.suite import Cell
 
 DESCRIPTION = "E3: latency-critical vs best-effort tenants (2 LC + 4 BE processes), native vs scheduler policy"
@@ -60,6 +61,14 @@ DEVICE_CPUS = 2            # the tenants share this many CPUs: one "device"
 ROUND_S = 2.0              # target length of a round (BE work / DEVICE_CPUS)
 LC_SPREAD = 0.75           # LC requests arrive over this share of the round
 SMOKE = {"kernels": 5, "lc_burst_us": 200.0, "lc_gap_us": 2000.0, "be_burst_us": 1000.0}
+
+# What summarise() reads of each round (checked before it runs: results.check_metrics); 10**400
+# events would be summed into the table as if counted.
+EVENTS = "an integer, 0 or more, below 2**63", lambda v: COUNT[1](v) and v < 2 ** 63
+SUMMARY_METRICS = (("lc_launch_p99_ms", NUMBER, True), ("be_throughput_kps", NUMBER, True),
+                   ("lc_events_over_1ms", EVENTS, True), ("be_events_over_1ms", EVENTS, True),
+                   ("lc_kernels", EVENTS, True), ("be_kernels", EVENTS, True),
+                   ("foreign_cpu_share", AMOUNT, False))
 
 
 # ---- analysis (pure functions: unit-tested in lab/tests/test_e3.py) ----------------------------

@@ -6,7 +6,7 @@ states a difference only outside the noise; the lab adds the across-process roun
 under each allocator, so the "general" rows are glibc, mimalloc and strata's malloc in turn.
 """
 
-from strata_lab.results import counted_metrics
+from strata_lab.results import BOOL, LIST, NUMBER, OBJECT, STRING, counted_metrics
 from strata_lab.suite import Cell
 
 DESCRIPTION = ("E4 object pools vs general allocator (single alloc, cycle, sizes 10-1000, "
@@ -26,6 +26,16 @@ GROUPS = {
     "batch100": ("batch100.t1/general", "ns/batch", False),
     "stats_overhead": ("stats_overhead.cycle/stats_every_op", "ns/op", False),
 }
+
+ANY = "any JSON value", lambda v: True
+# What summarise() reads of each sample (checked before it runs: results.check_metrics): per
+# group, the program's comparisons and, for numa, its policies (printed as they are).
+COMPARISON = (("a", STRING, True), ("b", STRING, True), ("significant", BOOL, True),
+              ("ratio_b_over_a", NUMBER, True))
+POLICY = (("pages_per_node", ANY, True), ("kernel_policy", ANY, True),
+          ("placement_matches_policy", ANY, True))
+SUMMARY_METRICS = (("groups", OBJECT, True, (("comparisons", LIST, False, COMPARISON),
+                                              ("policies", OBJECT, False, POLICY))),)
 
 
 def cells(ctx, groups=tuple(GROUPS)):

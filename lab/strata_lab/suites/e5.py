@@ -33,7 +33,7 @@ from pathlib import Path
 from strata_lab import machine, stats
 from strata_lab.drivers.e5_server import CONNECTIONS, DEFAULT_SECONDS, SERVERS, WARMUP_S
 from strata_lab.model import Sample
-from strata_lab.results import counted_metrics
+from strata_lab.results import LIST, NUMBER, counted_metrics, or_null
 from strata_lab.suite import Cell, Param, cpu_list, integer, list_of, one_of
 
 DESCRIPTION = "E5: servers (strata httpd, nginx, redis) under a CPU-pinning matrix, wrk/redis-benchmark on loopback"
@@ -137,13 +137,20 @@ def _median(v: list) -> float | None:
     return stats.median(v) if v else None
 
 
+KEYS = ("requests_per_sec", "latency_p50_ms", "latency_p90_ms", "latency_p95_ms", "latency_p99_ms",
+        "server_vol_cs_per_s_per_thread", "server_invol_cs_per_s_per_thread",
+        "client_vol_cs_per_s_per_thread", "client_invol_cs_per_s_per_thread",
+        "server_cpu_cores", "client_cpu_cores", "server_peak_rss_kb", "errors", "foreign_cpu_share")
+# What summarise() reads of each sample (checked before it runs: results.check_metrics): absent
+# or null is shown as "–"; the server's threads as /proc gave them.
+SUMMARY_METRICS = tuple((k, or_null(NUMBER), False) for k in KEYS) + (
+    ("server_threads", or_null(LIST), False, (("cpu", NUMBER, True), ("vol_per_s", NUMBER, True),
+                                              ("invol_per_s", NUMBER, True))),)
+
+
 def cell_table(results: dict) -> list[dict]:
     """Per cell and allocator: medians across the counted, successful samples."""
     rows = []
-    keys = ["requests_per_sec", "latency_p50_ms", "latency_p90_ms", "latency_p95_ms", "latency_p99_ms",
-            "server_vol_cs_per_s_per_thread", "server_invol_cs_per_s_per_thread",
-            "client_vol_cs_per_s_per_thread", "client_invol_cs_per_s_per_thread",
-            "server_cpu_cores", "client_cpu_cores", "server_peak_rss_kb", "errors", "foreign_cpu_share"]
     for c in results.get("cells", []):
         for v in results.get("variants", {}):
             ok = counted_metrics(results, c["id"], v)
@@ -152,8 +159,8 @@ def cell_table(results: dict) -> list[dict]:
             row = {"cell": c["id"], "variant": v, "n": len(ok), "failures": failed,
                    **{k: c.get("params", {}).get(k) for k in ("server", "server_cpus", "client_cpus",
                                                               "client_threads")}}
-            for k in keys:
-                vals = [m[k] for m in ok if isinstance(m.get(k), (int, float))]
+            for k in KEYS:
+                vals = [m[k] for m in ok if m.get(k) is not None]
                 row[k] = _median(vals)
             # pidstat-style view of the thread doing the work: the server thread with most CPU
             busiest = [max(m["server_threads"], key=lambda t: t["cpu"]) for m in ok if m.get("server_threads")]
