@@ -109,7 +109,6 @@ constexpr const char* full = "fake_cuda";
 TEST(fake_cuda, backend_describes_the_device_and_driver) {
   ENTER(full, STRATA_FAKE_CUDA_12);
   auto b = make_cuda_backend(0);
-  const counts before;
   EXPECT_EQ(b->name(), "cuda");
   EXPECT_EQ(b->description(), "strata fake CUDA device, driver API 12.4");
   EXPECT_TRUE(b->supports_async_pool());
@@ -274,7 +273,6 @@ TEST(fake_cuda, async_reports_and_trims_the_drivers_pool) {
 TEST(fake_cuda, a_failing_pool_setup_destroys_the_pool) {
   ENTER(full, STRATA_FAKE_CUDA_12);
   auto b = make_cuda_backend(0);
-  const counts before;
   {
     failing f("cuMemPoolSetAttribute=1");
     EXPECT_THROW(async_resource r(b), driver_error);
@@ -291,7 +289,6 @@ TEST(fake_cuda, a_device_without_memory_pools_refuses_only_async) {
   ENTER(full, STRATA_FAKE_CUDA_12);
   ::setenv("STRATA_FAKE_CUDA_MEMORY_POOLS", "0", 1);
   auto b = make_cuda_backend(0);
-  const counts before;
   ::unsetenv("STRATA_FAKE_CUDA_MEMORY_POOLS");
   EXPECT_FALSE(b->supports_async_pool());
   EXPECT_THROW(async_resource r(b), driver_error);
@@ -307,7 +304,6 @@ TEST(fake_cuda, a_device_without_memory_pools_refuses_only_async) {
 TEST(fake_cuda, deallocate_survives_failing_driver_calls) {
   ENTER(full, STRATA_FAKE_CUDA_12);
   auto b = make_cuda_backend(0);
-  const counts before;
   const stream_view s = b->stream_create();
   for_each_resource(b, [&](const auto&, auto& r) {
     void* small = r.allocate(1000, s);
@@ -326,7 +322,6 @@ TEST(fake_cuda, deallocate_survives_failing_driver_calls) {
 TEST(fake_cuda, stream_ids_tell_recycled_handles_apart) {
   ENTER(full, STRATA_FAKE_CUDA_12);
   auto b = make_cuda_backend(0);
-  const counts before;
   const stream_view a = b->stream_create();
   const std::uint64_t id_a = b->stream_id(a);
   EXPECT_NE(id_a, 0u);
@@ -374,7 +369,6 @@ void check_cross_stream_order(device_backend& b, device_memory_resource& r) {
 TEST(fake_cuda, stream_ordered_reuse_across_streams) {
   ENTER(full, STRATA_FAKE_CUDA_12);
   auto b = make_cuda_backend(0);
-  const counts before;
   for_each_resource(b, [&](const auto&, auto& r) {
     check_cross_stream_order(*b, r);
   });
@@ -475,7 +469,6 @@ TEST(fake_cuda_11_2, stream_ids_are_unknown_and_resources_still_work) {
 TEST(fake_cuda_11_0, no_pool_entry_points_refuses_only_async) {
   ENTER("fake_cuda_11_0", STRATA_FAKE_CUDA_11_0);
   auto b = make_cuda_backend(0);
-  const counts before;
   EXPECT_EQ(b->description(), "strata fake CUDA device, driver API 11.0");
   EXPECT_FALSE(b->supports_async_pool());
   EXPECT_THROW(b->pool_create(0), driver_error);
