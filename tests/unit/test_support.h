@@ -1,6 +1,8 @@
 // Helpers shared by the unit tests that drive strata through its strata_* API.
 #pragma once
 
+#include <sys/mman.h>
+
 #include <condition_variable>
 #include <functional>
 #include <mutex>
@@ -9,6 +11,16 @@
 #include "strata/strata.h"
 
 namespace strata_test {
+
+// Whether the kernel maps `size` bytes of plain anonymous memory at all: under the default
+// overcommit heuristic a size no memory could back (64 TiB) is refused, and tests of such a
+// request skip themselves where it is not (vm.overcommit_memory=1).
+inline bool kernel_maps(size_t size) {
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return false;
+  munmap(p, size);
+  return true;
+}
 
 inline strata_stats_t stats() {
   strata_stats_t s;
