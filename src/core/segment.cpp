@@ -1085,7 +1085,7 @@ void* huge_alloc(size_t size, size_t alignment, size_t* dirty) noexcept {
     // A request more than memory and swap together (an absurd size, a length that underflowed)
     // cannot be backed: it keeps the caches and the working reserve.  Before, one malloc(64 TiB)
     // that failed gave back the thread's spare, the huge cache and the segment cache anyway.
-    bool backable = total <= os::memory_and_swap_bytes();
+    bool backable = os::memory_could_back(total);
     if (backable) purge_before_growth(tl_heap, total);
     seg = static_cast<segment*>(os::map_aligned(total, map_align, true));
     // Out of address space or memory: what the caches hold goes back, and the mapping is tried

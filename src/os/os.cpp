@@ -15,15 +15,21 @@ namespace strata::os {
 
 counters stats;
 
-size_t memory_and_swap_bytes() noexcept {
+bool memory_could_back(size_t bytes) noexcept {
+  // Read once, and again only for a request over it (swap may have been added since): most
+  // requests are far under it and cost no system call.
+  static std::atomic<size_t> known{0};
+  if (bytes <= known.load(std::memory_order_relaxed)) return true;
   int saved = errno;
   struct sysinfo si {};
   bool ok = sysinfo(&si) == 0;
   errno = saved;
-  if (!ok) return SIZE_MAX;
+  if (!ok) return true;
   unsigned __int128 units = static_cast<unsigned __int128>(si.totalram) + si.totalswap;
-  unsigned __int128 bytes = units * (si.mem_unit ? si.mem_unit : 1);
-  return bytes > SIZE_MAX ? SIZE_MAX : static_cast<size_t>(bytes);
+  unsigned __int128 total = units * (si.mem_unit ? si.mem_unit : 1);
+  size_t now = total > SIZE_MAX ? SIZE_MAX : static_cast<size_t>(total);
+  known.store(now, std::memory_order_relaxed);
+  return bytes <= now;
 }
 
 size_t page_size() noexcept {

@@ -71,9 +71,10 @@ residency resident_sample(void* p, size_t size) noexcept;
 bool protect_none(void* p, size_t size) noexcept;
 bool protect_rw(void* p, size_t size) noexcept;
 size_t page_size() noexcept;
-// The machine's memory and swap, in bytes (sysinfo; SIZE_MAX where the kernel refuses): no single
-// mapping larger than this can be backed under the kernel's default overcommit rules.
-size_t memory_and_swap_bytes() noexcept;
+// Whether memory and swap together hold at least `bytes` (sysinfo, read again only when a request
+// is over the figure last read; true where the kernel refuses to say): no single mapping larger
+// than that can be backed under the kernel's default overcommit rules.
+bool memory_could_back(size_t bytes) noexcept;
 // Milliseconds of a coarse monotonic clock (cheap: vDSO).
 int64_t now_ms() noexcept;
 // A random 64-bit value for canaries (getrandom, falling back to addresses and time).  Not a
