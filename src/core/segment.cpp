@@ -1137,25 +1137,33 @@ namespace {
 // writes zeros over every calloc'd block).  Faulted in at once, a program that uses a few pages
 // of a big zeroed buffer (a sparse table) would have all of it resident.  So strata looks at how
 // many of the pages it left lazy the program touched (os::resident_sample): at each free of such
-// a block; at the next huge calloc, in the block just left lazy if it is in use already (an
-// unused one says nothing yet); and calloc_ring lazy ranges later, used or not (a program
-// keeping sparse tables frees none of them).  While recent blocks had three quarters or more
-// touched, the fresh pages are faulted in, all but a probe of the last few, left lazy to be
+// a block; at the thread's next huge calloc, in the block it left lazy last if that is in use
+// already (an unused one says nothing yet); and calloc_ring lazy ranges later, used or not (a
+// program keeping sparse tables frees none of them).  While recent blocks had three quarters or
+// more touched, the fresh pages are faulted in, all but a probe of the last page, left lazy to be
 // looked at in turn (and none of a block over calloc_populate_max).  Sparse evidence ends a dense
 // run at once and counts double: a wrong fault-in costs memory, a wrong lazy page one more fault
 // (a program that callocs a batch and fills it after is taken for sparse: faults, no memory).
+// The probe is one page, not the last 16 (an eighth at most) as before, and the next calloc looks
+// at its own thread's last range, not the process's: on 2 threads the other thread's range was
+// often still being filled (no evidence: 5 blocks left lazy at the start instead of 2), and each
+// probe page read before it is written is a copy-on-write whose flush interrupts the other CPU.
+// bigcalloc at 800 buffers, 10 rounds: 1.11x [1.07-1.16] on 2 threads, 0.99x [0.97-1.01] on 1,
+// the same peak RSS (docs/results/probes-s51-2core).  One page still says "used" or "not used":
+// sparse use leaves it untouched, and a dense run then ends at the next look.
 std::atomic<int> calloc_dense{0};  // > 0: fault fresh pages in; within +-calloc_dense_max
 constexpr int calloc_dense_max = 4;
-constexpr size_t calloc_probe_max = 16;  // pages
+constexpr size_t calloc_probe_max = 1;  // pages
 constexpr size_t calloc_purge_min = size_t{1} << 20;  // old pages given back rather than written
 // Fresh pages faulted in at most, per calloc: what a wrong guess can cost before the look
 // calloc_ring ranges later says so.  A block much bigger than those the evidence came from is
 // likelier something else (a sparse table allocated once and kept).
 constexpr size_t calloc_populate_max = size_t{64} << 20;
-// The last lazy range a huge calloc left: its first page number << 28 | its pages (0: none).  A
-// range, not its segment: the block may be freed and its mapping unmapped meanwhile, and mincore
-// of an unmapped range only fails.
-std::atomic<uint64_t> calloc_last_lazy{0};
+// The last lazy range the thread's huge calloc left: its first page number << 28 | its pages (0:
+// none).  A range, not its segment: the block may be freed and its mapping unmapped meanwhile,
+// and mincore of an unmapped range only fails.  A free on another thread cannot forget it: the
+// range may then hold another block, whose use is evidence all the same (only use is counted).
+__thread uint64_t calloc_last_lazy;
 constexpr unsigned calloc_pages_bits = 28;
 // The last calloc_ring lazy ranges, packed the same way; the one a new range replaces is looked at.
 constexpr unsigned calloc_ring = 4;
@@ -1193,7 +1201,7 @@ inline uint64_t pack_range(uint8_t* from, uint8_t* to) noexcept {
 void calloc_note_lazy(uint8_t* from, uint8_t* to) noexcept {
   uint64_t packed = pack_range(from, to);
   if (packed == 0) return;
-  calloc_last_lazy.store(packed, std::memory_order_relaxed);
+  calloc_last_lazy = packed;
   unsigned slot = calloc_recent_next.fetch_add(1, std::memory_order_relaxed) % calloc_ring;
   if (uint64_t old = calloc_recent[slot].exchange(packed, std::memory_order_relaxed))
     calloc_judge(residency_of(old));
@@ -1204,10 +1212,9 @@ void calloc_note_lazy(uint8_t* from, uint8_t* to) noexcept {
 void huge_lazy_forget(segment* seg) noexcept {
   auto* base = reinterpret_cast<uint8_t*>(seg);
   if (uint64_t packed = pack_range(base + seg->lazy_from, base + seg->lazy_to)) {
-    uint64_t expect = packed;
-    calloc_last_lazy.compare_exchange_strong(expect, 0, std::memory_order_relaxed);
+    if (calloc_last_lazy == packed) calloc_last_lazy = 0;
     for (auto& slot : calloc_recent) {
-      expect = packed;
+      uint64_t expect = packed;
       slot.compare_exchange_strong(expect, 0, std::memory_order_relaxed);
     }
   }
@@ -1228,10 +1235,11 @@ inline uint8_t* page_down(uint8_t* a) noexcept {
   return reinterpret_cast<uint8_t*>(reinterpret_cast<uintptr_t>(a) & ~(os::page_size() - 1));
 }
 
-// Whether to fault a calloc's fresh pages in, after looking at the range the last one left lazy:
-// dense evidence if it is in use already (an unused one says nothing yet).
+// Whether to fault a calloc's fresh pages in, after looking at the range the thread's last one
+// left lazy: dense evidence if it is in use already (an unused one says nothing yet).
 bool calloc_dense_now() noexcept {
-  if (uint64_t last = calloc_last_lazy.exchange(0, std::memory_order_relaxed)) {
+  if (uint64_t last = calloc_last_lazy) {
+    calloc_last_lazy = 0;
     os::residency r = residency_of(last);
     if (r.sampled != 0 && mostly_touched(r)) calloc_evidence(true);
   }
