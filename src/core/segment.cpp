@@ -1140,20 +1140,21 @@ namespace {
 // a block; at the thread's next huge calloc, in the block it left lazy last if that is in use
 // already (an unused one says nothing yet); and calloc_ring lazy ranges later, used or not (a
 // program keeping sparse tables frees none of them).  While recent blocks had three quarters or
-// more touched, the fresh pages are faulted in, all but a probe of the last page, left lazy to be
-// looked at in turn (and none of a block over calloc_populate_max).  Sparse evidence ends a dense
-// run at once and counts double: a wrong fault-in costs memory, a wrong lazy page one more fault
-// (a program that callocs a batch and fills it after is taken for sparse: faults, no memory).
-// The probe is one page, not the last 16 (an eighth at most) as before, and the next calloc looks
+// more touched, the fresh pages are faulted in, all but a probe of the last two pages, left lazy
+// to be looked at in turn (and none of a block over calloc_populate_max).  Sparse evidence ends a
+// dense run at once and counts double: a wrong fault-in costs memory, a wrong lazy page one more
+// fault (a program that callocs a batch and fills it after is taken for sparse: faults, no memory).
+// The probe is two pages, not the last 16 (an eighth at most) as before, and the next calloc looks
 // at its own thread's last range, not the process's: on 2 threads the other thread's range was
 // often still being filled (no evidence: 5 blocks left lazy at the start instead of 2), and each
 // probe page read before it is written is a copy-on-write whose flush interrupts the other CPU.
-// bigcalloc at 800 buffers, 10 rounds: 1.11x [1.07-1.16] on 2 threads, 0.99x [0.97-1.01] on 1,
-// the same peak RSS (docs/results/probes-s51-2core).  One page still says "used" or "not used":
-// sparse use leaves it untouched, and a dense run then ends at the next look.
+// bigcalloc at 800 buffers, 10 rounds, with a one-page probe: 1.11x [1.07-1.16] on 2 threads,
+// 0.99x [0.97-1.01] on 1, the same peak RSS (docs/results/probes-s51-2core).  Two pages, not
+// one: a program that writes the last bytes of a sparse table (a sentinel, a trailer) touches the
+// last page only, which one probe page took for use.
 std::atomic<int> calloc_dense{0};  // > 0: fault fresh pages in; within +-calloc_dense_max
 constexpr int calloc_dense_max = 4;
-constexpr size_t calloc_probe_max = 1;  // pages
+constexpr size_t calloc_probe_max = 2;  // pages
 constexpr size_t calloc_purge_min = size_t{1} << 20;  // old pages given back rather than written
 // Fresh pages faulted in at most, per calloc: what a wrong guess can cost before the look
 // calloc_ring ranges later says so.  A block much bigger than those the evidence came from is

@@ -1580,7 +1580,7 @@ TEST(Issue10Huge, CallocFaultsFreshPagesInOnlyWhileRecentBlocksWereUsedWhole) {
   EXPECT_LT(resident_share(p, n), 0.01) << "fresh pages faulted in although recent blocks were barely used";
   strata_free(p);
   // Then whole use, every page read before it is written: after a few blocks, calloc faults the
-  // fresh pages in (all but a probe page at the end).
+  // fresh pages in (all but a probe of two pages at the end).
   double last = 0;
   for (int i = 0; i < 8; ++i) {
     p = strata_calloc(1, n);
@@ -1607,6 +1607,20 @@ TEST(Issue10Huge, CallocFaultsFreshPagesInOnlyWhileRecentBlocksWereUsedWhole) {
   for (size_t i = 6; i < kept.size(); ++i)
     EXPECT_LT(resident_share(kept[i], 16 * MiB), 0.01) << "kept table " << i << " of 12 faulted in whole";
   for (auto* k : kept) strata_free(k);
+  // Tables whose first page and last whole page are written (a header and a trailer): sparse
+  // too, although the trailer lies in the probe (a one-page probe took them for blocks used whole).
+  calloc_and_use(n, 8, true);  // dense again
+  for (int i = 0; i < 6; ++i) {
+    auto* q = static_cast<unsigned char*>(strata_calloc(1, n));
+    ASSERT_NE(q, nullptr);
+    q[0] = 1;
+    auto last_page = (reinterpret_cast<uintptr_t>(q) + n) & ~uintptr_t{4095};
+    reinterpret_cast<unsigned char*>(last_page)[-1] = 1;
+    strata_free(q);
+  }
+  p = strata_calloc(1, n);
+  EXPECT_LT(resident_share(p, n), 0.01) << "fresh pages faulted in although recent blocks had a header and a trailer only";
+  strata_free(p);
   // And sparse again: back to the zero page.
   calloc_and_use(n, 6, false);
   p = strata_calloc(1, n);
@@ -1620,7 +1634,7 @@ size_t lazy_pages(void* p, size_t n) {
   return all == 0 ? SIZE_MAX : all - in;
 }
 
-// In a dense run calloc leaves one probe page lazy, not 16: each lazy page a program reads before
+// In a dense run calloc leaves two probe pages lazy, not 16: each lazy page a program reads before
 // writing is a copy-on-write fault that interrupts every other CPU the process runs on.  And the
 // next calloc looks at its own thread's last lazy block: another thread's, still being filled,
 // said nothing, and on 2 threads the start of a run of blocks used whole was left lazy.
@@ -1653,7 +1667,7 @@ TEST(Issue10Huge, CallocJudgesTheThreadsOwnLastBlockAndProbesOnePage) {
   ASSERT_NE(other, nullptr);
   step = 2;
   t.join();
-  EXPECT_LE(lazy, 1u) << "pages left lazy in a block callocked after one used whole (1: the probe)";
+  EXPECT_LE(lazy, 2u) << "pages left lazy in a block callocked after one used whole (2: the probe)";
   strata_free(other);
 }
 
