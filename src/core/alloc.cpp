@@ -244,14 +244,15 @@ STRATA_NOINLINE void free_block(page* pg, block* b, bool from_foreign) noexcept 
 }
 
 void* alloc_aligned(size_t alignment, size_t size) noexcept {
-  if (alignment <= min_block) return malloc_inline(size);
   // Only operator new with an std::align_val_t that is no power of two (undefined in C++) gets
   // here with one: refused, as libstdc++'s over glibc's aligned_alloc refuses it (bad_alloc).
-  // The tables below are by the alignment's power of two.
+  // The tables below are by the alignment's power of two.  Tested before the small alignments'
+  // shortcut, which served 0, 3, 5-7 and 9-15 as malloc.
   if (STRATA_UNLIKELY(!is_power_of_two(alignment))) {
     errno = EINVAL;
     return nullptr;
   }
+  if (alignment <= min_block) return malloc_inline(size);
   if (size <= small_table_max && alignment <= (size_t{1} << aligned_small_shift_max) && size != 0)
     if (size_t s = aligned_small.size[std::countr_zero(alignment) - aligned_shift_min][(size + 15) >> 4])
       return malloc_inline(s);

@@ -5,6 +5,7 @@
 // No libstdc++ at run time: std::get_new_handler and std::__throw_bad_alloc are weak
 // references, present whenever the program itself uses libstdc++.
 #include <atomic>
+#include <bit>
 #include <cerrno>
 #include <cstddef>
 #include <climits>
@@ -34,7 +35,9 @@ inline void* malloc_any(size_t size) noexcept {
   return malloc_inline(size);
 }
 inline void* aligned_any(size_t alignment, size_t size) noexcept {
-  STRATA_TRACED(memalign(alignment, size));
+  // aligned_alloc, not memalign: memalign rounds an alignment that is no power of two up, and a
+  // traced program's operator new served the ones the untraced program refuses.
+  STRATA_TRACED(aligned_alloc(alignment, size));
   return alloc_aligned(alignment, size);
 }
 inline void free_any(void* p) noexcept {
@@ -227,6 +230,11 @@ cxx_runtime cxx_runtime_now() noexcept {
 #endif
 }
 
+[[noreturn]] void bad_alloc_now(const cxx_runtime& rt) {
+  if (rt.throw_bad_alloc) rt.throw_bad_alloc();
+  strata::detail::throw_bad_alloc();  // a static link: libstdc++'s thrower not linked in
+}
+
 // operator new's contract: call the new-handler until it succeeds or there is none, then throw
 // std::bad_alloc (or return nullptr for the nothrow forms).
 __attribute__((noinline)) void* new_failed(size_t size, size_t alignment, bool nothrow) {
@@ -235,8 +243,7 @@ __attribute__((noinline)) void* new_failed(size_t size, size_t alignment, bool n
     new_handler_fn handler = rt.get_new_handler ? rt.get_new_handler() : nullptr;
     if (handler == nullptr) {
       if (nothrow) return nullptr;
-      if (rt.throw_bad_alloc) rt.throw_bad_alloc();
-      strata::detail::throw_bad_alloc();  // a static link: libstdc++'s thrower not linked in
+      bad_alloc_now(rt);
     }
     if (!nothrow) {
       handler();
@@ -246,6 +253,15 @@ __attribute__((noinline)) void* new_failed(size_t size, size_t alignment, bool n
     void* p = alignment ? aligned_any(alignment, size) : malloc_any(size);
     if (p) return p;
   }
+}
+
+// An alignment that is no power of two (undefined in C++) is refused at once, as libstdc++
+// refuses it: no new-handler can make that request succeed, and one that returned was called
+// again and again (a handler that never gives up: a hang).
+__attribute__((noinline)) void* new_aligned_failed(size_t size, size_t alignment, bool nothrow) {
+  if (std::has_single_bit(alignment)) return new_failed(size, alignment, nothrow);
+  if (nothrow) return nullptr;
+  bad_alloc_now(cxx_runtime_now());
 }
 
 inline void* new_impl(size_t size) {
@@ -259,12 +275,12 @@ inline void* new_nothrow(size_t size) noexcept {
 inline void* new_aligned(size_t size, std::align_val_t al) {
   auto a = static_cast<size_t>(al);
   void* p = aligned_any(a, size);
-  return STRATA_LIKELY(p != nullptr) ? p : new_failed(size, a, false);
+  return STRATA_LIKELY(p != nullptr) ? p : new_aligned_failed(size, a, false);
 }
 inline void* new_aligned_nothrow(size_t size, std::align_val_t al) noexcept {
   auto a = static_cast<size_t>(al);
   void* p = aligned_any(a, size);
-  return STRATA_LIKELY(p != nullptr) ? p : new_failed(size, a, true);
+  return STRATA_LIKELY(p != nullptr) ? p : new_aligned_failed(size, a, true);
 }
 }  // namespace
 

@@ -162,9 +162,9 @@ with tempfile.TemporaryDirectory() as tmp:
     # not recorded at all), and the replay makes the large alignments.
     p = record(tmp, "api", "10", trace="api")
     want = json.loads(p.stdout) if p.returncode == 0 else {}
-    expect(want.get("failed") == 30 and want.get("misaligned") == 0, f"api workload: {p.stdout} {p.stderr}")
+    expect(want.get("failed") == 40 and want.get("misaligned") == 0, f"api workload: {p.stdout} {p.stderr}")
     rc, got, err = check(os.path.join(tmp, "api"))
-    expect(rc == 0 and got["failed"] == 30 and got["counts"]["aligned"] >= 5 + 10
+    expect(rc == 0 and got["failed"] == 40 and got["counts"]["aligned"] >= 5 + 10
            and got["counts"]["realloc"] >= 1 and got["counts"]["free_sized"] >= 1,
            f"api: {got} {err}")
     r = subprocess.run([REPLAY, os.path.join(tmp, "api")], capture_output=True, text=True, timeout=60)

@@ -580,6 +580,12 @@ TEST(CxxOperators, FailureThrowsOrReturnsNull) {
   // refuses it, not read past the aligned-class tables (session 45).
   EXPECT_THROW((void)::operator new(100, std::align_val_t{48}), std::bad_alloc);
   EXPECT_EQ(::operator new(100, std::align_val_t{96}, std::nothrow), nullptr);
+  // Below 16 too (they were served as malloc), and 0.
+  for (size_t alignment : {0, 3, 6, 9, 15}) {
+    EXPECT_THROW((void)::operator new(100, std::align_val_t{alignment}), std::bad_alloc) << alignment;
+    EXPECT_THROW((void)::operator new[](100, std::align_val_t{alignment}), std::bad_alloc) << alignment;
+    EXPECT_EQ(::operator new(100, std::align_val_t{alignment}, std::nothrow), nullptr) << alignment;
+  }
   EXPECT_THROW((void)::operator new(volatile_size(SIZE_MAX / 2)), std::bad_alloc);
   EXPECT_EQ(::operator new(volatile_size(SIZE_MAX / 2), std::nothrow), nullptr);
   EXPECT_THROW((void)::operator new(volatile_size(SIZE_MAX / 2), std::align_val_t{64}), std::bad_alloc);
@@ -598,6 +604,18 @@ TEST(CxxOperators, NewHandlerIsCalledBeforeThrowing) {
   std::set_new_handler(give_up_handler);
   EXPECT_THROW((void)::operator new(volatile_size(SIZE_MAX / 2)), std::bad_alloc);
   EXPECT_EQ(handler_calls, 1);
+}
+
+// No new-handler can make a request with an alignment that is no power of two succeed:
+// refused at once, as libstdc++ refuses it.  The handler was called until it gave up (one
+// that never gives up: a hang).
+TEST(CxxOperators, NewHandlerIsNotCalledForAnAlignmentNoPowerOfTwo) {
+  handler_calls = 0;
+  std::set_new_handler(give_up_handler);
+  EXPECT_THROW((void)::operator new(100, std::align_val_t{48}), std::bad_alloc);
+  EXPECT_EQ(::operator new[](100, std::align_val_t{24}, std::nothrow), nullptr);
+  EXPECT_EQ(handler_calls, 0);
+  std::set_new_handler(nullptr);
 }
 
 namespace {
