@@ -209,7 +209,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     try:
         with runner.sigterm_as_interrupt():
             out_dir = results.new_run_dir(ctx.results_root(), suite.name)
-            err.print(f"strata-lab: writing {out_dir / results.FILENAME}")
+            err.print(f"strata-lab: writing {_path(out_dir / results.FILENAME)}", markup=False)
             progress_cb, start_cb, finish = _progress(err, a.no_progress)
             doc = runner.execute(suite, cells, variants, rounds=rounds, warmup=warmup, cpus=cpus,
                                  out_dir=out_dir, baseline=baseline, settings=settings,
@@ -238,13 +238,24 @@ def cmd_run(a: argparse.Namespace) -> int:
             err.print(f"[bold yellow]strata-lab: interrupted ({why}) before the first sample; "
                       "nothing was written[/]")
         else:
+            from .tables import escape
+
             err.print(f"[bold yellow]strata-lab: interrupted ({why}); the samples that finished are in "
-                      f"{out_dir / results.FILENAME} (marked incomplete)[/]")
+                      f"{escape(_path(out_dir / results.FILENAME))} (marked incomplete)[/]")
         return 128 + int(getattr(signal, why))  # the shell's status for that signal: 130, 143, 129
     finish()
     _show(results.load(out_dir), console, a.baseline, write_report=a.report)
     failures = sum(1 for s in doc.samples if not s.ok)
     return 1 if failures and a.strict else 0
+
+
+def _path(p) -> str:
+    """A path as printed: --out and the results path are the user's, and a name a script made can
+    hold a newline, an escape sequence or bytes that are not UTF-8 (printed, these split the line,
+    rewrote the terminal or could not be encoded); rich markup in it is escaped where printed."""
+    from .text import printable
+
+    return printable(str(p))
 
 
 def _show_value(v) -> str:
@@ -325,14 +336,17 @@ def _show(doc, console, baseline: str | None, write_report: bool) -> None:
 
         console.print(Markdown(extra))
     run_dir = Path(doc.path).parent
+    escape = tables.escape
     if write_report:
         from . import report
 
         html, md = report.write(doc, an, run_dir, extra)
-        console.print(f"\n[bold]report:[/] {html}\n[bold]summary:[/] {md}\n[bold]results:[/] {doc.path}")
+        console.print(f"\n[bold]report:[/] {escape(_path(html))}\n[bold]summary:[/] {escape(_path(md))}\n"
+                      f"[bold]results:[/] {escape(_path(doc.path))}")
     else:
         again = run_dir if Path(doc.path).name == results.FILENAME else doc.path
-        console.print(f"\n[bold]results:[/] {doc.path}  (strata-lab report {again} writes the report)")
+        console.print(f"\n[bold]results:[/] {escape(_path(doc.path))}  (strata-lab report "
+                      f"{escape(_path(again))} writes the report)")
 
 
 def cmd_report(a: argparse.Namespace) -> int:

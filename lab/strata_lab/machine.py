@@ -4,6 +4,7 @@ and what the lab asks the kernel while it runs: the CPUs it may use (CPU lists, 
 
 from __future__ import annotations
 
+import errno
 import gzip
 import os
 import platform
@@ -149,11 +150,34 @@ def pinned(cpus: list[int] | None):
         yield
         return
     old = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, cpus)
+    try:
+        os.sched_setaffinity(0, cpus)
+    except OSError as e:
+        if e.errno != errno.EINVAL:
+            raise  # not permitted here at all (a seccomp filter): as the kernel says
+        got = set()
+    else:
+        got = os.sched_getaffinity(0)
+    if got != set(cpus):
+        # The CPUs the lab may use shrank since the run began (its cpuset rewritten, a CPU taken
+        # offline): the kernel refuses a mask wholly outside them (EINVAL, which alone named
+        # nothing) and quietly narrows one that overlaps them, and the sample would run on fewer
+        # CPUs than recorded (an oversubscribed cell not flagged).  The sample fails, saying so.
+        try:
+            os.sched_setaffinity(0, old)
+        except OSError:
+            pass
+        gave = f"the kernel gave only CPUs {cpu_ranges(sorted(got))}" if got else "the kernel refused them"
+        raise OSError(errno.EINVAL, f"cannot pin to CPUs {cpu_ranges(sorted(cpus))}: {gave} (the CPUs "
+                                    "the lab may use shrank after the run began: a cpuset rewritten, a "
+                                    "CPU taken offline)")
     try:
         yield
     finally:
-        os.sched_setaffinity(0, old)
+        try:
+            os.sched_setaffinity(0, old)
+        except OSError:
+            pass  # none of `old` is left to the lab: it keeps what the kernel gave it
 
 
 def rss_kb(pid: int) -> int | None:

@@ -104,9 +104,11 @@ def cmd_trace_stats(a: argparse.Namespace) -> int:
         print(trace.markdown(s))
     if out is not None:
         try:
-            (out / "trace-stats.json").write_text(json.dumps(s, indent=1))
+            # Each file whole or not at all: a full disk left a trace-stats.json cut mid-number.
+            results.write_text_atomic(out / "trace-stats.json", json.dumps(s, indent=1), ".trace-stats.json-")
             png = trace.plot(s, out / "trace-stats.png")
-            (out / "trace-stats.md").write_text(trace.markdown(s) + f"\n![{png.name}]({png.name})\n")
+            results.write_text_atomic(out / "trace-stats.md", trace.markdown(s) + f"\n![{png.name}]({png.name})\n",
+                                      ".trace-stats.md-")
         except OSError as e:
             raise LabError(f"trace-stats: cannot write into {out}: {e.strerror}: {e.filename or out}") from None
         print(f"strata-lab: wrote {out / 'trace-stats.md'}, {out / 'trace-stats.json'} and {png}",

@@ -313,7 +313,7 @@ def _render_html(doc: RunDoc, an: Analysis, extra_md: str) -> str:
                          f"<td>{html.escape(str(f.get('exit_status')))}</td><td style='text-align:left'>"
                          f"{html.escape(str(f.get('message')))}<pre>{html.escape(str(f.get('stderr_tail', ''))[-800:])}</pre></td></tr>")
         parts.append("</table>")
-    parts.append(f"<p>results: {html.escape(str(doc.path or 'results.json'))}; schema "
+    parts.append(f"<p>results: {html.escape(printable(str(doc.path or 'results.json')))}; schema "
                  f"{doc.schema} v{doc.schema_version}; lab {html.escape(str(doc.lab_version))}</p>")
     parts.append("</body></html>")
     return "\n".join(parts)

@@ -54,13 +54,14 @@ def new_run_dir(parent: Path, suite: str) -> Path:
     raise LabError(f"could not create a new run directory under {parent}")
 
 
-def write_text_atomic(path: Path, text: str, prefix: str) -> None:
-    """Write text to a temporary file (prefix + random + .tmp) in path's directory, fsync, then
-    rename it over path: a reader (or a run killed mid-write) sees the old file or the new one,
-    never half, and the temporary file goes whatever stops the write (an error, Ctrl-C)."""
+def write_text_atomic(path: Path, text: str | bytes, prefix: str) -> None:
+    """Write text (or bytes: a plot) to a temporary file (prefix + random + .tmp) in path's
+    directory, fsync, then rename it over path: a reader (or a run killed mid-write) sees the old
+    file or the new one, never half, and the temporary file goes whatever stops the write (an
+    error, Ctrl-C)."""
     fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
@@ -72,6 +73,21 @@ def write_text_atomic(path: Path, text: str, prefix: str) -> None:
         except OSError:
             pass
         raise
+
+
+def write_plot(fig, path: Path, dpi: int) -> bool:
+    """A suite summary's matplotlib figure as a PNG beside the results, whole or not at all; False
+    when it cannot be written (`report` of a run kept on a read-only mount or in another user's
+    directory ended in a traceback, --no-html too): the summary goes without its plot."""
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    try:
+        write_text_atomic(Path(path), buf.getvalue(), "." + Path(path).name + "-")
+    except OSError:
+        return False
+    return True
 
 
 def write_atomic(path: Path, doc: dict | RunDoc) -> None:
@@ -263,7 +279,9 @@ def load(arg: str | Path) -> RunDoc:
         raise LabError(f"corrupt results file {p}: missing {', '.join(missing)}")
     # type(): true and 1.0 equal 1, and are no version this lab ever wrote.
     if type(doc["schema_version"]) is not int or doc["schema_version"] not in READABLE_VERSIONS:
-        raise LabError(f"results file {p} has schema version {doc['schema_version']}; this lab "
+        # !r: a version written as the string "2" read "has schema version 2; this lab reads
+        # versions 1, 2".
+        raise LabError(f"results file {p} has schema version {doc['schema_version']!r}; this lab "
                        f"reads versions {', '.join(map(str, READABLE_VERSIONS))}")
     if not isinstance(doc["samples"], list) or not isinstance(doc["cells"], list):
         raise LabError(f"corrupt results file {p}: samples and cells must be lists")

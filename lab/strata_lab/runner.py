@@ -240,6 +240,11 @@ def _noise(jiffies0, jiffies1, lab_cpu_s: float, usage: dict, wall: float,
     the lab's polling).  A noisy neighbour shows here before it shows as a wide spread."""
     if jiffies0 is None or jiffies1 is None or wall <= 0:
         return {}
+    if jiffies1[0] < jiffies0[0] or jiffies1[1] < jiffies0[1]:
+        # Counters that went back measured nothing: the aggregate line loses an unplugged CPU's
+        # ticks, and steal steps back under some hypervisors and in lxcfs's /proc/stat.  A
+        # negative steal_frac made the lab's own results.json one that load() refuses.
+        return {}
     ncpu = len(noise_cpus) if noise_cpus else (os.cpu_count() or 1)
     busy = (jiffies1[0] - jiffies0[0]) / machine.CLK_TCK
     steal = (jiffies1[1] - jiffies0[1]) / machine.CLK_TCK
@@ -396,14 +401,22 @@ def scratch_dir():
     sweep_scratch()
     # Made under a hidden name and locked before it takes its real one, so that a sweep by
     # another run never sees it unlocked.
-    tmp = Path(tempfile.mkdtemp(prefix="." + SCRATCH_PREFIX))
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix="." + SCRATCH_PREFIX))
+    except OSError as e:  # a full /tmp, no inodes left: one line, not a traceback
+        raise LabError(f"cannot make the run's scratch directory ($TMPDIR, else /tmp): "
+                       f"{e.strerror or e}" + (f": {e.filename}" if e.filename else "")) from None
     fd = None
     try:
-        fd = os.open(tmp / "lock", os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        os.write(fd, f"{os.getpid()}\n".encode())  # for a person: which lab made it
-        d = tmp.with_name(tmp.name[1:])
-        os.rename(tmp, d)
+        try:
+            fd = os.open(tmp / "lock", os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.write(fd, f"{os.getpid()}\n".encode())  # for a person: which lab made it
+            d = tmp.with_name(tmp.name[1:])
+            os.rename(tmp, d)
+        except OSError as e:
+            raise LabError(f"cannot make the run's scratch directory {tmp}: {e.strerror or e} "
+                           "($TMPDIR says where)") from None
         tmp = d
         _SCRATCH["dir"] = str(d)
         yield d
@@ -672,18 +685,26 @@ def execute(suite: Suite, cells: list[Cell], variants: list[Variant], *, rounds:
     path = out_dir / results.FILENAME
     saved = {"samples": None}  # how many samples the last results.json written holds
 
-    def save() -> None:
+    def stop(e: OSError, what: Path | str) -> LabError:
         # A disk that fills up or a run directory that becomes read-only mid-run: the run stops
         # (what it measured next could not be kept either) with one line saying what is kept,
         # not a traceback.  write_atomic leaves the previous results.json whole.
+        n = saved["samples"]
+        kept = ("nothing was written" if n is None else
+                # The run directory removed under the run (a /tmp cleaner, a hasty rm -r): the
+                # message said the samples were in a file that no longer existed.
+                f"nothing is kept: {path} is gone (its directory was removed or moved)"
+                if not path.is_file() else
+                f"no sample had finished ({path} is marked incomplete)" if n == 0 else
+                f"the 1 sample that finished is in {path} (marked incomplete)" if n == 1 else
+                f"the {n} samples that finished are in {path} (marked incomplete)")
+        return LabError(f"cannot write {what}: {e.strerror or e}; the run stops: {kept}")
+
+    def save() -> None:
         try:
             results.write_atomic(path, doc)
         except OSError as e:
-            n = saved["samples"]
-            kept = ("nothing was written" if n is None else
-                    f"the 1 sample that finished is in {path} (marked incomplete)" if n == 1 else
-                    f"the {n} samples that finished are in {path} (marked incomplete)")
-            raise LabError(f"cannot write {path}: {e.strerror or e}; the run stops: {kept}") from None
+            raise stop(e, path) from None
         saved["samples"] = len(doc.samples)
 
     save()
@@ -699,16 +720,23 @@ def execute(suite: Suite, cells: list[Cell], variants: list[Variant], *, rounds:
         if on_start:
             on_start(i, total(), cell, v, rnd)
         stats_file = None
-        if v.stats_env and v.library:
-            stats_dir.mkdir(exist_ok=True)
-            stats_file = stats_dir / f"{i:05d}.json"
         extra = {"STRATA_LAB_VARIANT": v.name, "STRATA_LAB_CELL": cell.id,
                  "STRATA_LAB_ROUND": "warmup" if rnd is None and kind == "time" else str(rnd)}
         run_cpus = list(cell.cpus) if cell.cpus is not None else cpus
-        if kind == "instructions":
-            rec = run_instructions(cell, v, run_cpus, extra, suite.parse)
-        else:
-            rec = run_sample(cell, v, run_cpus, extra, stats_file, suite.parse)
+        try:
+            if v.stats_env and v.library:
+                stats_dir.mkdir(exist_ok=True)
+                stats_file = stats_dir / f"{i:05d}.json"
+            if kind == "instructions":
+                rec = run_instructions(cell, v, run_cpus, extra, suite.parse)
+            else:
+                rec = run_sample(cell, v, run_cpus, extra, stats_file, suite.parse)
+        except OSError as e:
+            # The run directory's strata-stats/ or the sample's temporary directory could not be
+            # made (a full disk or /tmp, no inodes left, a directory made read-only): as for
+            # results.json, one line, not a traceback.  A workload that fails to start is a
+            # failed sample (run_sample), not this.
+            raise stop(e, e.filename or "the run's files") from None
         if stats_file is not None and stats_file.is_file():
             try:
                 rec["strata_stats"] = json.loads(stats_file.read_text())

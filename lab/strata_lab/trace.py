@@ -11,6 +11,7 @@ match, an unknown event) is a TraceError naming the byte.
 
 from __future__ import annotations
 
+import io
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -452,6 +453,8 @@ def plot(s: dict, out: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from . import results
+
     fig, ax = plt.subplots(1, 3, figsize=(15, 4))
     for a, key, title in ((ax[0], "size_histogram", "allocation sizes"),
                           (ax[1], "lifetime_histogram", "lifetimes (matched frees)")):
@@ -467,6 +470,9 @@ def plot(s: dict, out: Path) -> Path:
     ax[2].set_ylabel("MiB")
     fig.suptitle(printable(Path(s["trace"]).name), parse_math=False)  # a file name, not TeX: '$' pairs are common
     fig.tight_layout()
-    fig.savefig(out, dpi=100)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
     plt.close(fig)
+    # Whole or not at all: on a full disk savefig left a cut PNG under the final name.
+    results.write_text_atomic(Path(out), buf.getvalue(), "." + Path(out).name + "-")
     return out

@@ -6,10 +6,11 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
-from strata_lab import cli, results
+from strata_lab import cli, results, runner
 
 from .conftest import ROOT, lab
 
@@ -288,3 +289,77 @@ def test_a_results_file_that_cannot_be_written_stops_the_run_in_one_line(built, 
     doc = results.load(run_dir).to_json()
     assert doc["complete"] is False and len(doc["samples"]) == 1 and doc["samples"][0]["ok"]
     assert sorted(p.name for p in run_dir.iterdir()) == ["results.json"]
+
+
+@pytest.mark.parametrize("where", ["strata-stats", "sample", "scratch"])
+def test_a_directory_the_run_cannot_make_stops_it_in_one_line(built, tmp_path, monkeypatch, capsys, where):
+    """A full disk or /tmp (no inodes left) or a directory made read-only can refuse the run's
+    own directories too: strata-stats/ beside results.json, the sample's temporary directory, the
+    run's scratch directory.  Each stopped the run with an OSError traceback; now one line, exit 2,
+    as for results.json (docs/lab.md: every error is one message)."""
+    real_mkdir, real_mkdtemp = runner.Path.mkdir, runner.tempfile.mkdtemp
+    made = {"n": 0}
+
+    def mkdir(self, *a, **kw):
+        if where == "strata-stats" and self.name == "strata-stats":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
+        return real_mkdir(self, *a, **kw)
+
+    def mkdtemp(suffix=None, prefix=None, dir=None):
+        made["n"] += 1
+        if (where == "sample" and prefix == "sample-" and made["n"] > 2) or \
+                (where == "scratch" and prefix.endswith(runner.SCRATCH_PREFIX)):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(Path(dir or "/tmp") / (prefix + "x")))
+        return real_mkdtemp(suffix, prefix, dir)
+
+    monkeypatch.setattr(runner.Path, "mkdir", mkdir)
+    monkeypatch.setattr(runner.tempfile, "mkdtemp", mkdtemp)
+    code = cli.main(["run", "--suite", "patterns", "--alloc", "strata", "--cells", "larson/t1", "--seconds", "0.1",
+                     "--rounds", "4", "--warmup", "0", "--time-budget", "0", "--max-reruns", "0",
+                     "--no-progress", "--out", str(tmp_path)])
+    monkeypatch.undo()
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "Traceback" not in err and err.count("strata-lab: error:") == 1, err
+    assert "No space left on device" in err
+    (run_dir,) = tmp_path.iterdir()
+    doc = results.load(run_dir).to_json()
+    assert doc["complete"] is False
+    if where == "scratch":
+        assert "cannot make the run's scratch directory" in err and doc["samples"] == []
+        return
+    assert "the run stops:" in err
+    if where == "strata-stats":
+        assert f"cannot write {run_dir / 'strata-stats'}" in err and doc["samples"] == []
+        assert f"no sample had finished ({run_dir / 'results.json'} is marked incomplete)" in err
+    else:  # the scratch directory and the first sample's were made, the second sample's not
+        assert "cannot write " in err and "/sample-x" in err
+        assert f"the 1 sample that finished is in {run_dir / 'results.json'}" in err
+        assert len(doc["samples"]) == 1 and doc["samples"][0]["ok"]
+
+
+def test_a_run_directory_removed_under_the_run_is_not_said_to_hold_the_samples(built, tmp_path, monkeypatch,
+                                                                            capsys):
+    """A /tmp cleaner or an `rm -r` takes the run directory away mid-run: the run stopped saying
+    "the 1 sample that finished is in .../results.json", a file that no longer existed."""
+    import shutil
+
+    calls = {"n": 0}
+    real_mkstemp = results.tempfile.mkstemp
+
+    def mkstemp(**kw):  # write 2 of results.json: after the first sample
+        calls["n"] += 1
+        if calls["n"] == 2:
+            shutil.rmtree(kw["dir"])
+        return real_mkstemp(**kw)
+
+    monkeypatch.setattr(results.tempfile, "mkstemp", mkstemp)
+    code = cli.main(["run", "--suite", "patterns", "--alloc", "glibc", "--cells", "larson/t1", "--seconds", "0.1",
+                     "--rounds", "4", "--warmup", "0", "--time-budget", "0", "--max-reruns", "0",
+                     "--no-progress", "--out", str(tmp_path)])
+    monkeypatch.undo()
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err
+    assert list(tmp_path.iterdir()) == []
+    assert "No such file or directory; the run stops: nothing is kept:" in err and " is gone " in err
+    assert "finished is in" not in err

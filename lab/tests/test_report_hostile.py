@@ -8,6 +8,7 @@ import io
 import json
 import os
 import re
+from html import escape as html_escape
 
 import pytest
 from rich.console import Console
@@ -103,6 +104,38 @@ def test_a_schema_version_that_is_not_an_integer_is_refused(tmp_path, capsys):
     (tmp_path / "results.json").write_text(json.dumps(d))
     assert cli.main(["report", str(tmp_path), "--no-html"]) == 2
     assert "schema version True" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("version, shown", [("2", "'2'"), (3, "3"), (2.0, "2.0")])
+def test_a_schema_version_this_lab_does_not_read_is_named_as_written(tmp_path, capsys, version, shown):
+    """The string "2" was refused as "has schema version 2; this lab reads versions 1, 2"."""
+    d = doc_with({("a/t1", "base"): [10] * 5, ("a/t1", "x"): [20] * 5})
+    d["schema_version"] = version
+    (tmp_path / "results.json").write_text(json.dumps(d))
+    assert cli.main(["report", str(tmp_path), "--no-html"]) == 2
+    assert f"has schema version {shown}; this lab reads versions 1, 2" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["b[/x]", "[red]y", "nl\nx", "esc\x1b[2Jx", os.fsdecode(b"ff\xff")])
+def test_a_run_into_an_out_directory_with_a_hostile_name(built, tmp_path, capsys, name):
+    """--out is the user's, but a script can make any name: `[/x]` ended the run in a MarkupError
+    before its first sample (an empty run directory left), `[red]` vanished from the paths printed
+    (a directory that does not exist), a newline split the line, ESC reached the terminal, and a
+    byte that is not UTF-8 ended --report in a UnicodeEncodeError after every sample was taken."""
+    from strata_lab.text import printable
+
+    out = tmp_path / name
+    code = cli.main(["run", "--suite", "patterns", "--alloc", "glibc", "--cells", "larson/t1", "--seconds",
+                     "0.05", "--rounds", "1", "--warmup", "0", "--time-budget", "0", "--no-progress",
+                     "--report", "--out", str(out)])
+    got = capsys.readouterr()
+    assert code == 0, got.err
+    (run_dir,) = out.iterdir()
+    shown = printable(str(run_dir))
+    assert f"strata-lab: writing {shown}/results.json" in got.err
+    assert f"results: {shown}/results.json" in got.out and f"report: {shown}/report.html" in got.out
+    assert "\x1b" not in got.out + got.err
+    assert f"results: {html_escape(shown)}/results.json" in (run_dir / "report.html").read_text()
 
 
 def piped_doc():

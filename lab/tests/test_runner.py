@@ -1,5 +1,6 @@
 """One sample = one process: results, failures (exit, signal, timeout, bad output), preload, CPUs."""
 
+import errno
 import os
 import sys
 
@@ -118,6 +119,38 @@ def test_pinning_reaches_the_command():
     assert os.sched_getaffinity(0) != {cpu} or len(os.sched_getaffinity(0)) == 1  # lab restored
 
 
+@pytest.mark.parametrize("ask", ["outside", "overlapping"])
+def test_cpus_a_cpuset_took_from_the_lab_fail_the_sample_naming_them(monkeypatch, ask):
+    """The cpuset the lab runs in loses CPUs mid-run (a cgroup's cpuset.cpus rewritten).  The
+    kernel refuses a mask wholly outside it: every sample failed as `[Errno 22] Invalid
+    argument`.  It narrows a mask that overlaps it: the samples ran on fewer CPUs than results.json
+    records, a 2-thread cell on 1 CPU not flagged oversubscribed.  Both fail now, naming the CPUs."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        pytest.skip("needs two CPUs")
+    before, real = os.sched_getaffinity(0), os.sched_setaffinity
+    left = {allowed[-1]}  # what the shrunk cpuset keeps
+
+    def setaffinity(pid, cpus):  # what the kernel does to a mask under a cpuset
+        cpus = set(cpus) & left
+        if not cpus:
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        real(pid, cpus)
+
+    want = [allowed[0]] if ask == "outside" else allowed
+    cell = Cell(workload="sh", threads=len(want), metric="v", argv=["/bin/sh", "-c", "echo '{\"v\": 1}'"])
+    monkeypatch.setattr(machine.os, "sched_setaffinity", setaffinity)
+    try:
+        rec = runner.run_sample(cell, runner.Variant("glibc"), want, {}, None, lambda c, o: parse_last_json(o))
+    finally:
+        monkeypatch.undo()
+        os.sched_setaffinity(0, before)
+    assert not rec["ok"] and rec["failure"]["kind"] == "spawn", rec
+    gave = "the kernel refused them" if ask == "outside" else f"the kernel gave only CPUs {allowed[-1]}"
+    assert f"cannot pin to CPUs {machine.cpu_ranges(want)}: {gave}" in rec["failure"]["message"]
+    assert "the CPUs the lab may use shrank after the run began" in rec["failure"]["message"]
+
+
 def test_workload_timeline_and_own_peak_rss_override():
     rec = sample('echo \'{"v": 1, "srv_kb": 777, "rss_timeline": {"t_ms": [0, 10], "rss_kb": [5, 6]}}\'',
                  peak_rss_metric="srv_kb")
@@ -218,3 +251,25 @@ def test_steal_is_not_counted_as_other_processes_cpu():
     assert noise["other_cpu_frac"] == pytest.approx(0.1)
     s = Sample(index=0, cell="c", variant="v", round=0, steal_frac=0.06, other_cpu_frac=0.06)
     assert s.lost == pytest.approx(0.12)
+
+
+def test_proc_stat_counters_that_go_back_measure_no_noise(built, tmp_path, monkeypatch, capsys):
+    """/proc/stat's steal stepping back between the reads around a sample (an unplugged CPU leaves
+    the aggregate line; some hypervisors and lxcfs step steal back) was written as a negative
+    steal_frac, which load() refuses: the run ended "corrupt results file" after its last sample,
+    and report and compare refused the run for good."""
+    from strata_lab import cli, results
+
+    hz = machine.CLK_TCK
+    assert runner._noise((100, 50), (200, 40), 0.0, {"utime": 0.1, "stime": 0.0}, 1.0, [0]) == {}
+    assert runner._noise((100, 50), (90, 50), 0.0, {"utime": 0.1, "stime": 0.0}, 1.0, [0]) == {}
+    assert runner._noise((0, 0), (hz, 0), 0.0, {"utime": 0.5, "stime": 0.0}, 1.0, [0])["other_cpu_frac"] == \
+        pytest.approx(0.5)
+    reads = iter(range(10**6, 0, -7))
+    monkeypatch.setattr(machine, "cpu_jiffies", lambda cpus=None: (10**6, next(reads)))
+    code = cli.main(["run", "--suite", "e1", "--smoke", "--alloc", "glibc", "--cells", "e1-tiny/t1", "--rounds", "2",
+                     "--warmup", "0", "--no-progress", "--out", str(tmp_path)])
+    assert code == 0, capsys.readouterr().err
+    (run_dir,) = tmp_path.iterdir()
+    samples = results.load(run_dir).to_json()["samples"]
+    assert len(samples) == 2 and all(s["ok"] and s.get("steal_frac") is None for s in samples)

@@ -125,3 +125,24 @@ def test_a_device_metric_the_workload_did_not_give_is_shown_as_a_dash(kind):
         doc["samples"][i] = damaged({"samples": [doc["samples"][i]]}, ("baseline_ms",), kind)["samples"][0]
     md = load_suite("e2_gpu").summarise(doc)
     assert "| 1 | base | – | 2.00 (+100.0 %) |" in md, md
+
+
+@pytest.mark.parametrize("suite, png", [("e3", "e3-rounds.png"), ("e5", "e5-matrix.png")])
+@pytest.mark.parametrize("html", [False, True], ids=["no-html", "html"])
+def test_a_summary_plot_that_cannot_be_written_leaves_the_report_without_it(tmp_path, capsys, suite, png, html):
+    """E3's and E5's summaries draw a plot beside results.json.  `report` (--no-html too) of a run
+    kept where the reader may not write (a read-only mount, another user's results: here the
+    plot's name taken by a directory) ended in an OSError traceback; now the summary comes without
+    the plot."""
+    (tmp_path / "results.json").write_text(json.dumps(suite_doc(suite)))
+    (tmp_path / png).mkdir()
+    args = ["report", str(tmp_path)] + ([] if html else ["--no-html"])
+    assert cli.main(args) == 0, capsys.readouterr().err
+    assert "Traceback" not in capsys.readouterr().err
+    if html:
+        assert f"({png})" not in (tmp_path / "summary.md").read_text()
+    (tmp_path / png).rmdir()
+    assert cli.main(args) == 0
+    assert (tmp_path / png).read_bytes()[:4] == b"\x89PNG"
+    if html:
+        assert f"({png})" in (tmp_path / "summary.md").read_text()

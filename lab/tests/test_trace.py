@@ -188,6 +188,55 @@ def test_trace_stats_out_that_is_a_file(tmp_path, capsys):
     assert f"cannot create the directory {f}" in err and "a file of that name exists" in err
 
 
+def test_trace_stats_on_a_full_disk_leaves_no_cut_file(tmp_path, capsys, monkeypatch):
+    """A disk that filled up while trace-stats --out wrote left trace-stats.json cut mid-number
+    (and would have left the PNG cut where matplotlib stopped): each file is now whole or absent."""
+    import errno
+
+    from matplotlib.figure import Figure
+
+    p = sample_trace(tmp_path)
+    real = Figure.savefig
+
+    def savefig(self, fname, **kw):  # writes part of the image, then the disk is full
+        real(self, fname, **kw)
+        if hasattr(fname, "truncate"):
+            fname.truncate(100)
+        else:
+            with open(fname, "r+b") as f:
+                f.truncate(100)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(Figure, "savefig", savefig)
+    out = tmp_path / "out"
+    assert cli.main(["trace-stats", str(p), "--out", str(out)]) == 2
+    assert "No space left on device" in capsys.readouterr().err
+    assert sorted(f.name for f in out.iterdir()) == ["trace-stats.json"]
+    assert json.loads((out / "trace-stats.json").read_text())["peak_live_bytes"] == 400
+
+
+def test_report_of_a_replay_run_whose_plot_cannot_be_written(built, tmp_path, capsys, monkeypatch):
+    """`report` (--no-html too) of a replay run kept where the reader may not write (a read-only
+    mount, another user's results) ended in an OSError traceback: the replay summary draws the
+    trace's plot beside results.json.  The tables come out, with a line saying so."""
+    import errno
+
+    out = tmp_path / "out"
+    assert cli.main(["replay", str(sample_trace(tmp_path)), "--alloc", "glibc", "--smoke", "--rounds", "1",
+                     "--warmup", "0", "--no-progress", "--out", str(out)]) == 0
+    (run_dir,) = out.iterdir()
+    capsys.readouterr()
+
+    def plot(s, where):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(where))
+
+    monkeypatch.setattr(trace, "plot", plot)
+    assert cli.main(["report", "--no-html", str(run_dir)]) == 0
+    got = capsys.readouterr()
+    assert "the plot of the trace could not be written beside the results: Read-only file system" in got.out
+    assert "Traceback" not in got.err
+
+
 def record(built, tmp_path, *args):
     env = dict(os.environ, STRATA_BUILD=str(built))
     return subprocess.run([sys.executable, "-m", "strata_lab", "record", *args], env=env, cwd=tmp_path,

@@ -35,7 +35,7 @@ from strata_lab import stats
 from strata_lab.errors import LabError
 from strata_lab.drivers.e3_round import BE_PROCS, KERNELS, LC_BURST_US, LC_PROCS, STREAMS
 from strata_lab.model import Sample
-from strata_lab.results import AMOUNT, COUNT, NUMBER
+from strata_lab.results import AMOUNT, COUNT, NUMBER, write_plot
 from strata_lab.suite import Cell
 
 DESCRIPTION = "E3: latency-critical vs best-effort tenants (2 LC + 4 BE processes), native vs scheduler policy"
@@ -229,9 +229,9 @@ def _plot(results: dict, table: dict) -> str | None:
         a.legend(fontsize=8)
     fig.tight_layout()
     path = Path(where).parent / "e3-rounds.png"
-    fig.savefig(path, dpi=90)
+    written = write_plot(fig, path, dpi=90)
     plt.close(fig)
-    return path.name
+    return path.name if written else None
 
 
 # ---- the suite ----------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from pathlib import Path
 from strata_lab import machine, stats
 from strata_lab.drivers.e5_server import CONNECTIONS, DEFAULT_SECONDS, SERVERS, WARMUP_S
 from strata_lab.model import Sample
-from strata_lab.results import LIST, NUMBER, counted_metrics, or_null
+from strata_lab.results import LIST, NUMBER, counted_metrics, or_null, write_plot
 from strata_lab.suite import Cell, Param, cpu_list, integer, list_of, one_of
 
 DESCRIPTION = "E5: servers (strata httpd, nginx, redis) under a CPU-pinning matrix, wrk/redis-benchmark on loopback"
@@ -239,7 +239,7 @@ def _plot(results: dict, rows: list[dict]) -> str | None:
     axes[0].legend(fontsize=7)
     fig.tight_layout()
     path = Path(where).parent / "e5-matrix.png"
-    fig.savefig(path, dpi=90)
+    written = write_plot(fig, path, dpi=90)
     plt.close(fig)
-    return path.name
+    return path.name if written else None
 

@@ -76,6 +76,11 @@ def summarise(results: dict) -> str:
     md = tr.markdown(s).replace("# trace ", "### trace ", 1).replace("\n## ", "\n#### ")
     where = results.get("_path")
     if where:
-        png = tr.plot(s, beside(where, "trace-stats.png"))
+        try:
+            png = tr.plot(s, beside(where, "trace-stats.png"))
+        except OSError as e:
+            # `report` of a run kept where the reader may not write (a read-only mount, another
+            # user's results) ended in a traceback, even with --no-html: the tables without it.
+            return md + f"\n(the plot of the trace could not be written beside the results: {e.strerror})\n"
         md += f"\n![sizes, lifetimes and live bytes of the trace]({png.name})\n"
     return md
