@@ -246,6 +246,18 @@ def test_ctrl_c_while_the_cli_loads_exits_130_quietly(tmp_path, entry, module):
     assert r.stderr.strip() == "strata-lab: interrupted" and r.stdout == "", r.stderr
 
 
+def run_that_fails(monkeypatch, capsys, tmp_path, alloc):
+    """A short run of larson/t1 into tmp_path with the failures monkeypatched in; the patches are
+    undone, and its stderr returned once the run is seen to have stopped with exit 2, no traceback."""
+    code = cli.main(["run", "--suite", "patterns", "--alloc", alloc, "--cells", "larson/t1", "--seconds", "0.1",
+                     "--rounds", "4", "--warmup", "0", "--time-budget", "0", "--max-reruns", "0",
+                     "--no-progress", "--out", str(tmp_path)])
+    monkeypatch.undo()
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err
+    return err
+
+
 @pytest.mark.parametrize("fail, at", [("full", 3), ("read-only", 3), ("full", 1)])
 def test_a_results_file_that_cannot_be_written_stops_the_run_in_one_line(built, tmp_path, monkeypatch, capsys,
                                                                          fail, at):
@@ -271,13 +283,7 @@ def test_a_results_file_that_cannot_be_written_stops_the_run_in_one_line(built, 
         monkeypatch.setattr(results.os, "fsync", fsync)
     else:
         monkeypatch.setattr(results.tempfile, "mkstemp", mkstemp)
-    code = cli.main(["run", "--suite", "patterns", "--alloc", "glibc", "--cells", "larson/t1", "--seconds", "0.1",
-                     "--rounds", "4", "--warmup", "0", "--time-budget", "0", "--max-reruns", "0",
-                     "--no-progress", "--out", str(tmp_path)])
-    monkeypatch.undo()
-    err = capsys.readouterr().err
-    assert code == 2, err
-    assert "Traceback" not in err
+    err = run_that_fails(monkeypatch, capsys, tmp_path, "glibc")
     if at == 1:
         assert "the run stops: nothing was written" in err
         assert list(tmp_path.iterdir()) == []  # no empty run directory either
@@ -314,13 +320,8 @@ def test_a_directory_the_run_cannot_make_stops_it_in_one_line(built, tmp_path, m
 
     monkeypatch.setattr(runner.Path, "mkdir", mkdir)
     monkeypatch.setattr(runner.tempfile, "mkdtemp", mkdtemp)
-    code = cli.main(["run", "--suite", "patterns", "--alloc", "strata", "--cells", "larson/t1", "--seconds", "0.1",
-                     "--rounds", "4", "--warmup", "0", "--time-budget", "0", "--max-reruns", "0",
-                     "--no-progress", "--out", str(tmp_path)])
-    monkeypatch.undo()
-    err = capsys.readouterr().err
-    assert code == 2, err
-    assert "Traceback" not in err and err.count("strata-lab: error:") == 1, err
+    err = run_that_fails(monkeypatch, capsys, tmp_path, "strata")
+    assert err.count("strata-lab: error:") == 1, err
     assert "No space left on device" in err
     (run_dir,) = tmp_path.iterdir()
     doc = results.load(run_dir).to_json()
@@ -354,12 +355,7 @@ def test_a_run_directory_removed_under_the_run_is_not_said_to_hold_the_samples(b
         return real_mkstemp(**kw)
 
     monkeypatch.setattr(results.tempfile, "mkstemp", mkstemp)
-    code = cli.main(["run", "--suite", "patterns", "--alloc", "glibc", "--cells", "larson/t1", "--seconds", "0.1",
-                     "--rounds", "4", "--warmup", "0", "--time-budget", "0", "--max-reruns", "0",
-                     "--no-progress", "--out", str(tmp_path)])
-    monkeypatch.undo()
-    err = capsys.readouterr().err
-    assert code == 2 and "Traceback" not in err, err
+    err = run_that_fails(monkeypatch, capsys, tmp_path, "glibc")
     assert list(tmp_path.iterdir()) == []
     assert "No such file or directory; the run stops: nothing is kept:" in err and " is gone " in err
     assert "finished is in" not in err
