@@ -33,6 +33,25 @@ namespace {
 
 spin_lock registry_lock;
 heap* registry = nullptr;
+// Whether the calling thread holds registry_lock.  exit() from a signal handler that interrupted
+// it there (SIGTERM's handler, commonly; fork holds the lock throughout, before_fork) wrote the
+// exit statistics (STRATA_STATS_FILE, STRATA_SHOW_STATS), which take it again: the program spun
+// for ever instead of exiting (a program forking in a loop: 9 runs in 10).  heap_registry_held
+// does not take it again.
+__thread bool tl_registry_held __attribute__((tls_model("initial-exec"))) = false;
+class registry_guard {
+ public:
+  registry_guard() noexcept {
+    registry_lock.lock();
+    tl_registry_held = true;
+  }
+  ~registry_guard() {
+    tl_registry_held = false;
+    registry_lock.unlock();
+  }
+  registry_guard(const registry_guard&) = delete;
+  registry_guard& operator=(const registry_guard&) = delete;
+};
 
 // A thread whose heap was given back at exit (heap_thread_done) may still allocate: a later
 // thread-key destructor, or a C++ thread_local destructor, can call malloc.  A new heap then
@@ -958,7 +977,7 @@ void heap_abandon(heap* h, bool forked = false) noexcept {
   // The counters move to g_retired under the registry's lock, which the statistics hold while
   // they read (heap_registry_held): they see them in the heap or in g_retired, never both or
   // neither.
-  lock_guard g(registry_lock);
+  registry_guard g;
   for (size_t i = 0; i < small_slots; ++i) {
     g_retired.alloc_count[small_classes.cls[i]].fetch_add(h->alloc_small[i].get(), std::memory_order_relaxed);
     h->alloc_small[i].v.store(0, std::memory_order_relaxed);
@@ -1218,7 +1237,7 @@ namespace {
 // or against the shared empty_heap before its first allocation: lists and spare counts of two
 // heaps crossed, and the old heap stayed alive for good).
 heap* heap_acquire(uintptr_t tid) noexcept {
-  lock_guard g(registry_lock);
+  registry_guard g;
   heap* h = nullptr;
   for (heap* r = registry; r; r = r->next_in_registry) {
     if (r->alive.load(std::memory_order_relaxed)) {
@@ -1335,8 +1354,18 @@ void orphan_trim() noexcept {
   if (orphan_heap != nullptr) heap_trim_as(orphan_heap, true, false);
 }
 
-heap_registry_held::heap_registry_held() noexcept { registry_lock.lock(); }
-heap_registry_held::~heap_registry_held() { registry_lock.unlock(); }
+// Held already by this thread: a signal handler interrupted it inside one of the lock's sections,
+// which stays as it was (the counts may be off by a heap whose fold into g_retired it stopped).
+heap_registry_held::heap_registry_held() noexcept : nested_(tl_registry_held) {
+  if (nested_) return;
+  registry_lock.lock();
+  tl_registry_held = true;
+}
+heap_registry_held::~heap_registry_held() {
+  if (nested_) return;
+  tl_registry_held = false;
+  registry_lock.unlock();
+}
 heap* heap_registry_held::first() const noexcept { return registry; }
 
 bool heap_is_orphan(const heap* h) noexcept { return h->tid == orphan_tid; }
@@ -1344,9 +1373,11 @@ bool heap_is_orphan(const heap* h) noexcept { return h->tid == orphan_tid; }
 void heap_locks_acquire() noexcept {
   orphan_lock.lock();
   registry_lock.lock();
+  tl_registry_held = true;
 }
 
 void heap_locks_release(bool in_child) noexcept {
+  tl_registry_held = false;
   if (!in_child) {
     registry_lock.unlock();
     orphan_lock.unlock();

@@ -77,7 +77,8 @@ void heap_thread_done(void* h) noexcept;
 // an exiting thread's heap folds its counters into g_retired: read outside it, a walk that began
 // before a fold missed the heap's counts (g_retired read first, the heap's zeroed) or counted
 // them twice, and a cumulative count (malloc_count) went back by them at the next reading.
-// Not to be nested (spin lock), nor held across anything that may abandon a heap.
+// Not held across anything that may abandon a heap.  A thread that holds the lock already (a
+// signal handler's exit() or statistics call interrupted it there) reads without taking it again.
 class heap_registry_held {
  public:
   heap_registry_held() noexcept;
@@ -85,6 +86,9 @@ class heap_registry_held {
   heap_registry_held(const heap_registry_held&) = delete;
   heap_registry_held& operator=(const heap_registry_held&) = delete;
   heap* first() const noexcept;
+
+ private:
+  bool nested_;
 };
 // The orphan heap (heap.cpp, orphan_alloc) serves no thread of its own: not counted in `threads`.
 bool heap_is_orphan(const heap* h) noexcept;

@@ -47,6 +47,7 @@ struct buffer {
   uint64_t last_free;
   buffer* next;          // the registry of every thread's buffer
   buffer* next_queued;   // the writer's queue; of a buffer its thread is done with, the spare list
+  uintptr_t owner;       // the thread pointer of the thread using it; 0 once given back (spare)
   uint64_t* area[2];
   int current;             // the area the thread fills
   std::atomic<bool> queued;  // the other area waits for the writer
@@ -87,7 +88,7 @@ constexpr size_t sample_units = 128;
 // A thread that has no buffer (yet, or any more) points at this one, whose cursor is past its
 // limit: the fast path's one test sends it to the slow path, with no test for a null buffer.
 uint32_t no_units[long_units + 2];
-buffer no_buffer{no_units + long_units + 1, no_units, no_units + long_units + 1, 0, nullptr, nullptr, {nullptr, nullptr}, 0,
+buffer no_buffer{no_units + long_units + 1, no_units, no_units + long_units + 1, 0, nullptr, nullptr, 0, {nullptr, nullptr}, 0,
                  {false}, {false}, {}, nullptr, 0, 0, 0, 0, {}};
 
 // buffer::limit for a thread at `cursor` that writes the next time sample `sample_units` on.
@@ -406,11 +407,36 @@ void reset(buffer* b) noexcept {
   start_area(b);
 }
 
+// The events a thread that is gone left in b, written as its exit chunk by the thread that takes
+// b over; false: at_exit has begun, and writes them.
+bool write_left_events(buffer* b) noexcept {
+  if (!enter_flush(b)) return false;
+  if (b->cursor != b->units()) flush(b, chunk_thread_exit, true);
+  os::discard_plain(reinterpret_cast<char*>(b) + header_bytes, buffer_bytes - header_bytes);
+  leave_flush(b);
+  give_back_growth(b);
+  return true;
+}
+
 __attribute__((noinline)) buffer* new_buffer() noexcept {
+  // A buffer still held under this thread's pointer is a thread's that is gone (thread pointers
+  // are unique among live threads; glibc gives a new thread the stack and TCB of one that
+  // exited): it recorded after its last round of key destructors had begun (a destructor that
+  // sets its key again allocates in every round), and no round followed to give the buffer back.
+  // Each such thread kept its buffer mapped for good (2 MiB of address space, 8 KiB resident).
+  // The thread that now has the pointer writes what is left and takes the buffer over, as
+  // heap_acquire does the heap.
+  const uintptr_t me = detail::thread_id();
   lock();
-  buffer* b = spare_buffers;
-  if (b != nullptr) spare_buffers = b->next_queued;
+  buffer* b = registry;
+  while (b != nullptr && b->owner != me) b = b->next;
+  const bool left = b != nullptr;
+  if (!left) {
+    b = spare_buffers;
+    if (b != nullptr) spare_buffers = b->next_queued;
+  }
   unlock();
+  if (left && !write_left_events(b)) return nullptr;
   const bool fresh = b == nullptr;
   if (fresh) {
     b = static_cast<buffer*>(os::map_plain(buffer_bytes));
@@ -426,6 +452,7 @@ __attribute__((noinline)) buffer* new_buffer() noexcept {
   lock();
   b->thread = next_thread.fetch_add(1, std::memory_order_relaxed);
   b->os_tid = os::thread_os_id();
+  b->owner = me;
   reset(b);
   if (fresh) {
     b->next = registry;
@@ -556,6 +583,7 @@ void on_thread_exit(void* arg) noexcept {
     tl_buffer = &no_buffer;
     give_back_growth(b);
     lock();
+    b->owner = 0;
     b->next_queued = spare_buffers;
     spare_buffers = b;
     unlock();

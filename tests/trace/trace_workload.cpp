@@ -26,6 +26,10 @@
 //                              posix_memalign with alignment 24, nothrow new aligned to 48
 //   trace_workload threadchurn N  N threads one after another, each allocating and freeing 100
 //                              blocks; prints how much the address space grew (KiB)
+//   trace_workload lateround N  N threads one after another, each with a key whose destructor
+//                              sets it again (every round of key destructors runs) and allocates
+//                              and frees a block in each round; prints how much the address
+//                              space grew (KiB)
 //   trace_workload busy N      64 threads alive at once, each making N malloc/free pairs; prints
 //                              the resident memory (KiB) while all of them are still alive
 //   trace_workload exitrace N  a thread allocates N blocks and waits; the main thread prints its
@@ -137,6 +141,23 @@ int main(int argc, char** argv) {
         for (int i = 0; i < 100; i++) b[i] = malloc(16 + i);
         for (int i = 0; i < 100; i++) free(b[i]);
       }).join();
+    printf("{\"threads\": %d, \"vm_growth_kib\": %ld}\n", n, status_kib("VmSize:") - before);
+    return 0;
+  }
+  if (strcmp(argv[1], "lateround") == 0) {
+    // After the recorder's own destructor in the last round: nothing follows to give its buffer back.
+    static pthread_key_t late;
+    pthread_key_create(&late, [](void* v) {
+      static thread_local int rounds = 0;
+      free(v);
+      void* p = malloc(100);
+      if (++rounds < PTHREAD_DESTRUCTOR_ITERATIONS) pthread_setspecific(late, p);
+      else free(p);
+    });
+    auto body = [] { pthread_setspecific(late, malloc(50)); };
+    std::thread(body).join();  // the first thread's buffer and the writer
+    long before = status_kib("VmSize:");
+    for (int t = 0; t < n; t++) std::thread(body).join();
     printf("{\"threads\": %d, \"vm_growth_kib\": %ld}\n", n, status_kib("VmSize:") - before);
     return 0;
   }

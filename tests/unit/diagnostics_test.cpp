@@ -22,6 +22,7 @@
 #include <sstream>
 #include <string>
 
+#include "core/heap.h"
 #include "core/options.h"
 #include "core/errors.h"
 #include "core/stats.h"
@@ -328,6 +329,38 @@ TEST(Issue17StatsFile, PrintoutToAStderrWhoseReaderLeftIsNotASignal) {
       },
       testing::ExitedWithCode(0), "");
   options::reset(option::show_stats);
+}
+
+// exit() from a signal handler (SIGTERM's, commonly) that interrupted its thread while it held the
+// heap registry's lock: inside mallinfo2 or strata_stats_get (heap_registry_held), or inside fork,
+// whose handlers hold it throughout (heap_locks_acquire).  The statistics at exit took the lock
+// again and spun for ever (a program forking in a loop hung at 9 SIGTERMs in 10); glibc exits.
+// The alarm only ends a child that hangs (killed by SIGALRM: the test fails).
+void exit_from_handler(int) { strata::detail::stats_report_at_exit(); _exit(0); }
+
+TEST(Issue17StatsFile, ExitFromASignalHandlerThatInterruptedTheRegistryLockWritesTheFile) {
+  for (bool in_fork : {false, true}) {
+    std::string path = temp_file(in_fork ? "sigfork" : "sigstats");
+    ASSERT_EQ(init_with("STRATA_STATS_FILE", path.c_str()), "");
+    EXPECT_EXIT(
+        {
+          alarm(10);
+          signal(SIGUSR1, exit_from_handler);
+          if (in_fork) {
+            strata::detail::heap_locks_acquire();  // fork's prepare handler (init.cpp, before_fork)
+            raise(SIGUSR1);
+          } else {
+            strata::detail::heap_registry_held held;  // the statistics' read (mallinfo2)
+            raise(SIGUSR1);
+          }
+          _exit(2);
+        },
+        testing::ExitedWithCode(0), "")
+        << (in_fork ? "inside fork" : "inside the statistics");
+    options::reset(option::stats_file);
+    std::string doc = read_and_remove(path);
+    EXPECT_NE(doc.find("\"malloc_count\""), std::string::npos) << doc;
+  }
 }
 
 TEST(Issue17StatsFile, OpenFailureNamesThePathAndTheReason) {
