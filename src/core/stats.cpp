@@ -18,9 +18,8 @@
 
 namespace strata::detail {
 
-void stats_sum(strata_stats_t* out, uint64_t* class_allocs, uint64_t* class_frees) noexcept {
+void stats_sum(strata_stats_t* out, uint64_t* allocs, uint64_t* frees) noexcept {
   *out = strata_stats_t{};
-  uint64_t allocs[size_class_count], frees[size_class_count];
   uint64_t remote;
   {
     // g_retired and the heaps read under the lock that a heap's retirement takes (heap.h).
@@ -61,8 +60,6 @@ void stats_sum(strata_stats_t* out, uint64_t* class_allocs, uint64_t* class_free
     out->malloc_count += allocs[c];
     out->free_count += frees[c];
     in_use += static_cast<int64_t>(allocs[c] - frees[c]) * static_cast<int64_t>(block_stride(c));
-    if (class_allocs) class_allocs[c] = allocs[c];
-    if (class_frees) class_frees[c] = frees[c];
   }
   segment_totals seg = segment_stats();
   // Huge blocks, counted apart from the classes' (segment.cpp, huge_count).
@@ -86,9 +83,8 @@ void stats_sum(strata_stats_t* out, uint64_t* class_allocs, uint64_t* class_free
   out->bad_free_count = bad_free_count();
 }
 
-static size_t stats_json(char* buf, size_t len) noexcept {
+static size_t stats_json(char* buf, size_t len, uint64_t* allocs, uint64_t* frees) noexcept {
   strata_stats_t s;
-  uint64_t allocs[size_class_count], frees[size_class_count];
   stats_sum(&s, allocs, frees);
   report::json_writer w(buf, len);
   w.open();
@@ -128,9 +124,8 @@ static size_t stats_json(char* buf, size_t len) noexcept {
   return w.finish();
 }
 
-static void stats_print_to(int fd) noexcept {
+static void stats_print_to(int fd, uint64_t* allocs, uint64_t* frees) noexcept {
   strata_stats_t s;
-  uint64_t allocs[size_class_count], frees[size_class_count];
   stats_sum(&s, allocs, frees);
   auto mib = [](uint64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); };
   report::to_fd(fd, "strata %s statistics (pid %d)\n", STRATA_VERSION_STRING, static_cast<int>(getpid()));
@@ -207,6 +202,10 @@ namespace {
 // SIGSEGV under strata and not under glibc.  The handler runs once (atexit).
 char exit_path[4096];
 char exit_doc[16384];
+// The classes' counts (1.6 KiB) too: as stats_sum's locals, and again as the printout's, they
+// took 3.2 KiB of such a thread's stack.  With STRATA_SHOW_STATS, exit() from a PTHREAD_STACK_MIN
+// thread 4 KiB deep in its own frames was a SIGSEGV (glibc's exit() allows 7 KiB; now 5).
+uint64_t exit_allocs[size_class_count], exit_frees[size_class_count];
 }  // namespace
 
 void stats_report_at_exit() noexcept {
@@ -216,7 +215,7 @@ void stats_report_at_exit() noexcept {
   // a SIGPIPE that ends a program which wrote nothing there itself (exit status 141).
   os::file_signals_hold signals;
   if (options::get(option::show_stats)) {
-    if (const int fd = exit_stderr(); fd >= 0) stats_print_to(fd);
+    if (const int fd = exit_stderr(); fd >= 0) stats_print_to(fd, exit_allocs, exit_frees);
   }
   if (const char* pattern = options::get_text(option::stats_file)) {
     char* path = exit_path;
@@ -226,7 +225,7 @@ void stats_report_at_exit() noexcept {
       return;
     }
     char* doc = exit_doc;
-    size_t n = stats_json(doc, sizeof exit_doc);
+    size_t n = stats_json(doc, sizeof exit_doc, exit_allocs, exit_frees);
     if (n >= sizeof exit_doc) n = sizeof exit_doc - 1;
     // Every failure says so, naming the path: a statistics file that is silently missing or
     // truncated (STRATA_STATS_FILE=/dev/full, a full disk, a quota) misleads whoever reads it.
@@ -250,8 +249,17 @@ void stats_report_at_exit() noexcept {
 
 using namespace strata::detail;
 
-STRATA_EXPORT void strata_stats_get(strata_stats_t* out) { stats_sum(out, nullptr, nullptr); }
-STRATA_EXPORT void strata_stats_print(void) { stats_print_to(2); }
-STRATA_EXPORT size_t strata_stats_json(char* buf, size_t len) { return stats_json(buf, len); }
+STRATA_EXPORT void strata_stats_get(strata_stats_t* out) {
+  uint64_t allocs[size_class_count], frees[size_class_count];
+  stats_sum(out, allocs, frees);
+}
+STRATA_EXPORT void strata_stats_print(void) {
+  uint64_t allocs[size_class_count], frees[size_class_count];
+  stats_print_to(2, allocs, frees);
+}
+STRATA_EXPORT size_t strata_stats_json(char* buf, size_t len) {
+  uint64_t allocs[size_class_count], frees[size_class_count];
+  return stats_json(buf, len, allocs, frees);
+}
 STRATA_EXPORT size_t strata_options_json(char* buf, size_t len) { return strata::options::to_json(buf, len); }
 STRATA_EXPORT const char* strata_version(void) { return STRATA_VERSION_STRING; }

@@ -7,7 +7,9 @@
 #include "strata/strata.h"
 
 namespace strata::detail {
-void stats_sum(strata_stats_t* out, uint64_t* class_allocs, uint64_t* class_frees) noexcept;
+// Fills allocs and frees (size_class_count counts each: the caller's storage, static at exit,
+// where the calling thread's stack may be a small one) and *out from them.
+void stats_sum(strata_stats_t* out, uint64_t* allocs, uint64_t* frees) noexcept;
 // At start-up (global_init): keeps a copy of stderr for STRATA_SHOW_STATS's printout at exit.
 void stats_keep_stderr() noexcept;
 void stats_report_at_exit() noexcept;

@@ -132,18 +132,25 @@ void unmap_plain(void* p, size_t size) noexcept { munmap(p, size); }
 void discard_plain(void* p, size_t size) noexcept { madvise(p, size, MADV_DONTNEED); }
 
 namespace {
+// The file is read into a mapping, not onto the stack: the recorder reads it in exit(), on the
+// stack of whichever thread calls it, and 8 KiB there was a SIGSEGV at exit for a thread made with
+// PTHREAD_STACK_MIN (16 KiB) once it was 2 KiB deep (glibc's exit() lets it go 7 KiB deep).  Two
+// system calls more, twice in a recording process's life.
 uint64_t status_kib(std::initializer_list<const char*> keys) noexcept {
-  char buf[8192];
+  constexpr size_t cap = 8192;
+  char* buf = static_cast<char*>(map_plain(cap));
+  if (buf == nullptr) return 0;
   no_cancel hold;
-  int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0) return 0;
-  buf[n] = 0;
   uint64_t kib = 0;
-  for (const char* key : keys)
-    if (const char* at = strstr(buf, key)) kib += strtoull(at + strlen(key), nullptr, 10);
+  int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+  ssize_t n = fd < 0 ? -1 : read(fd, buf, cap - 1);
+  if (fd >= 0) close(fd);
+  if (n > 0) {
+    buf[n] = 0;
+    for (const char* key : keys)
+      if (const char* at = strstr(buf, key)) kib += strtoull(at + strlen(key), nullptr, 10);
+  }
+  unmap_plain(buf, cap);
   return kib;
 }
 }  // namespace

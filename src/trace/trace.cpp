@@ -363,9 +363,14 @@ void not_recording() noexcept {
   options::reset(option::trace);
 }
 
+// The expanded path: static, not 4 KiB of the stack of the thread that forks (the child's header
+// is written on it), which may be a small one.  Written at start-up and in a forked child, each
+// with one thread.
+char path_expanded[path_max];
+
 bool write_file_header(uint32_t parent) noexcept {
-  char path[path_max];
-  if (!os::expand_path(path_template, path, sizeof path)) {
+  char* path = path_expanded;
+  if (!os::expand_path(path_template, path, sizeof path_expanded)) {
     // A path cut to fit would name another file (or none): say so, as STRATA_STATS_FILE does.
     not_recording();
     os::print_error("strata: warning: STRATA_TRACE is too long once expanded (over 4095 bytes): "

@@ -109,6 +109,21 @@ with tempfile.TemporaryDirectory() as tmp:
            f"child trace: {child} {err}")
     for f in glob.glob(os.path.join(tmp, "*")):
         os.unlink(f)
+    # fork and exit() from a thread made with PTHREAD_STACK_MIN (16 KiB), 6 KiB deep in its own
+    # frames, as glibc allows: the child's header was written with the expanded path on that
+    # stack (4 KiB) and exit() read /proc/self/status onto it (8 KiB).  Before, the child's
+    # recorder and the parent's exit() were SIGSEGV (rc -11, the child's wait status 11).
+    p = record(tmp, "smallstack", "500")
+    expect(p.returncode == 0, f"smallstack workload: rc {p.returncode} {p.stderr!r}")
+    if p.returncode == 0:
+        info = json.loads(p.stdout)
+        expect(info["child_status"] == 0, f"smallstack: the child's status {info['child_status']}")
+        rc, child, err = check(one_trace(tmp, info["child"]))
+        expect(rc == 0 and child["complete"] and child["counts"]["malloc"] >= 500, f"smallstack child: {child} {err}")
+        rc, parent, err = check(one_trace(tmp, info["pid"]))
+        expect(rc == 0 and parent["complete"] and parent["counts"]["malloc"] >= 500, f"smallstack parent: {parent} {err}")
+    for f in glob.glob(os.path.join(tmp, "*")):
+        os.unlink(f)
     # Without %p the child does not record (the parent's file is the parent's).
     p = record(tmp, "fork", "500", trace="fixed")
     rc, parent, err = check(os.path.join(tmp, "fixed"))

@@ -39,6 +39,10 @@
 //   trace_workload mainexit N  N malloc/free pairs (the writer thread starts), then a thread makes
 //                              N more and the main thread calls pthread_exit: the process ends
 //                              when that thread does
+//   trace_workload smallstack N  a thread made with PTHREAD_STACK_MIN, 6 KiB deep in its own
+//                              frames (glibc's fork and exit() allow 7), forks (the child
+//                              allocates and frees N blocks and exits), waits for the child,
+//                              allocates N blocks and calls exit(0)
 //   trace_workload fifoexit N  N malloc/free pairs (the writer thread starts), the line printed,
 //                              then a thread allocates and frees N / 2 blocks and exits while
 //                              the main thread makes N more pairs (the writer writes its area)
@@ -53,6 +57,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <chrono>
@@ -60,6 +65,44 @@
 #include <new>
 #include <thread>
 #include <vector>
+
+// smallstack: fork (the child allocates and exits), then allocate and exit(0).
+static int small_n;
+static void fork_and_exit() {
+  pid_t child = fork();
+  if (child == 0) {
+    for (int i = 0; i < small_n; i++) {
+      void* volatile p = malloc(32);
+      free(p);
+    }
+    exit(0);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  printf("{\"pid\": %d, \"child\": %d, \"child_status\": %d, \"mallocs\": %d}\n", getpid(), child, status, small_n);
+  fflush(stdout);
+  for (int i = 0; i < small_n; i++) {
+    void* volatile p = malloc(24);
+    (void)p;
+  }
+  exit(0);
+}
+
+// 1 KiB of frame per level, `levels` deep, then `then`.
+__attribute__((noinline)) static void deep_then(int levels, void (*then)()) {
+  volatile char pad[1024];
+  pad[0] = static_cast<char>(levels);
+  if (levels > 1)
+    deep_then(levels - 1, then);
+  else
+    then();
+  pad[1] = pad[0];  // no tail call: every level keeps its frame
+}
+
+static void* small_stack_thread(void*) {
+  deep_then(6, fork_and_exit);
+  return nullptr;
+}
 
 // A field of /proc/self/status in KiB (its name with the colon), or -1.
 static long status_kib(const char* field) {
@@ -371,6 +414,16 @@ int main(int argc, char** argv) {
       free(p);
       if (fork() == 0) _exit(0);
     }
+  }
+  if (strcmp(argv[1], "smallstack") == 0) {
+    small_n = n;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    if (pthread_attr_setstacksize(&attr, PTHREAD_STACK_MIN) != 0) return 3;
+    pthread_t t;
+    if (pthread_create(&t, &attr, small_stack_thread, nullptr) != 0) return 4;
+    pthread_join(t, nullptr);
+    return 5;  // not reached: the thread calls exit()
   }
   if (strcmp(argv[1], "quickexit") == 0) {
     for (int i = 0; i < n; i++) blocks[i] = malloc(24);
