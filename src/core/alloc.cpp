@@ -354,7 +354,15 @@ STRATA_EXPORT void* strata_realloc(void* p, size_t size) {
       return nullptr;
     }
     // A huge block grows or shrinks in its own mapping (mremap: pages move, never copied).
-    if (l.status == lookup_status::huge && size > realloc_huge_min / 2) return huge_realloc(l.seg, size);
+    if (l.status == lookup_status::huge && size > realloc_huge_min / 2) {
+      int saved = errno;
+      if (void* q = huge_realloc(l.seg, size)) return q;
+      // Growth the kernel would not give in place or by moving the pages: out of memory, or
+      // mremap refused for good (a seccomp filter: EPERM, ENOSYS), where every huge growth
+      // answered NULL with memory to spare.  A new block and a copy, as glibc's realloc does;
+      // out of memory, that fails too.
+      errno = saved;
+    }
     usable = usable_of(l, p);
   }
   if (size <= usable && size >= usable / 2) return p;  // fits without wasting half

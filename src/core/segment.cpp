@@ -47,13 +47,18 @@ void page_map_init() noexcept {
 
 // Makes seg's entries writable (a new mapping).  False when the kernel refuses (out of kernel
 // mappings: each writable piece apart from its neighbours is one); the whole table is then made
-// writable, as it was before pieces (one mapping), and false only if that fails too.
+// writable, as it was before pieces (one mapping), and false only if that fails too.  Where
+// mprotect is refused for good (a seccomp filter: EPERM, ENOSYS) no new segment could be had,
+// and every allocation needing one answered NULL (malloc(30) in a new thread) with memory to
+// spare: seg's piece, its own (a segment's 4 KiB, aligned), is then mapped afresh, writable.
+// Its entries read as zero, as a new segment's are before its spans are set.
 bool page_map_open(segment* seg) noexcept {
   if (g_pages.mask.load(std::memory_order_acquire) == 0) return true;
   std::atomic<page*>* entries = g_pages.entries.load(std::memory_order_relaxed);
   size_t first = reinterpret_cast<uintptr_t>(seg) >> slice_shift;
   if (os::protect_rw(entries + first, slices_per_segment * sizeof(entries[0]))) return true;
-  return os::protect_rw(entries, page_map_entries * sizeof(entries[0]));
+  if (os::protect_rw(entries, page_map_entries * sizeof(entries[0]))) return true;
+  return os::map_sparse_writable_at(entries + first, slices_per_segment * sizeof(entries[0]));
 }
 
 namespace {

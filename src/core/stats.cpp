@@ -156,23 +156,26 @@ namespace {
 // that file, which took descriptor 2.  So stderr as it was at start-up is kept on a copy, and the
 // statistics go to whichever of the copy and descriptor 2 is still that file, else nowhere.
 // STRATA_STATS_FILE's warnings at exit go the same way: they went to descriptor 2 as it was then,
-// into the program's own file.
+// into the program's own file; and so do STRATA_TRACE's (a trace whose write failed: "recording
+// stopped" went into the program's file).
 int start_stderr = -1;
 uint64_t start_stderr_device = 0, start_stderr_inode = 0;
 
 bool is_start_stderr(int fd) noexcept { return os::file_is(fd, start_stderr_device, start_stderr_inode); }
+}  // namespace
 
-// The descriptor that is still the start-up stderr, or -1.
-int exit_stderr() noexcept {
+int startup_stderr() noexcept {
   if (is_start_stderr(start_stderr)) return start_stderr;
   if (is_start_stderr(2)) return 2;
   return -1;
 }
 
+namespace {
+
 // strerrordesc_np, unlike strerror, neither translates nor allocates: this runs inside the
 // allocator at exit.
 void stats_file_failed(const char* what, const char* path, int err) noexcept {
-  const int fd = exit_stderr();
+  const int fd = startup_stderr();
   if (fd < 0) return;
   const char* why = strerrordesc_np(err);
   if (why != nullptr)
@@ -186,7 +189,8 @@ void stats_file_failed(const char* what, const char* path, int err) noexcept {
 
 void stats_keep_stderr() noexcept {
   const char* stats_file = options::get_text(option::stats_file);
-  const bool needed = options::get(option::show_stats) || stats_file != nullptr;
+  const bool needed = options::get(option::show_stats) || stats_file != nullptr ||
+                      options::get_text(option::trace) != nullptr;
   if (start_stderr >= 0) close(start_stderr);  // called again (tests): no copy leaks
   start_stderr = -1;
   start_stderr_device = start_stderr_inode = 0;
@@ -215,12 +219,12 @@ void stats_report_at_exit() noexcept {
   // a SIGPIPE that ends a program which wrote nothing there itself (exit status 141).
   os::file_signals_hold signals;
   if (options::get(option::show_stats)) {
-    if (const int fd = exit_stderr(); fd >= 0) stats_print_to(fd, exit_allocs, exit_frees);
+    if (const int fd = startup_stderr(); fd >= 0) stats_print_to(fd, exit_allocs, exit_frees);
   }
   if (const char* pattern = options::get_text(option::stats_file)) {
     char* path = exit_path;
     if (!os::expand_path(pattern, path, sizeof exit_path)) {
-      if (const int fd = exit_stderr(); fd >= 0)
+      if (const int fd = startup_stderr(); fd >= 0)
         report::to_fd(fd, "strata: warning: STRATA_STATS_FILE is too long once expanded\n");
       return;
     }

@@ -10,7 +10,11 @@ namespace strata::detail {
 // Fills allocs and frees (size_class_count counts each: the caller's storage, static at exit,
 // where the calling thread's stack may be a small one) and *out from them.
 void stats_sum(strata_stats_t* out, uint64_t* allocs, uint64_t* frees) noexcept;
-// At start-up (global_init): keeps a copy of stderr for STRATA_SHOW_STATS's printout at exit.
+// At start-up (global_init): keeps a copy of stderr for what strata writes there later
+// (STRATA_SHOW_STATS's printout at exit, STRATA_STATS_FILE's and STRATA_TRACE's warnings).
 void stats_keep_stderr() noexcept;
+// The descriptor still open on stderr as it was at start-up (the kept copy, or 2), or -1 where
+// neither is: the program closed it, or put a file of its own on descriptor 2.
+int startup_stderr() noexcept;
 void stats_report_at_exit() noexcept;
 }  // namespace strata::detail

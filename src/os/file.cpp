@@ -43,6 +43,10 @@ int file_create(const char* path) noexcept {
     return -1;
   }
   int high = file_dup_high(fd);
+  // Under RLIMIT_NOFILE of 900 or less there is no such number, and the file stays where open put
+  // it, but not on a standard descriptor the program started without (`program >&-`): what it
+  // wrote to stdout went into the trace (unreadable after), where it fails with EBADF otherwise.
+  if (high < 0 && fd <= 2) high = fcntl(fd, F_DUPFD_CLOEXEC, 3);
   if (high >= 0) {
     close(fd);
     fd = high;
@@ -118,9 +122,12 @@ bool file_is(int fd, uint64_t device, uint64_t inode) noexcept {
   return fd >= 0 && file_identity(fd, d, i) && d == device && i == inode;
 }
 
-void print_error(const char* text) noexcept {
+void print_error(int fd, const char* text) noexcept {
   no_cancel hold;
-  ssize_t r = write(2, text, strlen(text));
+  // To a stderr whose reader has gone (`program 2>&1 | head`), lost, not a SIGPIPE that ends the
+  // program inside its malloc (the recorder's "recording stopped").
+  file_signals_hold signals;
+  ssize_t r = write(fd, text, strlen(text));
   (void)r;
 }
 

@@ -10,7 +10,8 @@ namespace strata::os {
 
 // Creates (or truncates, if it is a regular file: a FIFO or /dev/null is taken as it is) `path`
 // for appending, close-on-exec, on a descriptor number >= 900 so
-// that programs which close or dup2 over the low descriptors leave it alone, and holds a lock on
+// that programs which close or dup2 over the low descriptors leave it alone (never on 0, 1 or 2
+// where RLIMIT_NOFILE allows no such number), and holds a lock on
 // it (flock) while open.  -1 on failure (errno set; EWOULDBLOCK: another process holds it).
 int file_create(const char* path) noexcept;
 // A write the kernel refuses for the file's sake also raises a signal in the writing thread whose
@@ -44,8 +45,9 @@ bool file_identity(int fd, uint64_t& device, uint64_t& inode) noexcept;
 // Whether fd is still open on the file file_identity named (device, inode): a program may close a
 // descriptor and reuse its number for a file of its own.
 bool file_is(int fd, uint64_t device, uint64_t inode) noexcept;
-// Writes a message to stderr (no formatting, no allocation).
-void print_error(const char* text) noexcept;
+// Writes a message to fd, stderr or a copy of it (no formatting, no allocation); an error never
+// raises SIGPIPE in the program.
+void print_error(int fd, const char* text) noexcept;
 
 // Anonymous read-write memory that no allocator statistic counts (the recorder's buffers).
 // nullptr on failure.

@@ -190,6 +190,14 @@ void* map_sparse_with(size_t size, int prot) noexcept {
 void* map_sparse(size_t size) noexcept { return map_sparse_with(size, PROT_READ | PROT_WRITE); }
 void* map_sparse_readonly(size_t size) noexcept { return map_sparse_with(size, PROT_READ); }
 
+bool map_sparse_writable_at(void* p, size_t size) noexcept {
+  stats.mmap_calls.fetch_add(1, std::memory_order_relaxed);
+  int saved = errno;
+  void* q = mmap(p, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  errno = saved;
+  return q == p;
+}
+
 void unmap(void* p, size_t size) noexcept {
   stats.munmap_calls.fetch_add(1, std::memory_order_relaxed);
   stats.reserved.fetch_sub(static_cast<int64_t>(size), std::memory_order_relaxed);

@@ -46,6 +46,10 @@ void* remap_aligned(void* p, size_t old_size, size_t new_size, size_t alignment)
 void* map_sparse(size_t size) noexcept;
 // The same, read-only: untouched pages read as zero; protect_rw makes parts of it writable.
 void* map_sparse_readonly(size_t size) noexcept;
+// Replaces the pages of [p, p+size) (page-aligned, inside a map_sparse_readonly table) with fresh
+// read-write ones that read as zero (MAP_FIXED): for where mprotect is refused for good (a seccomp
+// filter) and mmap is not.  False when the kernel refuses (the old pages then stay).
+bool map_sparse_writable_at(void* p, size_t size) noexcept;
 // Unmaps a range returned by map_aligned (the whole range).
 void unmap(void* p, size_t size) noexcept;
 // Gives the physical pages of [p, p+size) back to the OS; the range stays mapped and reads as

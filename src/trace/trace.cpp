@@ -18,6 +18,7 @@
 #include "core/alloc.h"
 #include "core/init.h"
 #include "core/options.h"
+#include "core/stats.h"
 #include "os/file.h"
 #include "strata/strata.h"
 #include "trace/format.h"
@@ -158,11 +159,18 @@ void unlock() noexcept {
   registry_lock.clear(std::memory_order_release);
 }
 
+// A message goes to stderr as the process started with it (core/stats.h), or nowhere: a program
+// that closed descriptor 2 and opened a file of its own there got "recording stopped" written
+// into its file.
+void say(const char* text) noexcept {
+  if (int fd = detail::startup_stderr(); fd >= 0) os::print_error(fd, text);
+}
+
 void stop(const char* why) noexcept {
   active = false;
-  os::print_error("strata: STRATA_TRACE: ");
-  os::print_error(why);
-  os::print_error(": recording stopped (the trace ends at its last written chunk)\n");
+  say("strata: STRATA_TRACE: ");
+  say(why);
+  say(": recording stopped (the trace ends at its last written chunk)\n");
 }
 
 // Whether fd is still the trace's file: a program that closed every descriptor (close_range) and
@@ -373,8 +381,8 @@ bool write_file_header(uint32_t parent) noexcept {
   if (!os::expand_path(path_template, path, sizeof path_expanded)) {
     // A path cut to fit would name another file (or none): say so, as STRATA_STATS_FILE does.
     not_recording();
-    os::print_error("strata: warning: STRATA_TRACE is too long once expanded (over 4095 bytes): "
-                    "nothing is recorded\n");
+    say("strata: warning: STRATA_TRACE is too long once expanded (over 4095 bytes): "
+        "nothing is recorded\n");
     return false;
   }
   fd = os::file_create(path);
@@ -385,11 +393,11 @@ bool write_file_header(uint32_t parent) noexcept {
     // (fork and exec; a shell's every command) would empty the file under its parent and mix its
     // chunks with the parent's.  It records nothing, as a forked child does, without a message.
     if (errno == EWOULDBLOCK) return false;
-    os::print_error("strata: STRATA_TRACE: cannot create ");
-    os::print_error(path);
-    os::print_error(": ");
-    os::print_error(strerror(errno));
-    os::print_error(": nothing is recorded\n");
+    say("strata: STRATA_TRACE: cannot create ");
+    say(path);
+    say(": ");
+    say(strerror(errno));
+    say(": nothing is recorded\n");
     return false;
   }
   writes_failed.store(false, std::memory_order_relaxed);

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "strata/strata.h"
 
@@ -214,6 +215,62 @@ TEST_F(syscall_failure, HugeGrowthKeepsNoGuardInside) {
     EXPECT_TRUE(all_readable(q, big)) << "a guard page inside the block";
   }
   strata_free(q);
+  EXPECT_TRUE(strata_heap_check());
+}
+
+// A seccomp filter that refuses mremap for good (EPERM, or ENOSYS: a sandbox that allows no
+// remapping): realloc of a huge block to a larger size answered NULL every time, with memory to
+// spare; glibc's realloc copies the block into a new one.
+TEST_F(syscall_failure, HugeGrowthSurvivesMremapRefusedForGood) {
+  for (int refusal : {EPERM, ENOSYS}) {
+    size_t small = 8 * MiB, big = 24 * MiB;
+    void* p = strata_malloc(small);
+    ASSERT_NE(p, nullptr);
+    fill(p, small, 0x4c);
+    fail_from_next(call_mremap, 1 << 30, refusal);
+    errno = EDOM;
+    void* q = strata_realloc(p, big);
+    int error = errno;
+    void* r = q == nullptr ? nullptr : strata_realloc(q, 2 * big);  // again, from the copy
+    stop_failing();
+    ASSERT_NE(q, nullptr) << "mremap refused with " << strerror(refusal) << ": errno " << strerror(error);
+    EXPECT_EQ(error, EDOM);
+    ASSERT_NE(r, nullptr);
+    EXPECT_TRUE(holds(r, small, 0x4c, false));
+    EXPECT_GE(strata_usable_size(r), 2 * big);
+    fill(r, 2 * big, 0x4d);
+    strata_free(r);
+  }
+  EXPECT_TRUE(strata_heap_check());
+}
+
+// A seccomp filter that refuses mprotect for good (EPERM): a new segment's piece of the page map
+// could not be made writable, and each allocation that needed a new segment answered NULL (a
+// new thread's malloc(30) too), with memory to spare; glibc goes on.
+TEST_F(syscall_failure, NewSegmentsDespiteMprotectRefusedForGood) {
+  std::thread t([] {
+    strata_collect(true);  // no cached segment to take
+    constexpr size_t block = 256 << 10;
+    fail_from_next(call_mprotect, 1 << 30, EPERM);
+    std::vector<void*> blocks;
+    void* small = strata_malloc(30);
+    for (int i = 0; i < 256; ++i) {  // 64 MiB: new segments
+      void* p = strata_malloc(block);
+      if (p == nullptr) break;
+      fill(p, block, static_cast<unsigned char>(i | 1));
+      blocks.push_back(p);
+    }
+    stop_failing();
+    EXPECT_NE(small, nullptr);
+    EXPECT_EQ(blocks.size(), 256u) << "malloc failed with mprotect refused";
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      EXPECT_TRUE(holds(blocks[i], block, static_cast<unsigned char>(i | 1)));
+      EXPECT_GE(strata_usable_size(blocks[i]), block);
+      strata_free(blocks[i]);
+    }
+    strata_free(small);
+  });
+  t.join();
   EXPECT_TRUE(strata_heap_check());
 }
 

@@ -258,12 +258,20 @@ with tempfile.TemporaryDirectory() as tmp:
 
     # A program that closes every descriptor and opens its own file at the trace's number (900):
     # the trace's chunks went into the program's file.  Recording stops with one message.
-    data_file = os.path.join(tmp, "data")
-    p = record(tmp, "closeall", "300000", trace="closed", env_extra={"DATA_FILE": data_file})
-    expect(p.returncode == 0 and json.loads(p.stdout or "{}").get("data_fd") == 900,
-           f"closeall workload: {p.returncode} {p.stdout} {p.stderr}")
-    expect(open(data_file, "rb").read() == b"data", f"the program's file holds {os.path.getsize(data_file)} bytes")
-    expect(p.stderr.count("strata:") == 1 and "descriptor" in p.stderr, f"closeall: {p.stderr!r}")
+    def with_own_file(workload, trace, fd):
+        """A run of workload that opens a file of its own (DATA_FILE) on descriptor fd and writes
+        "data" there: the file must hold that alone, and strata say one thing on stderr."""
+        data_file = os.path.join(tmp, "data")
+        p = record(tmp, workload, "300000", trace=trace, env_extra={"DATA_FILE": data_file})
+        expect(p.returncode == 0 and json.loads(p.stdout or "{}").get("data_fd") == fd,
+               f"{workload} workload: {p.returncode} {p.stdout} {p.stderr!r}")
+        expect(open(data_file, "rb").read() == b"data", f"the program's file on descriptor {fd}: "
+                                                        f"{open(data_file, 'rb').read()[:200]!r}")
+        expect(p.stderr.count("strata:") == 1, f"{workload}: {p.stderr!r}")
+        return p
+
+    p = with_own_file("closeall", "closed", 900)
+    expect("descriptor" in p.stderr, f"closeall: {p.stderr!r}")
     rc, got, err = check(os.path.join(tmp, "closed"))
     expect(rc == 0 and not got["complete"], f"closeall trace: {got} {err}")
     # Its note says the recorder may have stopped: the program exited normally (the note said
@@ -284,6 +292,42 @@ with tempfile.TemporaryDirectory() as tmp:
     p = record(tmp, "fsizedefault", "300000", trace="full")
     expect(p.returncode == 0 and p.stderr.count("strata:") == 1,
            f"fsize workload, SIGXFSZ not ignored: {p.returncode} {p.stderr!r}")
+    for f in glob.glob(os.path.join(tmp, "*")):
+        os.unlink(f)
+
+    # The same failure in a program that closed descriptor 2 and opened a file of its own there:
+    # "recording stopped" was written into the program's file; it goes to stderr as the process
+    # started with it.
+    p = with_own_file("fsizestderr", "full", 2)
+    expect("recording stopped" in p.stderr, f"fsizestderr: {p.stderr!r}")
+    for f in glob.glob(os.path.join(tmp, "*")):
+        os.unlink(f)
+
+    # The same failure with stderr a pipe whose reader has gone (`program 2>&1 | head`): the
+    # message, written by the program's thread (fsizedefault's limit: its first chunk), raised
+    # SIGPIPE inside the program's malloc, and the program died of it (rc -13).
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    env = dict(os.environ, LD_PRELOAD=LIB, STRATA_TRACE=os.path.join(tmp, "full"))
+    p = subprocess.run([WORKLOAD, "fsizedefault", "300000"], env=env, stdout=subprocess.PIPE, stderr=write_end,
+                       text=True, timeout=60, restore_signals=True)
+    os.close(write_end)
+    expect(p.returncode == 0, f"fsize workload, stderr's reader gone: rc {p.returncode}")
+    for f in glob.glob(os.path.join(tmp, "*")):
+        os.unlink(f)
+
+    # A program started without stdout (`program >&-`) under RLIMIT_NOFILE of 900 or less: the
+    # trace took descriptor 1, the program's output went into it, and the trace was unreadable.
+    def no_stdout():
+        import resource
+        resource.setrlimit(resource.RLIMIT_NOFILE, (512, 512))
+        os.close(1)
+    env = dict(os.environ, LD_PRELOAD=LIB, STRATA_TRACE=os.path.join(tmp, "nostdout"))
+    p = subprocess.run([WORKLOAD, "stdoutclosed", "1000"], env=env, stderr=subprocess.PIPE, text=True,
+                       timeout=60, preexec_fn=no_stdout)
+    expect(p.returncode == 0 and p.stderr == "", f"stdoutclosed: its write to descriptor 1 worked, or {p.stderr!r}")
+    rc, got, err = check(os.path.join(tmp, "nostdout"))
+    expect(rc == 0 and got["complete"] and got["counts"]["malloc"] >= 2000, f"the trace of a program without stdout: {got} {err}")
     for f in glob.glob(os.path.join(tmp, "*")):
         os.unlink(f)
 

@@ -15,6 +15,10 @@
 //                              file (DATA_FILE), allocates N blocks, writes "data" there
 //   trace_workload fsize N     N blocks under a file size limit of 300 kB (a full disk), then,
 //                              the limit lifted, 4 threads allocate and exit
+//   trace_workload stdoutclosed N  N blocks, a line written to descriptor 1 (exit status 0 if
+//                              that failed: started without stdout), N blocks
+//   trace_workload fsizestderr N  closes descriptor 2 and opens its data file (DATA_FILE) there,
+//                              writes "data", then N blocks under the file size limit of fsize
 //   trace_workload unseenfork N  N blocks (the writer thread started), then a child made without
 //                              fork's handlers (SYS_clone: as _Fork) allocates and frees N blocks
 //                              and exits with exit(); the parent frees its blocks
@@ -320,6 +324,34 @@ int main(int argc, char** argv) {
       free(p);
     }
     if (write(data, "data", 4) != 4) return 1;
+    printf("{\"data_fd\": %d}\n", data);
+    return 0;
+  }
+  if (strcmp(argv[1], "stdoutclosed") == 0) {  // started with descriptor 1 closed
+    for (int i = 0; i < n; i++) {
+      void* volatile p = malloc(32);
+      free(p);
+    }
+    bool refused = write(1, "output\n", 7) < 0;  // EBADF: no stdout
+    for (int i = 0; i < n; i++) {
+      void* volatile p = malloc(32);
+      free(p);
+    }
+    return refused ? 0 : 1;
+  }
+  if (strcmp(argv[1], "fsizestderr") == 0) {  // fsize's failure, with the program's file on 2
+    close(2);
+    int data = open(getenv("DATA_FILE"), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644);
+    if (data != 2 || write(data, "data", 4) != 4) return 1;
+    signal(SIGXFSZ, SIG_IGN);
+    rlimit small{};
+    getrlimit(RLIMIT_FSIZE, &small);
+    small.rlim_cur = 300000;
+    setrlimit(RLIMIT_FSIZE, &small);
+    for (int i = 0; i < n; i++) {
+      void* volatile p = malloc(32);
+      free(p);
+    }
     printf("{\"data_fd\": %d}\n", data);
     return 0;
   }

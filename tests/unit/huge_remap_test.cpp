@@ -136,15 +136,16 @@ TEST(HugeRemap, AnotherThreadsMappingInTheRangeAMoveGaveBack) {
 }
 
 // A remap that fails leaves the block where it was, known and whole (the marks cleared before
-// the attempt are put back).
+// the attempt are put back): realloc then copies it into a new block, as glibc does, and frees
+// it, which a block strata no longer knew would have reported as a bad free.
 TEST(HugeRemap, AFailedRemapLeavesTheBlockKnown) {
   constexpr size_t first = 40 * MiB, grown = 80 * MiB;
   strata_collect(true);  // a mapping an earlier test left cached could serve the growth whole
   void* p = strata_malloc(first);
   ASSERT_NE(p, nullptr);
   fill(p, first, 3);
-  size_t usable = strata_usable_size(p);
   int refused_before = refused;
+  uint64_t bad_before = stats().bad_free_count;
 
   refuse_in_place = true;
   refuse_move = true;
@@ -154,13 +155,13 @@ TEST(HugeRemap, AFailedRemapLeavesTheBlockKnown) {
   refuse_in_place = false;
   refuse_move = false;
 
-  EXPECT_EQ(moved, nullptr);
-  EXPECT_EQ(err, ENOMEM);
+  ASSERT_NE(moved, nullptr);
+  EXPECT_EQ(err, 0);
   EXPECT_GE(refused - refused_before, 2);  // in place, then the move: tried and refused
-  EXPECT_EQ(strata_usable_size(p), usable);
-  EXPECT_TRUE(holds(p, first, 3));
-  uint64_t bad_before = stats().bad_free_count;
-  strata_free(p);
+  EXPECT_GE(strata_usable_size(moved), grown);
+  EXPECT_TRUE(holds(moved, first, 3));
+  EXPECT_EQ(stats().bad_free_count, bad_before);
+  strata_free(moved);
   EXPECT_EQ(stats().bad_free_count, bad_before);
 }
 
