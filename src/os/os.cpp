@@ -263,15 +263,58 @@ int64_t now_ms() noexcept {
   return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
 }
 
+namespace {
+inline uint64_t rotl(uint64_t x, int b) noexcept { return (x << b) | (x >> (64 - b)); }
+}  // namespace
+
+uint64_t siphash(const uint8_t* k, const uint64_t* m, size_t n) noexcept {
+  uint64_t k0, k1;
+  memcpy(&k0, k, 8);
+  memcpy(&k1, k + 8, 8);
+  uint64_t v0 = 0x736f6d6570736575ull ^ k0, v1 = 0x646f72616e646f6dull ^ k1;
+  uint64_t v2 = 0x6c7967656e657261ull ^ k0, v3 = 0x7465646279746573ull ^ k1;
+  auto round = [&] {
+    v0 += v1; v1 = rotl(v1, 13); v1 ^= v0; v0 = rotl(v0, 32);
+    v2 += v3; v3 = rotl(v3, 16); v3 ^= v2;
+    v0 += v3; v3 = rotl(v3, 21); v3 ^= v0;
+    v2 += v1; v1 = rotl(v1, 17); v1 ^= v2; v2 = rotl(v2, 32);
+  };
+  for (size_t i = 0; i < n; ++i) {
+    v3 ^= m[i];
+    round();
+    round();
+    v0 ^= m[i];
+  }
+  uint64_t last = static_cast<uint64_t>(n * 8) << 56;
+  v3 ^= last;
+  round();
+  round();
+  v0 ^= last;
+  v2 ^= 0xff;
+  for (int i = 0; i < 4; ++i) round();
+  return v0 ^ v1 ^ v2 ^ v3;
+}
+
 uint64_t random_seed() noexcept {
   uint64_t v = 0;
   int saved = errno;
   no_cancel hold;  // getrandom is a cancellation point; a hardened thread's first carve calls it
   if (getrandom(&v, sizeof v, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof v)) {
+    // getrandom refused (a seccomp filter, a kernel before 3.17): the 16 random bytes the kernel
+    // gave the process at exec (AT_RANDOM) as the key of SipHash over the time, the stack's
+    // address, the process id and a count of the calls.  The time, address and pid alone left
+    // about 47 bits to guess (session 51); the key is 128 bits the process has anyway, and the
+    // hash keeps it hidden: glibc takes its stack protector's canary and pointer guard from those
+    // bytes, and a secret that leaked (a canary read from a free block) must not give them away.
+    static std::atomic<uint64_t> calls{0};
     timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    v = (reinterpret_cast<uintptr_t>(&v) * 0x9E3779B97F4A7C15ull) ^
-        static_cast<uint64_t>(ts.tv_nsec) ^ (static_cast<uint64_t>(getpid()) << 32);
+    uint64_t m[4] = {static_cast<uint64_t>(ts.tv_sec) << 32 ^ static_cast<uint64_t>(ts.tv_nsec),
+                     reinterpret_cast<uintptr_t>(&v), static_cast<uint64_t>(getpid()),
+                     calls.fetch_add(1, std::memory_order_relaxed)};
+    uint8_t none[16] = {};
+    auto* key = reinterpret_cast<const uint8_t*>(getauxval(AT_RANDOM));
+    v = siphash(key != nullptr ? key : none, m, 4);
   }
   errno = saved;
   return v | 1;

@@ -81,9 +81,12 @@ size_t page_size() noexcept;
 bool memory_could_back(size_t bytes) noexcept;
 // Milliseconds of a coarse monotonic clock (cheap: vDSO).
 int64_t now_ms() noexcept;
-// A random 64-bit value for canaries (getrandom, falling back to addresses and time).  Not a
-// cancellation point (no_cancel).
+// A random 64-bit value for canaries (getrandom, falling back to a keyed hash of the time and
+// addresses under the kernel's AT_RANDOM bytes).  Not a cancellation point (no_cancel).
 uint64_t random_seed() noexcept;
+// SipHash-2-4 (Aumasson and Bernstein) of the n little-endian words m under the 16-byte key k: a
+// keyed function whose outputs say nothing of the key.
+uint64_t siphash(const uint8_t* k, const uint64_t* m, size_t n) noexcept;
 // True when the program runs with privileges its caller lacks (setuid or setgid, file
 // capabilities: the kernel's AT_SECURE), where the caller's environment must not steer it.
 bool secure_execution() noexcept;

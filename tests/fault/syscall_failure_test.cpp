@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <set>
 #include <cerrno>
 #include <cstdarg>
 #include <cstdint>
@@ -106,6 +107,20 @@ int mprotect(void* addr, size_t len, int prot) noexcept {
   if (refuse(call_mprotect, prot)) return -1;
   return static_cast<int>(syscall(SYS_mprotect, addr, len, prot));
 }
+}
+
+namespace {
+std::atomic<bool> g_refuse_getrandom{false};
+std::atomic<long> g_getrandom_refused{0};
+}  // namespace
+
+extern "C" ssize_t getrandom(void* buf, size_t len, unsigned flags) noexcept {
+  if (g_refuse_getrandom.load()) return g_getrandom_refused++, errno = ENOSYS, -1;
+  return syscall(SYS_getrandom, buf, len, flags);
+}
+
+namespace strata::os {
+uint64_t random_seed() noexcept;
 }
 
 namespace {
@@ -412,6 +427,22 @@ void sweep(call c, int error) {
         << call_names[c] << " call " << nth << " of " << calls << " refused (" << strerror(error)
         << "): " << (WIFSIGNALED(status) ? strsignal(WTERMSIG(status)) : "checks failed");
   }
+}
+
+// getrandom refused (a seccomp filter, ENOSYS): the canaries' secret and the hardened build's
+// carving seeds come from a keyed hash under the kernel's AT_RANDOM bytes (session 51; before,
+// from the time, a stack address and the process id alone), a new value at each call.
+TEST_F(syscall_failure, RandomSeedsWithoutGetrandom) {
+  g_refuse_getrandom = true;
+  std::set<uint64_t> seen;
+  for (int i = 0; i < 1000; ++i) {
+    uint64_t v = strata::os::random_seed();
+    EXPECT_EQ(v & 1, 1u) << "a seed is odd (never 0)";
+    seen.insert(v);
+  }
+  g_refuse_getrandom = false;
+  EXPECT_EQ(g_getrandom_refused.load(), 1000) << "strata's calls did not reach the refusing getrandom";
+  EXPECT_EQ(seen.size(), 1000u) << "seeds repeated without getrandom";
 }
 
 TEST_F(syscall_failure, EachMmapRefused) { sweep(call_mmap, ENOMEM); }

@@ -2434,3 +2434,13 @@ TEST(Statistics, TheCommittedPeakIsNeverBelowCommittedMidCommit) {
 }
 
 }  // namespace
+
+// The keyed hash random_seed falls back on where getrandom is refused: SipHash-2-4's published
+// test vectors (key 00 01 .. 0f; the empty message, and the 8 bytes 00 01 .. 07).
+TEST(OsRandom, SipHashGivesTheReferenceVectors) {
+  uint8_t key[16];
+  for (int i = 0; i < 16; ++i) key[i] = static_cast<uint8_t>(i);
+  EXPECT_EQ(strata::os::siphash(key, nullptr, 0), 0x726fdb47dd0e0e31ull);
+  const uint64_t eight = 0x0706050403020100ull;  // bytes 00 .. 07, little-endian
+  EXPECT_EQ(strata::os::siphash(key, &eight, 1), 0x93f5f5799a932462ull);
+}
