@@ -311,10 +311,16 @@ def resolve(spec: str) -> Allocator:
     if spec not in BUILTINS:
         raise LabError(f"unknown allocator {spec!r}\n" + _help())
     a = locate(spec)
+    b = BUILTINS[spec]
     if a is None:
-        b = BUILTINS[spec]
         raise LabError(f"allocator {spec!r} ({b.description}) is not installed on this machine; "
                        f"install with: {b.install}\n" + _help())
+    # A built-in library found but broken (cut short by a full disk, an interrupted build or
+    # install: 0 bytes, no ELF header) failed every sample of the run, one spawn error or SIGBUS
+    # at a time, where a user library in that state is refused before the run starts.
+    why = _not_preloadable(Path(a.library)) if a.library else None
+    if why:
+        raise LabError(f"allocator {spec!r}: library {a.library} {why}; reinstall it: {b.install}\n" + _help())
     return _check_preload_path(a)
 
 

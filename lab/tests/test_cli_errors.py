@@ -118,6 +118,19 @@ def test_missing_builtin_library_says_how_to_install(built, tmp_path):
           "allocator 'strata'", "not installed", "install with: cmake")
 
 
+@pytest.mark.parametrize("content", [b"", b"\x7fELF\x02\x01\x01", b"#!/bin/sh\n"])
+def test_a_broken_builtin_library_is_refused_before_the_run(built, tmp_path, content):
+    # A libstrata.so cut short (a full disk, an interrupted build): every sample failed, one spawn
+    # error or SIGBUS at a time, where a user library in that state is refused at once.
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "strata-bench-patterns").symlink_to(built / "bin" / "strata-bench-patterns")
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "libstrata.so").write_bytes(content)
+    check(lab("run", "--suite", "patterns", "--smoke", "--alloc", "glibc,strata",
+              env={"STRATA_BUILD": str(tmp_path)}),
+          "allocator 'strata'", "is not a shared library", "reinstall it:")
+
+
 def test_missing_workload_program_says_how_to_build(tmp_path):
     check(lab("run", "--suite", "patterns", "--smoke", "--alloc", "glibc", env={"STRATA_BUILD": str(tmp_path)}),
           "strata-bench-patterns is missing", "cmake --build build --target strata-bench-patterns")
