@@ -554,7 +554,12 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)  # imports the trace tools (numpy): Ctrl-C lands here too
         return args.func(args)
     except LabError as e:
-        print(f"strata-lab: error: {e}", file=sys.stderr)
+        from .text import printable
+
+        # A message names the user's paths and names: an escape sequence or a byte that is not
+        # UTF-8 in one rewrote the terminal or could not be printed.  Its own lines stay lines.
+        text = "\n".join(printable(line) for line in str(e).split("\n"))
+        print(f"strata-lab: error: {text}", file=sys.stderr)
         return e.exit_code
     except BrokenPipeError:
         return 1

@@ -131,6 +131,14 @@ def test_a_broken_builtin_library_is_refused_before_the_run(built, tmp_path, con
           "allocator 'strata'", "is not a shared library", "reinstall it:")
 
 
+def test_an_error_naming_a_path_prints_its_control_characters_as_escapes(built, tmp_path):
+    # An ESC in a --alloc path reached the terminal raw in the error line (a colour, a cleared line).
+    r = lab("run", "--suite", "patterns", "--smoke", "--alloc", f"mine={tmp_path}/x\x1b[31mred/libnone.so")
+    check(r, "does not exist", "x\\x1b[31mred")
+    assert "\x1b" not in r.stderr
+    assert r.stderr.count("\n") > 2  # the message's own lines (what is available) stay lines
+
+
 def test_missing_workload_program_says_how_to_build(tmp_path):
     check(lab("run", "--suite", "patterns", "--smoke", "--alloc", "glibc", env={"STRATA_BUILD": str(tmp_path)}),
           "strata-bench-patterns is missing", "cmake --build build --target strata-bench-patterns")
