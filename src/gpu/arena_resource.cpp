@@ -58,6 +58,9 @@ struct arena {
   std::set<std::uintptr_t> sb_starts;  // superblocks this arena owns
   free_list free;
   std::uintptr_t empty_sb = 0;         // one empty superblock kept as hysteresis
+  // Bytes handed out from its superblocks, changed under `mutex` with `free`, so that info()
+  // never counts a block both allocated and free (a block is freed into the arena it came from).
+  std::size_t allocated = 0;
 };
 
 struct arena_key {
@@ -86,7 +89,7 @@ struct arena_resource::impl {
   detail::chunk_set chunks;
   free_list global_free;
   std::map<std::uintptr_t, arena*> owner;  // superblock start -> arena holding it
-  std::atomic<std::size_t> allocated{0};
+  std::size_t large_allocated = 0;          // bytes of large blocks handed out (global_mutex held)
 
   mutable std::shared_mutex arenas_mutex;
   std::unordered_map<arena_key, std::unique_ptr<arena>, arena_key_hash> arenas;
@@ -231,6 +234,7 @@ struct arena_resource::impl {
     if (!r) return nullptr;
     if (r->addr == a.empty_sb) a.empty_sb = 0;
     if (r->size > need) a.free.insert(r->addr + need, r->size - need);
+    a.allocated += need;
     if (backend.checks_reuse()) backend.note_reuse(reinterpret_cast<void*>(r->addr), need, s);
     return reinterpret_cast<void*>(r->addr);
   }
@@ -282,6 +286,7 @@ struct arena_resource::impl {
   // With a's lock held.  Returns an empty superblock beyond the first to the global arena.
   void insert_and_maybe_shrink(arena& a, std::uintptr_t p, std::size_t need) {
     a.free.insert(p, need);
+    a.allocated -= need;
     const std::uintptr_t start = *std::prev(a.sb_starts.upper_bound(p));
     auto r = a.free.find_containing(start);
     if (!r || r->first != start || r->second != sb()) return;
@@ -344,10 +349,9 @@ void* arena_resource::do_allocate(std::size_t bytes, stream_view stream, std::si
     if (!a) impl_->out_of_memory(bytes);
     if (backend().checks_reuse()) backend().note_reuse(reinterpret_cast<void*>(a), size, stream);
     p = reinterpret_cast<void*>(a);
-    impl_->allocated += size;
+    impl_->large_allocated += size;
   } else {
     p = impl_->allocate_small(bytes, need, stream);
-    impl_->allocated += need;
   }
   return alignment > detail::native ? impl_->overaligned.align(p, alignment) : p;
 }
@@ -364,11 +368,10 @@ void arena_resource::do_deallocate(void* p, std::size_t bytes, stream_view strea
       auto guard = std::make_shared<detail::event_guard>(impl_->events, stream);
       std::lock_guard lock(impl_->global_mutex);
       impl_->global_free.insert(a, size, {std::move(guard)});
-      impl_->allocated -= size;
+      impl_->large_allocated -= size;
     } else {
       if (backend().checks_reuse()) backend().note_release(p, need, stream);
       impl_->deallocate_small(a, need, stream);
-      impl_->allocated -= need;
     }
   } catch (...) {
     // Only a failing driver call (event record, synchronise) lands here; the block is lost to
@@ -381,7 +384,7 @@ resource_info arena_resource::do_info() const {
   std::lock_guard lock(impl_->global_mutex);
   i.reserved_bytes = impl_->chunks.reserved();
   i.peak_reserved_bytes = impl_->chunks.peak();
-  i.allocated_bytes = impl_->allocated.load();
+  std::size_t allocated = impl_->large_allocated;
   std::size_t total = impl_->global_free.total(), largest = impl_->global_free.largest();
   std::uint64_t wait = impl_->global_mutex.wait_ns();
   std::shared_lock arenas_lock(impl_->arenas_mutex);
@@ -390,7 +393,9 @@ resource_info arena_resource::do_info() const {
     total += a.free.total();
     largest = std::max(largest, a.free.largest());
     wait += a.mutex.wait_ns();
+    allocated += a.allocated;
   });
+  i.allocated_bytes = allocated;
   i.free_bytes = total;
   i.largest_free_block = largest;
   i.lock_wait_ns = wait;

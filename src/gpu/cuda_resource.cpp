@@ -45,7 +45,9 @@ void cuda_resource::do_deallocate(void* p, std::size_t bytes, stream_view,
 resource_info cuda_resource::do_info() const {
   resource_info i;
   i.reserved_bytes = i.allocated_bytes = impl_->allocated.load();
-  i.peak_reserved_bytes = impl_->peak.load();
+  // An allocation adds its bytes before it raises the peak: a count read in between is a peak
+  // not yet recorded, and counts as one.
+  i.peak_reserved_bytes = std::max(impl_->peak.load(), i.reserved_bytes);
   i.free_bytes = 0;
   i.largest_free_block = 0;  // holds nothing free: every free goes straight back to the driver
   return i;
