@@ -609,6 +609,25 @@ void on_thread_exit(void* arg) noexcept {
   pthread_setspecific(key, b);
 }
 
+// Another thread's events up to `upto`, for at_exit: its thread may still be running, or be gone,
+// having recorded in its last round of key destructors with no thread started since to take its
+// buffer over (write_left_events).  An odd count ends in a whole short event, written padded from
+// a copy (the unit after it may be its running thread's to write): the chunk was cut to whole
+// words, and 4 threads that ended before exit(), none started after them, each lost its last free.
+void write_snapshot(buffer* b, uint32_t* upto) noexcept {
+  const size_t units = static_cast<size_t>(upto - b->units());
+  const size_t bytes = (units + 1) * sizeof(uint32_t);
+  auto* copy = units % 2 != 0 ? static_cast<uint32_t*>(os::map_plain(bytes)) : nullptr;
+  if (copy == nullptr) {
+    if (units >= 2) write_chunk(b, upto, 0);  // (no memory: without the odd unit)
+    return;
+  }
+  memcpy(copy, b->units(), units * sizeof(uint32_t));
+  copy[units] = 0;  // padding
+  write_words(header_of(b, upto + 1, 0), reinterpret_cast<const uint64_t*>(copy));
+  os::unmap_plain(copy, bytes);
+}
+
 void at_exit() noexcept {
   if (!active || fd < 0 || unseen_child()) return;
   if (tl_held != 0) {
@@ -634,8 +653,7 @@ void at_exit() noexcept {
     if (b == tl_buffer) {
       flush(b, 0, true);
     } else {
-      uint32_t* upto = __atomic_load_n(&b->cursor, __ATOMIC_ACQUIRE);
-      if (upto - b->units() >= 2) write_chunk(b, upto, 0);
+      write_snapshot(b, __atomic_load_n(&b->cursor, __ATOMIC_ACQUIRE));
     }
   }
   unlock();

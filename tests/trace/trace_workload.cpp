@@ -34,6 +34,9 @@
 //                              sets it again (every round of key destructors runs) and allocates
 //                              and frees a block in each round; prints how much the address
 //                              space grew (KiB)
+//   trace_workload latetogether N  N threads alive at once, each with lateround's key: no thread
+//                              starts after them to take over the buffers their last rounds
+//                              left, which exit() writes
 //   trace_workload busy N      64 threads alive at once, each making N malloc/free pairs; prints
 //                              the resident memory (KiB) while all of them are still alive
 //   trace_workload exitrace N  a thread allocates N blocks and waits; the main thread prints its
@@ -121,6 +124,21 @@ static long status_kib(const char* field) {
   return kib;
 }
 
+// A thread key whose destructor frees the value, allocates another and sets the key again, in
+// every round of key destructors (PTHREAD_DESTRUCTOR_ITERATIONS), freeing the last one: a thread
+// records after the recorder's own destructor has run.
+pthread_key_t key_allocating_in_every_round() {
+  static pthread_key_t key;
+  pthread_key_create(&key, [](void* v) {
+    static thread_local int rounds = 0;
+    free(v);
+    void* p = malloc(100);
+    if (++rounds < PTHREAD_DESTRUCTOR_ITERATIONS) pthread_setspecific(key, p);
+    else free(p);
+  });
+  return key;
+}
+
 int main(int argc, char** argv) {
   if (argc != 3) return 2;
   int n = atoi(argv[2]);
@@ -193,19 +211,24 @@ int main(int argc, char** argv) {
   }
   if (strcmp(argv[1], "lateround") == 0) {
     // After the recorder's own destructor in the last round: nothing follows to give its buffer back.
-    static pthread_key_t late;
-    pthread_key_create(&late, [](void* v) {
-      static thread_local int rounds = 0;
-      free(v);
-      void* p = malloc(100);
-      if (++rounds < PTHREAD_DESTRUCTOR_ITERATIONS) pthread_setspecific(late, p);
-      else free(p);
-    });
+    static pthread_key_t late = key_allocating_in_every_round();
     auto body = [] { pthread_setspecific(late, malloc(50)); };
     std::thread(body).join();  // the first thread's buffer and the writer
     long before = status_kib("VmSize:");
     for (int t = 0; t < n; t++) std::thread(body).join();
     printf("{\"threads\": %d, \"vm_growth_kib\": %ld}\n", n, status_kib("VmSize:") - before);
+    return 0;
+  }
+  if (strcmp(argv[1], "latetogether") == 0) {
+    static pthread_key_t late = key_allocating_in_every_round();
+    std::vector<pthread_t> threads(n);
+    for (auto& t : threads)
+      pthread_create(&t, nullptr, [](void*) -> void* {
+        pthread_setspecific(late, malloc(50));
+        return nullptr;
+      }, nullptr);
+    for (auto& t : threads) pthread_join(t, nullptr);
+    printf("{\"threads\": %d, \"mallocs\": %d}\n", n, n * PTHREAD_DESTRUCTOR_ITERATIONS + n);
     return 0;
   }
   if (strcmp(argv[1], "busy") == 0) {
