@@ -8,6 +8,7 @@
 #include "core/heap.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <pthread.h>
@@ -37,18 +38,26 @@ heap* registry = nullptr;
 // it there (SIGTERM's handler, commonly; fork holds the lock throughout, before_fork) wrote the
 // exit statistics (STRATA_STATS_FILE, STRATA_SHOW_STATS), which take it again: the program spun
 // for ever instead of exiting (a program forking in a loop: 9 runs in 10).  heap_registry_held
-// does not take it again.
+// does not take it again.  Marked before the lock is taken and unmarked after it is released (the
+// signal fences keep the compiler from moving the mark across the lock): marked after, a handler
+// that landed between the two spun on its own thread's lock all the same (a profiling timer's
+// handler reading the statistics hung within seconds).  A handler that lands while its thread
+// waits for the lock reads without it, as one nested in the lock's section does.
 __thread bool tl_registry_held __attribute__((tls_model("initial-exec"))) = false;
+void registry_lock_take() noexcept {
+  tl_registry_held = true;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  registry_lock.lock();
+}
+void registry_lock_give() noexcept {
+  registry_lock.unlock();
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  tl_registry_held = false;
+}
 class registry_guard {
  public:
-  registry_guard() noexcept {
-    registry_lock.lock();
-    tl_registry_held = true;
-  }
-  ~registry_guard() {
-    tl_registry_held = false;
-    registry_lock.unlock();
-  }
+  registry_guard() noexcept { registry_lock_take(); }
+  ~registry_guard() { registry_lock_give(); }
   registry_guard(const registry_guard&) = delete;
   registry_guard& operator=(const registry_guard&) = delete;
 };
@@ -1354,17 +1363,14 @@ void orphan_trim() noexcept {
   if (orphan_heap != nullptr) heap_trim_as(orphan_heap, true, false);
 }
 
-// Held already by this thread: a signal handler interrupted it inside one of the lock's sections,
-// which stays as it was (the counts may be off by a heap whose fold into g_retired it stopped).
+// Held already by this thread (or waited for): a signal handler interrupted it inside one of the
+// lock's sections, which stays as it was (the counts may be off by a heap whose fold into g_retired
+// it stopped, or, waiting, by one another thread folds meanwhile).
 heap_registry_held::heap_registry_held() noexcept : nested_(tl_registry_held) {
-  if (nested_) return;
-  registry_lock.lock();
-  tl_registry_held = true;
+  if (!nested_) registry_lock_take();
 }
 heap_registry_held::~heap_registry_held() {
-  if (nested_) return;
-  tl_registry_held = false;
-  registry_lock.unlock();
+  if (!nested_) registry_lock_give();
 }
 heap* heap_registry_held::first() const noexcept { return registry; }
 
@@ -1372,19 +1378,19 @@ bool heap_is_orphan(const heap* h) noexcept { return h->tid == orphan_tid; }
 
 void heap_locks_acquire() noexcept {
   orphan_lock.lock();
-  registry_lock.lock();
-  tl_registry_held = true;
+  registry_lock_take();
 }
 
 void heap_locks_release(bool in_child) noexcept {
-  tl_registry_held = false;
   if (!in_child) {
-    registry_lock.unlock();
+    registry_lock_give();
     orphan_lock.unlock();
     return;
   }
   registry_lock.reset();
   orphan_lock.reset();
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  tl_registry_held = false;
   // Only the forking thread lives on in the child: the other threads' heaps are abandoned so
   // their segments can be reclaimed (the orphan heap stays: it belongs to no thread).
   for (heap* h = registry; h; h = h->next_in_registry) {

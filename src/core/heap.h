@@ -78,7 +78,8 @@ void heap_thread_done(void* h) noexcept;
 // before a fold missed the heap's counts (g_retired read first, the heap's zeroed) or counted
 // them twice, and a cumulative count (malloc_count) went back by them at the next reading.
 // Not held across anything that may abandon a heap.  A thread that holds the lock already (a
-// signal handler's exit() or statistics call interrupted it there) reads without taking it again.
+// signal handler's exit() or statistics call interrupted it there, or while it waited for the
+// lock) reads without taking it again.
 class heap_registry_held {
  public:
   heap_registry_held() noexcept;

@@ -50,6 +50,12 @@ int file_create(const char* path) noexcept {
   if (high >= 0) {
     close(fd);
     fd = high;
+  } else if (fd <= 2) {
+    // No number above 2 either (RLIMIT_NOFILE of 3, or every one taken): refused rather than
+    // left on the standard descriptor, where the program's output went into the file.
+    close(fd);
+    errno = EMFILE;
+    return -1;
   }
   return fd;
 }

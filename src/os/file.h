@@ -11,8 +11,9 @@ namespace strata::os {
 // Creates (or truncates, if it is a regular file: a FIFO or /dev/null is taken as it is) `path`
 // for appending, close-on-exec, on a descriptor number >= 900 so
 // that programs which close or dup2 over the low descriptors leave it alone (never on 0, 1 or 2
-// where RLIMIT_NOFILE allows no such number), and holds a lock on
-// it (flock) while open.  -1 on failure (errno set; EWOULDBLOCK: another process holds it).
+// where RLIMIT_NOFILE allows no such number: EMFILE where none above 2 is free either), and
+// holds a lock on it (flock) while open.  -1 on failure (errno set; EWOULDBLOCK: another process
+// holds it).
 int file_create(const char* path) noexcept;
 // A write the kernel refuses for the file's sake also raises a signal in the writing thread whose
 // default action ends the process: SIGPIPE (a FIFO or pipe whose reader has gone: the compressor

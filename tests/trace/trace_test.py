@@ -343,6 +343,19 @@ with tempfile.TemporaryDirectory() as tmp:
     for f in glob.glob(os.path.join(tmp, "*")):
         os.unlink(f)
 
+    # The same under RLIMIT_NOFILE of 3, where no number above 2 is free either: the trace stayed
+    # on descriptor 1 and the program's output went into it.  It records nothing, and says so.
+    def no_stdout_three():
+        import resource
+        resource.setrlimit(resource.RLIMIT_NOFILE, (3, 3))
+        os.close(1)
+    p = subprocess.run([WORKLOAD, "stdoutclosed", "1000"], env=env, stderr=subprocess.PIPE, text=True,
+                       timeout=60, preexec_fn=no_stdout_three)
+    expect(p.returncode == 0, f"stdoutclosed at 3 descriptors: its write to descriptor 1 went into the trace")
+    expect("nothing is recorded" in p.stderr, f"stdoutclosed at 3 descriptors: {p.stderr!r}")
+    for f in glob.glob(os.path.join(tmp, "*")):
+        os.unlink(f)
+
     # quick_exit runs at_quick_exit's handlers only: the trace had no end chunk (read as a killed
     # program) and lost the areas still being filled.
     p = record(tmp, "quickexit", "300000", trace="quick")

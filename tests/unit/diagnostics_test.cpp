@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <clocale>
@@ -362,6 +363,45 @@ TEST(Issue17StatsFile, ExitFromASignalHandlerThatInterruptedTheRegistryLockWrite
     std::string doc = read_and_remove(path);
     EXPECT_NE(doc.find("\"malloc_count\""), std::string::npos) << doc;
   }
+}
+
+// The same from a handler that lands on the instruction between taking the lock and marking it
+// held (or between unmarking and releasing it): the marks were set after the lock was taken and
+// cleared before it was released, and a handler reading the statistics there spun for ever on the
+// lock its own thread held (5 runs in 5, before).  Another thread signals one that does
+// nothing but read them, and each handler reads them too.  The alarm only ends a child that hangs.
+std::atomic<long> g_reads_in_handler{0};
+void stats_from_handler(int) {
+  strata_stats_t s;
+  strata_stats_get(&s);
+  g_reads_in_handler.fetch_add(1, std::memory_order_relaxed);
+}
+
+pthread_t g_reader;
+std::atomic<bool> g_reader_done{false};
+
+[[noreturn]] void read_statistics_while_signalled() {
+  alarm(60);
+  signal(SIGUSR2, stats_from_handler);
+  g_reader = pthread_self();
+  pthread_t signaller;
+  pthread_create(&signaller, nullptr, [](void*) -> void* {
+    while (!g_reader_done.load(std::memory_order_relaxed)) pthread_kill(g_reader, SIGUSR2);
+    return nullptr;
+  }, nullptr);
+  while (g_reads_in_handler.load(std::memory_order_relaxed) < 5000) {
+    strata::detail::heap_registry_held held;
+  }
+  g_reader_done = true;
+  pthread_join(signaller, nullptr);
+  _exit(0);
+}
+
+TEST(Issue17StatsFile, StatisticsFromAHandlerAtAnyInstructionOfTheRegistryLock) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "TSan runs a handler at its thread's next intercepted call, never inside the lock";
+#endif
+  EXPECT_EXIT(read_statistics_while_signalled(), testing::ExitedWithCode(0), "");
 }
 
 TEST(Issue17StatsFile, OpenFailureNamesThePathAndTheReason) {
