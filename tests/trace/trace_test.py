@@ -270,19 +270,19 @@ with tempfile.TemporaryDirectory() as tmp:
 
     # A program that closes every descriptor and opens its own file at the trace's number (900):
     # the trace's chunks went into the program's file.  Recording stops with one message.
-    def with_own_file(workload, trace, fd):
+    def with_own_file(workload, trace, fd, said):
         """A run of workload that opens a file of its own (DATA_FILE) on descriptor fd and writes
-        "data" there: the file must hold that alone, and strata say one thing on stderr."""
+        "data" there: the file must hold that alone, and strata say `said` things on stderr."""
         data_file = os.path.join(tmp, "data")
         p = record(tmp, workload, "300000", trace=trace, env_extra={"DATA_FILE": data_file})
         expect(p.returncode == 0 and json.loads(p.stdout or "{}").get("data_fd") == fd,
                f"{workload} workload: {p.returncode} {p.stdout} {p.stderr!r}")
         expect(open(data_file, "rb").read() == b"data", f"the program's file on descriptor {fd}: "
                                                         f"{open(data_file, 'rb').read()[:200]!r}")
-        expect(p.stderr.count("strata:") == 1, f"{workload}: {p.stderr!r}")
+        expect(p.stderr.count("strata:") == said, f"{workload}: {p.stderr!r}")
         return p
 
-    p = with_own_file("closeall", "closed", 900)
+    p = with_own_file("closeall", "closed", 900, 1)
     expect("descriptor" in p.stderr, f"closeall: {p.stderr!r}")
     rc, got, err = check(os.path.join(tmp, "closed"))
     expect(rc == 0 and not got["complete"], f"closeall trace: {got} {err}")
@@ -308,10 +308,22 @@ with tempfile.TemporaryDirectory() as tmp:
         os.unlink(f)
 
     # The same failure in a program that closed descriptor 2 and opened a file of its own there:
-    # "recording stopped" was written into the program's file; it goes to stderr as the process
-    # started with it.
-    p = with_own_file("fsizestderr", "full", 2)
-    expect("recording stopped" in p.stderr, f"fsizestderr: {p.stderr!r}")
+    # "recording stopped" was written into the program's file.  Descriptor 2 is no longer the
+    # stderr the program started with, and only a copy of that would reach it: the message goes
+    # nowhere (a copy kept a traced daemon's caller waiting, below).
+    with_own_file("fsizestderr", "full", 2, 0)
+    for f in glob.glob(os.path.join(tmp, "*")):
+        os.unlink(f)
+
+    # A traced daemon (a child that closes descriptors 0-2, its parent gone) held its caller's
+    # stderr open through strata's copy of it, and `out=$(prog 2>&1)` waited until the daemon
+    # ended.  No descriptor of the child may lead there.
+    data_file = os.path.join(tmp, "daemon-fds")
+    p = record(tmp, "daemonfds", "1000", trace="daemon.%p", env_extra={"DATA_FILE": data_file})
+    expect(p.returncode == 0 and json.loads(p.stdout or "{}").get("child_exited") == 1,
+           f"daemonfds workload: {p.returncode} {p.stdout} {p.stderr!r}")
+    left = open(data_file).read() if os.path.exists(data_file) else "?"
+    expect(left == "0", f"daemonfds: {left} descriptors of the daemon still open on the caller's stderr")
     for f in glob.glob(os.path.join(tmp, "*")):
         os.unlink(f)
 

@@ -19,6 +19,9 @@
 //                              that failed: started without stdout), N blocks
 //   trace_workload fsizestderr N  closes descriptor 2 and opens its data file (DATA_FILE) there,
 //                              writes "data", then N blocks under the file size limit of fsize
+//   trace_workload daemonfds N  N blocks, then a child that closes descriptors 0-2 (a daemon)
+//                              writes to its data file (DATA_FILE) how many of its descriptors are
+//                              still open on the stderr the program started with
 //   trace_workload unseenfork N  N blocks (the writer thread started), then a child made without
 //                              fork's handlers (SYS_clone: as _Fork) allocates and frees N blocks
 //                              and exits with exit(); the parent frees its blocks
@@ -58,7 +61,9 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
+#include <dirent.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -361,6 +366,38 @@ int main(int argc, char** argv) {
       free(p);
     }
     return refused ? 0 : 1;
+  }
+  if (strcmp(argv[1], "daemonfds") == 0) {
+    struct stat err {};
+    if (fstat(2, &err) != 0) return 1;
+    for (int i = 0; i < n; i++) {
+      void* volatile p = malloc(32);
+      free(p);
+    }
+    pid_t child = fork();
+    if (child == 0) {
+      close(0);
+      close(1);
+      close(2);
+      int left = 0;
+      if (DIR* d = opendir("/proc/self/fd")) {
+        while (dirent* e = readdir(d)) {
+          int fd = atoi(e->d_name);
+          struct stat st {};
+          if (e->d_name[0] != '.' && fd != dirfd(d) && fstat(fd, &st) == 0 && st.st_dev == err.st_dev &&
+              st.st_ino == err.st_ino)
+            left++;
+        }
+        closedir(d);
+      }
+      int out = open(getenv("DATA_FILE"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dprintf(out, "%d", left);
+      _exit(0);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    printf("{\"child_exited\": %d}\n", WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 1 : 0);
+    return 0;
   }
   if (strcmp(argv[1], "fsizestderr") == 0) {  // fsize's failure, with the program's file on 2
     close(2);
