@@ -191,6 +191,9 @@ void* map_sparse(size_t size) noexcept { return map_sparse_with(size, PROT_READ 
 void* map_sparse_readonly(size_t size) noexcept { return map_sparse_with(size, PROT_READ); }
 
 bool map_sparse_writable_at(void* p, size_t size) noexcept {
+  // Whole pages of this kernel only: with pages larger than the piece (64 KiB on some arm64 and
+  // ppc64 kernels), MAP_FIXED would replace the neighbours' entries with zeros too.
+  if ((reinterpret_cast<uintptr_t>(p) | size) & (page_size() - 1)) return false;
   stats.mmap_calls.fetch_add(1, std::memory_order_relaxed);
   int saved = errno;
   void* q = mmap(p, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
