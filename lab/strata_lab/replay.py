@@ -9,8 +9,10 @@ strata's preload library), replayed under every allocator (suite "replay"), and 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -51,8 +53,10 @@ def cmd_record(a: argparse.Namespace) -> int:
     # recorder truncates a file whose pid comes round again, which changes its inode time stamps).
     others = sorted(p for p, stamp in _traces_beside(out).items() if p != main and before.get(p) != stamp)
     if not main.is_file():
+        # Its children's traces are there all the same (a static launcher of dynamic programs).
+        left = f"; its processes left {_names(others)}" if others else ""
         raise LabError(f"record: {argv[0]} left no trace at {main} (is it a static binary, or did it "
-                       f"replace its environment?)")
+                       f"replace its environment?){left}")
     try:
         main.replace(out)
     except OSError as e:
@@ -60,11 +64,44 @@ def cmd_record(a: argparse.Namespace) -> int:
     t = trace.read(out)
     print(f"strata-lab: {out}: {t.events} events, {t.threads} threads, {t.end_note()}", file=sys.stderr)
     if others:
-        print(f"strata-lab: {len(others)} more trace(s) from processes it started: "
-              f"{', '.join(p.name for p in others[:5])}{' ...' if len(others) > 5 else ''}", file=sys.stderr)
-    if rc != 0:
+        print(f"strata-lab: {len(others)} more trace(s) from processes it started: {_names(others)}", file=sys.stderr)
+        # A process that outlived the command (a daemon) still writes its trace: read now, it
+        # looks killed ("no end chunk") and holds only what was written so far.
+        running = [p for p in others if _still_written(p)]
+        if running:
+            print(f"strata-lab: {len(running)} of them still being written by processes that run on: "
+                  f"{_names(running)}", file=sys.stderr)
+    if rc > 0:
         print(f"strata-lab: {argv[0]} exited with status {rc}", file=sys.stderr)
+    elif rc < 0:
+        print(f"strata-lab: {argv[0]} was killed by {_signal_name(-rc)}", file=sys.stderr)
     return rc if rc >= 0 else 128 - rc
+
+
+def _names(paths: list[Path]) -> str:
+    return f"{', '.join(p.name for p in paths[:5])}{' ...' if len(paths) > 5 else ''}"
+
+
+def _still_written(p: Path) -> bool:
+    """Whether a process holds the trace's lock: the recorder flock()s its file while it lives."""
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # releases the lock, if taken
+
+
+def _signal_name(sig: int) -> str:
+    try:
+        return f"signal {sig} ({signal.Signals(sig).name})"
+    except ValueError:
+        return f"signal {sig}"
 
 
 def _traces_beside(out: Path) -> dict[Path, tuple]:

@@ -148,6 +148,9 @@ def _command(cell: Cell, variant: Variant, extra_env: dict, stats_file: Path | N
     argv = [str(a) for a in cell.argv] + list(variant.args)
     env = dict(os.environ)
     env.pop("LD_PRELOAD", None)
+    # A STRATA_TRACE left exported from recording (docs/lab.md's `STRATA_TRACE=/tmp/app.%p`) made
+    # every strata sample record itself: slower by recording's cost, and a trace per sample.
+    env.pop("STRATA_TRACE", None)
     env.update({k: str(v) for k, v in cell.env.items()})
     env.update(dict(variant.env))
     env.update(extra_env)

@@ -95,6 +95,17 @@ def test_allocator_goes_into_ld_preload_of_the_command_only():
     assert rec["metrics"]["preload"] == "" and rec["metrics"]["driver"] == lib.library
 
 
+def test_an_exported_strata_trace_does_not_reach_the_samples(tmp_path, monkeypatch):
+    """Probe s52 H48: with STRATA_TRACE exported (left from recording a program), every sample
+    under strata recorded itself: `replay --alloc glibc,strata` wrote a trace per strata sample
+    beside the user's and measured strata with recording's cost."""
+    monkeypatch.setenv("STRATA_TRACE", str(tmp_path / "app.%p"))
+    rec = sample('printf \'{"v": 1, "trace": "%s"}\\n\' "${STRATA_TRACE-unset}"')
+    assert rec["ok"] and rec["metrics"]["trace"] == "unset", rec
+    rec = sample('printf \'{"v": 1, "trace": "%s"}\\n\' "${STRATA_TRACE-unset}"', preload="driver")
+    assert rec["ok"] and rec["metrics"]["trace"] == "unset", rec
+
+
 def test_a_library_ld_so_refuses_to_preload_fails_the_sample(tmp_path):
     """Probe s40b D3: ld.so ignores a bad LD_PRELOAD with a warning and the program runs under
     glibc, exit 0; the sample must fail rather than record glibc under the variant's name."""

@@ -9,6 +9,7 @@ import os
 import struct
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -274,6 +275,44 @@ def test_record_names_only_the_traces_of_this_recording(built, tmp_path):
     assert (tmp_path / "t.trace").is_file()
     assert "99999" not in r.stderr, r.stderr
     assert "2 more trace(s) from processes it started" in r.stderr, r.stderr
+
+
+def test_record_names_the_traces_its_processes_left_when_the_command_left_none(built, tmp_path):
+    """Probe s52 H48: a command that leaves no trace of its own (a static launcher of dynamic
+    programs; here the shell removes its own) was "left no trace", and the traces of the
+    programs it started were not named."""
+    r = record(built, tmp_path, "-o", "t.trace", "--", "/bin/sh", "-c", 'rm t.trace.$$; /bin/true; exit 0')
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "left no trace" in r.stderr and "its processes left t.trace." in r.stderr, r.stderr
+
+
+def test_record_says_which_traces_are_still_being_written(built, tmp_path):
+    """Probe s52 H48: a process that outlives the command (a daemon: a double fork, `cmd &`)
+    still writes its trace when record ends; record listed it as any other, and read at once it
+    looked like a killed program's."""
+    stop = tmp_path / "stop"
+    script = ('(exec </dev/null >/dev/null 2>&1; while [ ! -e stop ]; do sleep 0.05; done) & '
+              'while [ ! -s t.trace.$! ]; do :; done; echo $! > daemon; exit 0')
+    try:
+        r = record(built, tmp_path, "-o", "t.trace", "--", "/bin/sh", "-c", script)
+        assert r.returncode == 0, r.stderr
+        daemon = (tmp_path / "daemon").read_text().strip()
+        assert "still being written by processes that run on: " in r.stderr, r.stderr
+        assert f"t.trace.{daemon}" in r.stderr.split("still being written")[1], r.stderr
+        assert "still being written" not in record(built, tmp_path, "-o", "u.trace", "--", "/bin/true").stderr
+    finally:
+        stop.touch()  # the daemon leaves within 50 ms
+        pid = (tmp_path / "daemon").read_text().strip() if (tmp_path / "daemon").exists() else ""
+        deadline = time.monotonic() + 10
+        while pid and os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+def test_record_says_which_signal_killed_the_command(built, tmp_path):
+    """Probe s52 H48: a command killed by a signal was said to have "exited with status -9"."""
+    r = record(built, tmp_path, "-o", "t.trace", "--", "/bin/sh", "-c", "kill -9 $$")
+    assert r.returncode == 137, r.stderr
+    assert "was killed by signal 9 (SIGKILL)" in r.stderr and "status -9" not in r.stderr, r.stderr
 
 
 def test_record_and_replay_a_real_program(built, tmp_path):

@@ -35,6 +35,7 @@ void after_fork_child() noexcept {
   options::unlock_after_fork(true);
   segment_locks_release(true);
   heap_locks_release(true);
+  stats_drop_stderr_copy();
 }
 
 void at_exit() noexcept { stats_report_at_exit(); }

@@ -170,6 +170,11 @@ int startup_stderr() noexcept {
   return -1;
 }
 
+void stats_drop_stderr_copy() noexcept {
+  if (start_stderr >= 0) close(start_stderr);
+  start_stderr = -1;
+}
+
 namespace {
 
 // strerrordesc_np, unlike strerror, neither translates nor allocates: this runs inside the

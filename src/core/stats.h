@@ -16,5 +16,9 @@ void stats_keep_stderr() noexcept;
 // The descriptor still open on stderr as it was at start-up (the kept copy, or 2), or -1 where
 // neither is: the program closed it, or put a file of its own on descriptor 2.
 int startup_stderr() noexcept;
+// In a forked child: closes the kept copy (descriptor 2 serves while it is still that file).  A
+// daemon's child puts /dev/null on 0-2, and the copy held its starter's pipe open for its whole
+// life: `$(cmd)`, a test harness's captured stderr or `strata-lab record` waited for it.
+void stats_drop_stderr_copy() noexcept;
 void stats_report_at_exit() noexcept;
 }  // namespace strata::detail

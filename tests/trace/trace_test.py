@@ -582,6 +582,36 @@ with tempfile.TemporaryDirectory() as tmp:
     expect(p.returncode == 0 and p.stderr.count("strata:") == 1 and "longer than 4095 bytes" in p.stderr,
            f"a path too long: rc {p.returncode}, {p.stderr!r}")
 
+    # A daemon (a forked child that puts /dev/null on 0-2) let go of its starter's stderr: the
+    # copy strata kept of it (for the statistics printed at exit) held the pipe open for the
+    # daemon's life, and whatever read that stderr to its end (`$(cmd)`, `strata-lab record`)
+    # waited for the daemon.  (STRATA_TRACE alone keeps no copy: daemonfds above.)
+    daemon_dir = os.path.join(tmp, "daemon")
+    os.mkdir(daemon_dir)
+    env = dict(os.environ, LD_PRELOAD=LIB, STRATA_TRACE=os.path.join(daemon_dir, "t.%p"), STRATA_SHOW_STATS="1")
+    proc = subprocess.Popen(["/bin/sh", "-c", "(exec </dev/null >/dev/null 2>&1; while :; do sleep 0.05; "
+                             "done) & echo $!"], env=env, cwd=daemon_dir, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    daemon = proc.stdout.readline().strip()
+    proc.wait(timeout=60)
+    pipe = f"pipe:[{os.fstat(proc.stderr.fileno()).st_ino}]"
+    held = []
+    try:
+        for _ in range(400):  # until the daemon has let go of its own stdio
+            if os.readlink(f"/proc/{daemon}/fd/2") == "/dev/null":
+                break
+            time.sleep(0.05)
+        for fd in os.listdir(f"/proc/{daemon}/fd"):
+            try:
+                if os.readlink(f"/proc/{daemon}/fd/{fd}") == pipe:
+                    held.append(int(fd))
+            except OSError:
+                pass
+    finally:
+        os.kill(int(daemon), signal.SIGTERM)  # nothing else ends it
+        out, err = proc.communicate(timeout=60)
+    expect(held == [], f"a daemon holds its starter's stderr at descriptors {held}")
+
 # The replayer's own check: a synthetic trace of known content.
 r = subprocess.run([REPLAY, "--smoke"], capture_output=True, text=True, timeout=60)
 expect(r.returncode == 0, f"replay --smoke: {r.stdout} {r.stderr}")
