@@ -18,8 +18,10 @@
 
 namespace strata::detail {
 
-void stats_sum(strata_stats_t* out, uint64_t* allocs, uint64_t* frees) noexcept {
+void stats_sum(strata_stats_t* out, class_counts& counts) noexcept {
   *out = strata_stats_t{};
+  uint64_t* allocs = counts.allocs;
+  uint64_t* frees = counts.frees;
   uint64_t remote;
   {
     // g_retired and the heaps read under the lock that a heap's retirement takes (heap.h).
@@ -83,9 +85,11 @@ void stats_sum(strata_stats_t* out, uint64_t* allocs, uint64_t* frees) noexcept 
   out->bad_free_count = bad_free_count();
 }
 
-static size_t stats_json(char* buf, size_t len, uint64_t* allocs, uint64_t* frees) noexcept {
+static size_t stats_json(char* buf, size_t len, class_counts& counts) noexcept {
   strata_stats_t s;
-  stats_sum(&s, allocs, frees);
+  stats_sum(&s, counts);
+  const uint64_t* allocs = counts.allocs;
+  const uint64_t* frees = counts.frees;
   report::json_writer w(buf, len);
   w.open();
   w.field_text("allocator", "strata");
@@ -124,9 +128,11 @@ static size_t stats_json(char* buf, size_t len, uint64_t* allocs, uint64_t* free
   return w.finish();
 }
 
-static void stats_print_to(int fd, uint64_t* allocs, uint64_t* frees) noexcept {
+static void stats_print_to(int fd, class_counts& counts) noexcept {
   strata_stats_t s;
-  stats_sum(&s, allocs, frees);
+  stats_sum(&s, counts);
+  const uint64_t* allocs = counts.allocs;
+  const uint64_t* frees = counts.frees;
   auto mib = [](uint64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); };
   report::to_fd(fd, "strata %s statistics (pid %d)\n", STRATA_VERSION_STRING, static_cast<int>(getpid()));
   report::to_fd(fd, "  in use     %10.2f MiB   committed %10.2f MiB (peak %.2f MiB)   reserved %.2f MiB\n",
@@ -218,7 +224,7 @@ char exit_doc[16384];
 // The classes' counts (1.6 KiB) too: as stats_sum's locals, and again as the printout's, they
 // took 3.2 KiB of such a thread's stack.  With STRATA_SHOW_STATS, exit() from a PTHREAD_STACK_MIN
 // thread 4 KiB deep in its own frames was a SIGSEGV (glibc's exit() allows 7 KiB; now 5).
-uint64_t exit_allocs[size_class_count], exit_frees[size_class_count];
+class_counts exit_counts;
 }  // namespace
 
 void stats_report_at_exit() noexcept {
@@ -228,7 +234,7 @@ void stats_report_at_exit() noexcept {
   // a SIGPIPE that ends a program which wrote nothing there itself (exit status 141).
   os::file_signals_hold signals;
   if (options::get(option::show_stats)) {
-    if (const int fd = startup_stderr(); fd >= 0) stats_print_to(fd, exit_allocs, exit_frees);
+    if (const int fd = startup_stderr(); fd >= 0) stats_print_to(fd, exit_counts);
   }
   if (const char* pattern = options::get_text(option::stats_file)) {
     char* path = exit_path;
@@ -238,7 +244,7 @@ void stats_report_at_exit() noexcept {
       return;
     }
     char* doc = exit_doc;
-    size_t n = stats_json(doc, sizeof exit_doc, exit_allocs, exit_frees);
+    size_t n = stats_json(doc, sizeof exit_doc, exit_counts);
     if (n >= sizeof exit_doc) n = sizeof exit_doc - 1;
     // Every failure says so, naming the path: a statistics file that is silently missing or
     // truncated (STRATA_STATS_FILE=/dev/full, a full disk, a quota) misleads whoever reads it.
@@ -263,16 +269,16 @@ void stats_report_at_exit() noexcept {
 using namespace strata::detail;
 
 STRATA_EXPORT void strata_stats_get(strata_stats_t* out) {
-  uint64_t allocs[size_class_count], frees[size_class_count];
-  stats_sum(out, allocs, frees);
+  class_counts counts;
+  stats_sum(out, counts);
 }
 STRATA_EXPORT void strata_stats_print(void) {
-  uint64_t allocs[size_class_count], frees[size_class_count];
-  stats_print_to(2, allocs, frees);
+  class_counts counts;
+  stats_print_to(2, counts);
 }
 STRATA_EXPORT size_t strata_stats_json(char* buf, size_t len) {
-  uint64_t allocs[size_class_count], frees[size_class_count];
-  return stats_json(buf, len, allocs, frees);
+  class_counts counts;
+  return stats_json(buf, len, counts);
 }
 STRATA_EXPORT size_t strata_options_json(char* buf, size_t len) { return strata::options::to_json(buf, len); }
 STRATA_EXPORT const char* strata_version(void) { return STRATA_VERSION_STRING; }
