@@ -27,6 +27,13 @@
 //                        thread's queue and takes a batch from its own queue, frees it whole and
 //                        refills it. Nearly every free is remote, in bursts. --ops: batches (total).
 //   prodcon-batch-mixed  the same with sizes 8 B-2 KiB (log-uniform: many small).
+//   prodcon-split        producers that only allocate and consumers that only free (--threads N:
+//                        N/2 of each, at least one): a producer fills a batch of 4096 blocks of
+//                        64 B, writing up to 128 B of each, in a container it also allocates
+//                        (32 KiB), and pushes it on one shared stack (a mutex, at most 100 batches
+//                        waiting, the last pushed taken first); a consumer pops a batch and frees
+//                        its blocks and the container. --ops: batches (total).
+//   prodcon-split-mixed  the same with sizes drawn uniformly from 17 classes of 8 B-2 KiB.
 //   churn                short-lived threads: --threads lanes each start thread after thread; each
 //                        allocates a mix from 8 B to 5 MiB (mostly small), touching every page,
 //                        keeps a small working set, hands some blocks to later generations through
@@ -70,11 +77,13 @@
 #include <barrier>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <string>
@@ -467,6 +476,65 @@ result prodcon_batch(const options& o, bool mixed) {
           ",\"batch_blocks\":" + std::to_string(per_batch) + work_json(done.load(), per_thread * n)};
 }
 
+// prodcon-split: the batches of pure producers and pure consumers (a consumer never allocates, so
+// every block it frees goes back to a thread that only allocates).
+struct split_batch {
+  static constexpr size_t blocks = 4096;
+  void* block[blocks];
+};
+
+result prodcon_split(const options& o, bool mixed) {
+  static constexpr size_t sizes[] = {8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048};
+  const int pairs = std::max(1, o.threads / 2);
+  const size_t per_batch = o.smoke ? 64 : split_batch::blocks, most_waiting = 100;
+  const uint64_t planned = work_amount(o, mixed ? 600 : 2000, 40);  // batches, all producers
+  const auto deadline = clock_type::now() + std::chrono::duration<double>(o.seconds);
+  std::mutex m;
+  std::condition_variable can_pop, can_push;
+  std::vector<split_batch*> waiting;  // a stack: the batch pushed last goes first
+  std::atomic<uint64_t> claimed{0}, made{0}, freed{0};
+  int producers_left = pairs;
+  run_threads(2 * pairs, [&](int t) {
+    if (t % 2 == 0) {  // producer
+      rng r(o.seed + t);
+      while (claimed.fetch_add(1) < planned && clock_type::now() < deadline) {
+        auto* b = static_cast<split_batch*>(must_malloc(sizeof(split_batch)));
+        for (size_t i = 0; i < per_batch; ++i) {
+          size_t sz = mixed ? sizes[r.next() % std::size(sizes)] : 64;
+          b->block[i] = must_malloc(sz);
+          std::memset(b->block[i], int(i), std::min<size_t>(sz, 128));
+        }
+        std::unique_lock<std::mutex> g(m);
+        can_push.wait(g, [&] { return waiting.size() < most_waiting; });
+        waiting.push_back(b);
+        made.fetch_add(1);
+        can_pop.notify_one();
+      }
+      std::lock_guard<std::mutex> g(m);
+      if (--producers_left == 0) can_pop.notify_all();
+    } else {  // consumer: frees every batch it takes, until the producers are done and none waits
+      uint64_t n = 0;
+      for (;;) {
+        split_batch* b;
+        {
+          std::unique_lock<std::mutex> g(m);
+          can_pop.wait(g, [&] { return !waiting.empty() || producers_left == 0; });
+          if (waiting.empty()) break;
+          b = waiting.back();
+          waiting.pop_back();
+          can_push.notify_one();
+        }
+        for (size_t i = 0; i < per_batch; ++i) std::free(b->block[i]);
+        std::free(b);
+        n += per_batch;
+      }
+      freed.fetch_add(n);
+    }
+  });
+  return {freed.load(), 2 * pairs,
+          ",\"pairs\":" + std::to_string(pairs) + work_json(made.load(), planned)};
+}
+
 // ---------------------------------------------------------------------------------------------
 // Sizes of the churn workers: mostly small, a few medium, a rare one of several MiB.
 size_t churn_size(rng& r) {
@@ -831,7 +899,7 @@ result rebuild(const options& o) {
 constexpr const char* kUsage =
     "usage: strata-bench-patterns --pattern "
     "larson|prodcon|cache-thrash|cache-scratch|mstress|pareto|realloc|"
-    "prodcon-batch|prodcon-batch-mixed|churn|generations|bigbuf|bigcalloc|randsize|fill|rebuild "
+    "prodcon-batch|prodcon-batch-mixed|prodcon-split|prodcon-split-mixed|churn|generations|bigbuf|bigcalloc|randsize|fill|rebuild "
     "[--threads N] [--seconds S] [--ops N] [--seed N] [--smoke]";
 
 }  // namespace
@@ -853,6 +921,7 @@ int main(int argc, char** argv) {
   // --smoke shortens the timed patterns; the fixed-work ones shrink their work instead and keep
   // --seconds as the bound, so a loaded machine cannot cut a smoke run short.
   const bool fixed_work = o.pattern == "prodcon-batch" || o.pattern == "prodcon-batch-mixed" ||
+                          o.pattern == "prodcon-split" || o.pattern == "prodcon-split-mixed" ||
                           o.pattern == "churn" || o.pattern == "generations" || o.pattern == "bigbuf" ||
                           o.pattern == "bigcalloc" || o.pattern == "randsize" || o.pattern == "fill" ||
                           o.pattern == "rebuild";
@@ -869,6 +938,8 @@ int main(int argc, char** argv) {
   else if (o.pattern == "realloc") r = realloc_growth(o);
   else if (o.pattern == "prodcon-batch") r = prodcon_batch(o, false);
   else if (o.pattern == "prodcon-batch-mixed") r = prodcon_batch(o, true);
+  else if (o.pattern == "prodcon-split") r = prodcon_split(o, false);
+  else if (o.pattern == "prodcon-split-mixed") r = prodcon_split(o, true);
   else if (o.pattern == "churn") r = churn(o);
   else if (o.pattern == "generations") r = generations(o);
   else if (o.pattern == "bigbuf") r = bigbuf(o);

@@ -15,7 +15,8 @@ from strata_lab.suite import SuiteContext, load_suite
 
 from .conftest import program
 
-SHAPES = ("prodcon-batch", "prodcon-batch-mixed", "churn", "bigbuf", "bigcalloc", "randsize", "rebuild")
+SHAPES = ("prodcon-batch", "prodcon-batch-mixed", "prodcon-split", "prodcon-split-mixed", "churn", "bigbuf",
+          "bigcalloc", "randsize", "rebuild")
 ALL_SHAPES = SHAPES + ("fill", "generations")  # the shapes suite's; make bench runs SHAPES
 
 
@@ -31,7 +32,12 @@ def run_pattern(*args: str, timeout: float = 60) -> dict:
 def test_shape_smoke_does_all_its_work(pattern, threads):
     d = run_pattern("--pattern", pattern, "--threads", str(threads), "--smoke", "--seconds", "5")
     assert d["pattern"] == pattern
-    assert d["threads"] == (1 if pattern == "bigbuf" else threads)
+    if pattern == "bigbuf":
+        assert d["threads"] == 1
+    elif pattern.startswith("prodcon-split"):  # pairs of a producer and a consumer, one at least
+        assert d["threads"] == max(2, threads) and d["pairs"] == max(1, threads // 2)
+    else:
+        assert d["threads"] == threads
     assert d["ops"] > 0 and d["ops_per_sec"] > 0 and d["peak_rss_kb"] > 0
     assert d["work_fraction"] == 1.0, d
     if pattern == "randsize":
@@ -47,6 +53,14 @@ def test_ops_sets_the_work():
     assert d["ops"] == (20 + 12) * 64
 
 
+@pytest.mark.parametrize("pattern", ["prodcon-split", "prodcon-split-mixed"])
+def test_split_consumers_free_every_block_the_producers_made(pattern):
+    # 2 producers, 2 consumers: the 30 batches of 64 blocks are freed whole, none left waiting
+    d = run_pattern("--pattern", pattern, "--threads", "4", "--ops", "30", "--smoke")
+    assert d["work_planned"] == 30 and d["work_fraction"] == 1.0
+    assert d["ops"] == 30 * 64 and d["pairs"] == 2
+
+
 def test_seconds_bounds_the_work():
     start = time.monotonic()
     d = run_pattern("--pattern", "randsize", "--threads", "2", "--ops", str(10**12), "--seconds", "0.2")
@@ -58,7 +72,8 @@ def test_suite_cells(built):
     suite = load_suite("shapes")
     cells = suite.cells(SuiteContext(smoke=False))
     got = {(c.workload, c.threads) for c in cells}
-    assert got == {("prodcon-batch", 2), ("prodcon-batch-mixed", 2), ("churn", 1), ("churn", 2),
+    assert got == {("prodcon-batch", 2), ("prodcon-batch-mixed", 2), ("prodcon-split", 2),
+                   ("prodcon-split-mixed", 2), ("churn", 1), ("churn", 2),
                    ("bigbuf", 1), ("bigcalloc", 1), ("bigcalloc", 2), ("randsize", 1), ("randsize", 2),
                    ("randsize", 4), ("fill", 1), ("fill", 2), ("generations", 2), ("generations", 4),
                    ("rebuild", 1), ("rebuild", 2)}
@@ -77,7 +92,7 @@ def test_default_suite_runs_the_shapes_with_every_allocator(built):
     names = [c.name or f"{c.workload}/t{c.threads}" for c in cells]
     assert len(names) == len(set(names))
     shapes = [c for c in cells if c.workload in SHAPES]
-    assert {c.workload for c in shapes} == set(SHAPES) and len(shapes) == 12
+    assert {c.workload for c in shapes} == set(SHAPES) and len(shapes) == 14
     full = {c.workload: c for c in load_suite("shapes").cells(SuiteContext(smoke=False))}
     for c in shapes:  # less work than the shapes suite's, to keep make bench within ~10 minutes
         ops = lambda cell: int(cell.argv[cell.argv.index("--ops") + 1])  # noqa: E731

@@ -1,8 +1,9 @@
 """Allocation shapes of programs strata lost on (issue 10), as fixed-work patterns of
-bench/host/patterns.cpp: batched producer/consumer (64 B and 8 B-2 KiB), thread churn with blocks
-outliving their thread, big zero-filled buffers, random sizes with some remote frees, a
-working set of one small size replaced one block at a time (fill), and threads started in
-generations that calloc blocks of 8 B-5 MiB and leave some to the next (generations).
+bench/host/patterns.cpp: batched producer/consumer (64 B and 8 B-2 KiB; a ring of threads that
+each free and allocate, and producers that only allocate beside consumers that only free),
+thread churn with blocks outliving their thread, big zero-filled buffers, random sizes with some
+remote frees, a working set of one small size replaced one block at a time (fill), and threads
+started in generations that calloc blocks of 8 B-5 MiB and leave some to the next (generations).
 
 Each sample does a fixed amount of work (`--ops`, recorded in the cell's params) and the metric is
 operations per second, so a ratio of medians is the inverse ratio of times (randsize: operations
@@ -14,7 +15,7 @@ per sample come from the lab's wait4() (`minflt`); peak RSS from the program (`p
 from strata_lab.allocators import BUILTINS
 from strata_lab.suite import Cell
 
-DESCRIPTION = ("allocation shapes of programs strata lost on (issue 10): prodcon-batch(-mixed), "
+DESCRIPTION = ("allocation shapes of programs strata lost on (issue 10): prodcon-batch(-mixed), prodcon-split(-mixed), "
                "churn, generations, bigbuf, bigcalloc, randsize, fill, rebuild; fixed work, all allocators vs mimalloc")
 ALLOCATORS = list(BUILTINS)  # every allocator the lab knows
 BASELINE = "mimalloc"
@@ -26,6 +27,8 @@ WARMUP = 1
 SHAPES = {
     "prodcon-batch": (10000, (2,), "ops_per_sec"),       # batches of 1000 x 64 B; a ring of threads
     "prodcon-batch-mixed": (4000, (2,), "ops_per_sec"),  # batches of 1000 x 8 B-2 KiB
+    "prodcon-split": (2000, (2,), "ops_per_sec"),  # batches of 4096 x 64 B; producers only allocate
+    "prodcon-split-mixed": (1000, (2,), "ops_per_sec"),  # the same, 17 sizes of 8 B-2 KiB
     "churn": (384, (1, 2), "ops_per_sec"),               # short-lived threads started
     "generations": (25, (2, 4), "ops_per_sec"),          # generations of threads started together
     "bigbuf": (2000, (1,), "ops_per_sec"),               # 5-25 MiB buffer replacements, one thread
