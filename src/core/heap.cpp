@@ -458,6 +458,11 @@ void heap_adopt_segment(heap* h, segment* seg) noexcept {
   segment_release_if_empty(h, seg);
 }
 
+// Abandoned segments a span search adopts at most when none has room for its class (the next
+// search takes the next ones): what one malloc spends on them is bounded, as mimalloc bounds its
+// reclaim tries.
+constexpr size_t adopt_per_search_max = 8;
+
 // A new page for cls.  Memory already touched before memory to fault in: free slices of h's
 // segments still resident; the segments exited threads abandoned, which h takes over (their
 // resident slices first); a cached segment still resident; then untouched slices of h's
@@ -492,12 +497,28 @@ page* heap_span_alloc(heap* h, size_t cls) noexcept {
       if (page* pg = span_alloc_owned(h, cls, true)) return pg;
     }
   }
-  while (segment* seg = segment_take_abandoned()) {
+  // An abandoned segment without room for cls stays adopted (its pages serve their classes) and
+  // the next one is taken, up to adopt_per_search_max a search.  Each adopted one is looked at
+  // alone: h's other segments have no resident run for cls (above), nor an untouched one once
+  // walked.  Walking all of h's segments after each adoption, and adopting until one had room,
+  // made one malloc quadratic in the abandoned segments: 600 threads that each left a segment of
+  // 2 MiB blocks behind, and the next 2 MiB malloc took 1.0 s (mimalloc 2: 10 us), each new
+  // thread's first one up to 0.5 s (docs/design.md, "Threads, fork, bootstrap").
+  bool walked = false;
+  for (size_t adopted = 0; adopted < adopt_per_search_max; ++adopted) {
+    segment* seg = segment_take_abandoned();
+    if (seg == nullptr) break;
     heap_adopt_segment(h, seg);
     // The adopted pages of cls with free blocks come before a new span: the caller walks them.
     if (h->queue[cls].first != nullptr) return &empty_page;
-    if (page* pg = span_alloc_owned(h, cls, true)) return pg;
-    if (page* pg = span_alloc_owned(h, cls, false)) return pg;  // adopt no more than needed
+    if (seg->owner.load(std::memory_order_relaxed) == h) {  // not released empty (heap_adopt_segment)
+      if (page* pg = span_alloc_in(seg, cls, true)) return pg;
+      if (page* pg = span_alloc_in(seg, cls, false)) return pg;
+    }
+    if (!walked) {  // adopt no more than needed: h's untouched slices serve before the next one
+      walked = true;
+      if (page* pg = span_alloc_owned(h, cls, false)) return pg;
+    }
   }
   if (page* pg = span_alloc_new(h, cls, true)) return pg;
   if (page* pg = span_alloc_owned(h, cls, false)) return pg;

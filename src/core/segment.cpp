@@ -574,12 +574,14 @@ void page_reshape(page* pg, size_t cls) noexcept {
 }
 
 page* span_alloc_owned(heap* h, size_t cls, bool warm_only) noexcept {
-  size_t n = page_slices(cls);
-  for (segment* seg = h->segments; seg; seg = seg->next) {
-    long idx = free_run(seg, n, warm_only);
-    if (idx >= 0) return span_init(seg, static_cast<size_t>(idx), cls);
-  }
+  for (segment* seg = h->segments; seg; seg = seg->next)
+    if (page* pg = span_alloc_in(seg, cls, warm_only)) return pg;
   return nullptr;
+}
+
+page* span_alloc_in(segment* seg, size_t cls, bool warm_only) noexcept {
+  long idx = free_run(seg, page_slices(cls), warm_only);
+  return idx >= 0 ? span_init(seg, static_cast<size_t>(idx), cls) : nullptr;
 }
 
 page* span_alloc_new(heap* h, size_t cls, bool warm_only) noexcept {

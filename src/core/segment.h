@@ -12,6 +12,8 @@ namespace strata::detail {
 // serve (nullptr when none do): memory already touched goes before memory to fault in.
 page* span_alloc_owned(heap* h, size_t cls, bool warm_only) noexcept;
 page* span_alloc_new(heap* h, size_t cls, bool warm_only) noexcept;
+// The same from seg alone (a segment of h's), or nullptr.
+page* span_alloc_in(segment* seg, size_t cls, bool warm_only) noexcept;
 // Sets up pg, an empty page of h's whose span is kept (a one-block span of heap::bins), for
 // blocks of class cls, which its span holds: empty, in use, on no list.
 void page_reshape(page* pg, size_t cls) noexcept;

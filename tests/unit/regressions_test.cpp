@@ -1319,6 +1319,32 @@ TEST(Issue10Churn, FreesIntoAnExitedThreadsSegmentLeaveItAbandoned) {
   EXPECT_LT(stats().committed_bytes + 3 * MiB, committed);
 }
 
+// Session 52 (H53): threads that each left a segment full of 2 MiB blocks behind (no run of 33
+// free slices in it) made the next 2 MiB malloc adopt every one of them, walking all of its
+// heap's segments after each adoption: quadratic in the exited threads (600 of them: 1.0 s for
+// one malloc, mimalloc 2 10 us).  One span search adopts a bounded number now (heap.cpp
+// adopt_per_search_max); counted by the segments reclaimed, not timed.
+TEST(Issue10Churn, OneMallocAdoptsABoundedNumberOfAbandonedSegmentsWithoutRoom) {
+  constexpr size_t threads = 24, per_thread = 15, block = 2 * MiB;  // 15 spans of 33 slices
+  std::vector<void*> blocks;
+  for (size_t t = 0; t < threads; ++t) {
+    std::thread([&] {
+      for (size_t i = 0; i < per_thread; ++i) blocks.push_back(strata_malloc(block));
+    }).join();
+  }
+  ASSERT_GE(stats().abandoned_segments, 9u);
+  uint64_t adopted = 0;
+  std::thread([&] {
+    uint64_t before = stats().reclaimed_segments;
+    void* p = strata_malloc(block);  // a fresh heap: no segment of its own with room
+    adopted = stats().reclaimed_segments - before;
+    strata_free(p);
+  }).join();
+  EXPECT_LE(adopted, 8u);
+  for (void* b : blocks) strata_free(b);
+  strata_collect(true);
+}
+
 // Issue 10 (thread churn, 8 B to 5 MiB): a one-block page that emptied stayed in its class's
 // queue unbounded by the spare budget, and was not given back before fresh memory was touched:
 // a thread going through one-block classes of falling sizes touched each size anew (the sum of
