@@ -207,13 +207,25 @@ STRATA_NOINLINE void free_block_other(page* pg, block* b, bool from_foreign, hea
   // abandoned for the next thread that needs one: taking it over at the first free made
   // threads that free what earlier generations left (mstress) pass segments back and forth,
   // at 2.4x mimalloc's peak RSS and 4x its faults.
+  // seg is read before b is pushed, never after: b keeps its page, and so seg, in use until
+  // then.  Once pushed, another thread may adopt seg (strata_collect(true), a new span), find it
+  // empty, release it and unmap it; the sweep's read of seg after the push was a SIGSEGV (a
+  // freeing thread beside one calling strata_collect(true) while threads exit).  A sweep pushes
+  // under the abandoned list's lock (segment_sweep), which keeps seg listed, and so mapped.
   if (owner == nullptr && h != &empty_heap) {
-    size_t bytes = pg->block_size;  // read first: once b is pushed, a sweep may release pg
-    free_remote(pg, b, from_foreign);
-    if (segment_freed_into(seg, bytes)) {
-      remote_flush(h);  // h's own pending frees into seg reach its pages first
-      segment_sweep(h, seg);
-    }
+    if (!segment_freed_into(seg, pg->block_size)) return free_remote(pg, b, from_foreign);
+    struct pending {
+      heap* h;
+      page* pg;
+      block* b;
+      bool counted;
+    } push{h, pg, b, from_foreign};
+    // h's own pending frees into seg reach its pages too, so that the sweep collects them.
+    segment_sweep(h, seg, [](void* arg) {
+      auto* p = static_cast<pending*>(arg);
+      free_remote(p->pg, p->b, p->counted);
+      remote_flush(p->h);
+    }, &push);
     return;
   }
   if (owner == h) {

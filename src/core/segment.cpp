@@ -791,9 +791,11 @@ bool segment_freed_into(segment* seg, size_t bytes) noexcept {
   return freed >= seg->sweep_at.load(std::memory_order_relaxed);
 }
 
-void segment_sweep(heap* h, segment* seg) noexcept {
+void segment_sweep(heap* h, segment* seg, void (*push)(void* arg), void* arg) noexcept {
   lock_guard g(abandoned_lock);
-  if (!seg->abandoned) return;  // reclaimed meanwhile: its new owner collects
+  bool abandoned = seg->abandoned;  // read before the push: seg may be gone after it unless listed
+  push(arg);
+  if (!abandoned) return;  // reclaimed meanwhile: its new owner collects
   seg->freed_abandoned.store(0, std::memory_order_relaxed);
   segment_collect_pages(h, seg, [](page*) {});
   sweep_at_set(seg);

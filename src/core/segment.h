@@ -76,8 +76,11 @@ void segment_attach(heap* h, segment* seg) noexcept;
 bool segment_freed_into(segment* seg, size_t bytes) noexcept;
 // Collects the frees into the abandoned segment seg and gives the spans of its emptied pages
 // back to it (purged after the delay, like any unowned segment's), leaving it abandoned.  The
-// caller flushes its own pending remote frees first, so that those into seg are collected too.
-void segment_sweep(heap* h, segment* seg) noexcept;
+// caller's frees into seg are push(arg), made under the abandoned list's lock before the sweep:
+// a block not yet pushed keeps seg in use, and the lock keeps it listed (so mapped) after the
+// push; pushed before, seg could be adopted, released and unmapped under the sweep.  Pushed
+// still when seg was adopted meanwhile (the new owner collects them), without a sweep.
+void segment_sweep(heap* h, segment* seg, void (*push)(void* arg), void* arg) noexcept;
 // Before strata maps `bytes` afresh from the OS: purges up to that much of the free, resident
 // slices of h's segments, then of the cached ones, so that memory held free is given back
 // rather than added to (a program going from small blocks to huge ones under a memory limit).
