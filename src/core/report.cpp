@@ -42,6 +42,9 @@ void vto_fd(int fd, const char* fmt, va_list ap) noexcept {
   }
   for (int off = 0; n > off;) {
     ssize_t w = write(fd, line + off, static_cast<size_t>(n - off));
+    // A signal whose handler was installed without SA_RESTART (a profiler's SIGPROF) while the
+    // write waited on a full pipe: EINTR, and the line was dropped.
+    if (w < 0 && errno == EINTR) continue;
     if (w <= 0) break;
     off += static_cast<int>(w);
   }

@@ -248,7 +248,7 @@ void stats_report_at_exit() noexcept {
     if (n >= sizeof exit_doc) n = sizeof exit_doc - 1;
     // Every failure says so, naming the path: a statistics file that is silently missing or
     // truncated (STRATA_STATS_FILE=/dev/full, a full disk, a quota) misleads whoever reads it.
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = os::file_open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC);
     if (fd < 0) {
       stats_file_failed("opened", path, errno);
       return;

@@ -22,9 +22,19 @@ namespace strata::os {
 // Each call below that makes a cancellation point's system call (open, close, write, writev,
 // read) holds cancellation off (os::no_cancel): the recorder calls them from inside malloc.
 
+int file_open(const char* path, int flags) noexcept {
+  no_cancel hold;
+  // A FIFO's open waits for its reader, and a signal whose handler was installed without
+  // SA_RESTART ends that wait with EINTR: the file was reported as one that cannot be opened.
+  int fd;
+  do fd = open(path, flags, 0644);
+  while (fd < 0 && errno == EINTR);
+  return fd;
+}
+
 int file_create(const char* path) noexcept {
   no_cancel hold;
-  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  int fd = file_open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC);
   if (fd < 0) return -1;
   // Emptied only once this process holds it: another one may be writing it (a program that a
   // process recording into the same path started).
@@ -129,12 +139,12 @@ bool file_is(int fd, uint64_t device, uint64_t inode) noexcept {
 }
 
 void print_error(int fd, const char* text) noexcept {
-  no_cancel hold;
   // To a stderr whose reader has gone (`program 2>&1 | head`), lost, not a SIGPIPE that ends the
-  // program inside its malloc (the recorder's "recording stopped").
-  file_signals_hold signals;
-  ssize_t r = write(fd, text, strlen(text));
-  (void)r;
+  // program inside its malloc (the recorder's "recording stopped"); a write that a signal
+  // interrupted (EINTR, or short on a full pipe) goes on.  file_write2 does both.
+  int saved = errno;
+  file_write2(fd, text, strlen(text), nullptr, 0);
+  errno = saved;
 }
 
 void* map_plain(size_t size) noexcept {

@@ -8,6 +8,9 @@
 
 namespace strata::os {
 
+// open(path, flags, 0644) with cancellation held off, retried while a signal interrupts it
+// (EINTR: a FIFO waiting for its reader).  -1 on failure (errno set).
+int file_open(const char* path, int flags) noexcept;
 // Creates (or truncates, if it is a regular file: a FIFO or /dev/null is taken as it is) `path`
 // for appending, close-on-exec, on a descriptor number >= 900 so
 // that programs which close or dup2 over the low descriptors leave it alone (never on 0, 1 or 2

@@ -478,7 +478,7 @@ __attribute__((noinline)) buffer* new_buffer() noexcept {
 }
 
 // The calling thread's buffer, created or emptied, or nullptr (recording stopped).
-buffer* make_room(buffer* b) noexcept {
+buffer* make_room_inner(buffer* b) noexcept {
   if (!active || unseen_child()) return nullptr;
   if (b == &no_buffer) return new_buffer();
   if (!enter_flush(b)) return nullptr;
@@ -491,6 +491,17 @@ buffer* make_room(buffer* b) noexcept {
   }
   leave_flush(b);
   return active ? b : nullptr;
+}
+
+// make_room_inner with the program's errno kept: its system calls run inside the program's
+// malloc and free.  A write to a pipe that a signal interrupted (a handler installed without
+// SA_RESTART) is retried, and free returned with errno EINTR (glibc's free keeps errno, and
+// posix_memalign leaves it alone: README); a failure that stops recording left its errno too.
+buffer* make_room(buffer* b) noexcept {
+  int saved = errno;
+  b = make_room_inner(b);
+  errno = saved;
+  return b;
 }
 
 // A long event at c: padded to a word, then the event's word and its extension if any.

@@ -292,6 +292,22 @@ with tempfile.TemporaryDirectory() as tmp:
     for f in glob.glob(os.path.join(tmp, "*")):
         os.unlink(f)
 
+    # Writes that a signal interrupts (EINTR: a handler installed without SA_RESTART, the trace
+    # streamed to a pipe whose reader lags): each goes on, nothing is lost, and the program's
+    # errno is its own.  A malloc, free or posix_memalign that wrote an area returned with errno
+    # EINTR (glibc's free keeps errno, and the README says posix_memalign leaves it alone).
+    p = record(tmp, "eintr", "300000", trace="eintr")
+    expect(p.returncode == 0 and p.stderr == "", f"eintr workload: {p.returncode} {p.stderr!r}")
+    if p.returncode == 0:
+        info = json.loads(p.stdout)
+        expect(info["writes_interrupted"] > 0, f"eintr: no write was interrupted: {info}")
+        expect(info["errno_changed"] == 0, f"eintr: calls that changed errno: {info}")
+        rc, got, err = check(os.path.join(tmp, "eintr"))
+        expect(rc == 0 and got["complete"] and got["counts"]["malloc"] >= 300000
+               and got["counts"]["aligned"] >= 300000, f"eintr trace: {got} {err}")
+    for f in glob.glob(os.path.join(tmp, "*")):
+        os.unlink(f)
+
     # A write that fails (a full disk: here a file size limit) stops recording for good: threads
     # that exited once there was room again appended their chunks after the one cut short, and the
     # whole trace was unreadable ("checksum mismatch").

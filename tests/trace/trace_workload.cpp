@@ -53,6 +53,10 @@
 //                              frames (glibc's fork and exit() allow 7), forks (the child
 //                              allocates and frees N blocks and exits), waits for the child,
 //                              allocates N blocks and calls exit(0)
+//   trace_workload eintr N     N malloc/free pairs and N posix_memalign with every other writev
+//                              the recorder makes failing with EINTR (as a signal handler installed
+//                              without SA_RESTART makes a write to a full pipe fail); prints how
+//                              many calls changed errno
 //   trace_workload fifoexit N  N malloc/free pairs (the writer thread starts), the line printed,
 //                              then a thread allocates and frees N / 2 blocks and exits while
 //                              the main thread makes N more pairs (the writer writes its area)
@@ -65,10 +69,12 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -77,6 +83,20 @@
 #include <new>
 #include <thread>
 #include <vector>
+
+// eintr: while set, every other writev fails with EINTR before writing anything.  The recorder's
+// calls come here (this executable is first in the lookup order: its link exports writev).
+static std::atomic<bool> interrupt_writes{false};
+static std::atomic<long> writes_interrupted{0};
+extern "C" ssize_t writev(int fd, const struct iovec* v, int count) {
+  static std::atomic<long> calls{0};
+  if (interrupt_writes.load() && calls.fetch_add(1) % 2 == 0) {
+    writes_interrupted.fetch_add(1);
+    errno = EINTR;
+    return -1;
+  }
+  return syscall(SYS_writev, fd, v, count);
+}
 
 // smallstack: fork (the child allocates and exits), then allocate and exit(0).
 static int small_n;
@@ -516,6 +536,32 @@ int main(int argc, char** argv) {
     if (pthread_create(&t, &attr, small_stack_thread, nullptr) != 0) return 4;
     pthread_join(t, nullptr);
     return 5;  // not reached: the thread calls exit()
+  }
+  if (strcmp(argv[1], "eintr") == 0) {
+    // Through volatile pointers: the compiler takes free to keep errno (glibc's does) and would
+    // not read it again after the call.
+    void* (*volatile malloc_call)(size_t) = malloc;
+    void (*volatile free_call)(void*) = free;
+    int (*volatile memalign_call)(void**, size_t, size_t) = posix_memalign;
+    interrupt_writes = true;
+    int changed = 0;
+    for (int i = 0; i < n; i++) {
+      errno = EDOM;
+      void* p = malloc_call(16 + i % 200);
+      changed += errno != EDOM;
+      errno = EDOM;
+      free_call(p);
+      changed += errno != EDOM;
+      errno = EDOM;
+      void* q = nullptr;
+      changed += memalign_call(&q, 64, 100) != 0 || errno != EDOM;
+      free_call(q);
+      changed += errno != EDOM;
+    }
+    interrupt_writes = false;
+    printf("{\"mallocs\": %d, \"errno_changed\": %d, \"writes_interrupted\": %ld}\n", n, changed,
+           writes_interrupted.load());
+    return 0;
   }
   if (strcmp(argv[1], "quickexit") == 0) {
     for (int i = 0; i < n; i++) blocks[i] = malloc(24);

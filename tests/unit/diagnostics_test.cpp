@@ -5,9 +5,11 @@
 // defaults (strata::options::reset) before it ends.  The bad-free report cap is spent by the last
 // test (a suite of its own, so that it runs last); ctest runs each test in its own process anyway.
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,6 +25,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "core/heap.h"
 #include "core/options.h"
@@ -331,6 +334,89 @@ TEST(Issue17StatsFile, PrintoutToAStderrWhoseReaderLeftIsNotASignal) {
       },
       testing::ExitedWithCode(0), "");
   options::reset(option::show_stats);
+}
+
+// STRATA_SHOW_STATS to a stderr pipe its reader is slow to empty, in a program whose signal
+// handlers are installed without SA_RESTART (a profiler's SIGPROF, a runtime's): a write blocked
+// on the full pipe fails with EINTR, and each line so interrupted was dropped from the printout.
+void on_storm_signal(int) {}
+
+TEST(Issue17StatsFile, PrintoutInterruptedBySignalsWithoutSaRestartLosesNoLine) {
+  ASSERT_EQ(init_with("STRATA_SHOW_STATS", "1"), "");
+  EXPECT_EXIT(
+      {
+        struct sigaction sa {};
+        sa.sa_handler = on_storm_signal;  // no SA_RESTART
+        int ends[2];
+        if (sigaction(SIGUSR1, &sa, nullptr) != 0 || pipe(ends) != 0 || dup2(ends[1], 2) != 2) _exit(2);
+        close(ends[1]);
+        // Full: the printout's first write waits for the reader.
+        fcntl(2, F_SETFL, O_NONBLOCK);
+        static char fill[4096];
+        memset(fill, '.', sizeof fill);
+        while (write(2, fill, sizeof fill) > 0) {
+        }
+        fcntl(2, F_SETFL, 0);
+        const pthread_t writer = pthread_self();
+        std::string got;
+        std::thread reader([&] {
+          // 100 ms of signals at the writing thread before the pipe is read at all.
+          for (int i = 0; i < 200; i++) {
+            pthread_kill(writer, SIGUSR1);
+            usleep(500);
+          }
+          char buf[4096];
+          for (ssize_t n; (n = read(ends[0], buf, sizeof buf)) > 0;) got.append(buf, static_cast<size_t>(n));
+        });
+        strata::detail::stats_keep_stderr();
+        strata::detail::stats_report_at_exit();
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, 2);  // the reader's end of file
+        strata::detail::stats_keep_stderr();  // closes strata's copy of the pipe
+        reader.join();
+        for (const char* line : {"statistics (pid", "  in use ", "  mallocs ", "  segments ", "  os calls "})
+          if (got.find(line) == std::string::npos) _exit(3);
+        _exit(0);
+      },
+      testing::ExitedWithCode(0), "");
+  options::reset(option::show_stats);
+}
+
+// STRATA_STATS_FILE naming a FIFO, in the same program: its open waits for the reader, and a
+// signal ended that wait with EINTR ("cannot be opened: Interrupted system call", no document).
+TEST(Issue17StatsFile, FifoOpenInterruptedBySignalsWithoutSaRestartWritesTheFile) {
+  std::string path = temp_file("fifo");
+  unlink(path.c_str());
+  ASSERT_EQ(mkfifo(path.c_str(), 0600), 0) << path;
+  ASSERT_EQ(init_with("STRATA_STATS_FILE", path.c_str()), "");
+  EXPECT_EXIT(
+      {
+        struct sigaction sa {};
+        sa.sa_handler = on_storm_signal;  // no SA_RESTART
+        if (sigaction(SIGUSR1, &sa, nullptr) != 0) _exit(2);
+        const pthread_t writer = pthread_self();
+        std::string got;
+        std::thread reader([&] {
+          for (int i = 0; i < 200; i++) {
+            pthread_kill(writer, SIGUSR1);
+            usleep(500);
+          }
+          // Non-blocking: with no writer waiting any more, the read below sees end of file.
+          int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK);
+          if (fd < 0) return;
+          fcntl(fd, F_SETFL, 0);
+          char buf[4096];
+          for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) got.append(buf, static_cast<size_t>(n));
+          close(fd);
+        });
+        strata::detail::stats_keep_stderr();
+        strata::detail::stats_report_at_exit();
+        reader.join();
+        _exit(got.rfind("{\"allocator\":\"strata\"", 0) == 0 && got.back() == '}' ? 0 : 3);
+      },
+      testing::ExitedWithCode(0), "");
+  options::reset(option::stats_file);
+  unlink(path.c_str());
 }
 
 // exit() from a signal handler (SIGTERM's, commonly) that interrupted its thread while it held the
