@@ -340,6 +340,13 @@ TEST(Issue17StatsFile, PrintoutToAStderrWhoseReaderLeftIsNotASignal) {
 // handlers are installed without SA_RESTART (a profiler's SIGPROF, a runtime's): a write blocked
 // on the full pipe fails with EINTR, and each line so interrupted was dropped from the printout.
 void on_storm_signal(int) {}
+// 100 ms of SIGUSR1 at thread t, one every 0.5 ms.
+void signal_storm(pthread_t t) {
+  for (int i = 0; i < 200; i++) {
+    pthread_kill(t, SIGUSR1);
+    usleep(500);
+  }
+}
 
 TEST(Issue17StatsFile, PrintoutInterruptedBySignalsWithoutSaRestartLosesNoLine) {
   ASSERT_EQ(init_with("STRATA_SHOW_STATS", "1"), "");
@@ -360,11 +367,7 @@ TEST(Issue17StatsFile, PrintoutInterruptedBySignalsWithoutSaRestartLosesNoLine) 
         const pthread_t writer = pthread_self();
         std::string got;
         std::thread reader([&] {
-          // 100 ms of signals at the writing thread before the pipe is read at all.
-          for (int i = 0; i < 200; i++) {
-            pthread_kill(writer, SIGUSR1);
-            usleep(500);
-          }
+          signal_storm(writer);  // at the writing thread before the pipe is read at all
           char buf[4096];
           for (ssize_t n; (n = read(ends[0], buf, sizeof buf)) > 0;) got.append(buf, static_cast<size_t>(n));
         });
@@ -397,10 +400,7 @@ TEST(Issue17StatsFile, FifoOpenInterruptedBySignalsWithoutSaRestartWritesTheFile
         const pthread_t writer = pthread_self();
         std::string got;
         std::thread reader([&] {
-          for (int i = 0; i < 200; i++) {
-            pthread_kill(writer, SIGUSR1);
-            usleep(500);
-          }
+          signal_storm(writer);
           // Non-blocking: with no writer waiting any more, the read below sees end of file.
           int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK);
           if (fd < 0) return;
