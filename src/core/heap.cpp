@@ -533,7 +533,7 @@ void collect_remote_hinted(heap* h, size_t cls) noexcept {
     for (page* pg = l->first; pg;) {
       page* next = pg->next;
       if (pg->thread_free.load(std::memory_order_relaxed) != 0) {
-        page_collect(h, pg);
+        page_collect(h, pg, true);
         page* direct = h->direct[cls];
         bool has_direct = direct != &empty_page && !is_foreign_stand_in(h, cls, direct);
         // A one-block page has no direct page to keep (its class's spans are kept in the bins).
@@ -811,7 +811,7 @@ void* heap_alloc_walk(heap* h, size_t cls) noexcept {
   for (page* pg = q.first; pg;) {
     page* next = pg->next;
     spare_clear(h, pg);  // served from, or full: in use either way
-    page_collect(h, pg);
+    page_collect(h, pg, true);
     // A page of 16 blocks or more with one block left to give (all carved) goes to the full list
     // with it, as a page with none does, and if no other page has more, the class takes a new
     // page.  A program that frees one block and allocates one, its live blocks filling their
