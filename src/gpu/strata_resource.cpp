@@ -7,7 +7,8 @@
 //   while the upstream still gives memory
 //     1. page heap (global lock), a range no pending event guards: a slab cut into blocks, or
 //        one large block
-//     2. steal half a free stack from another heap on stream S (no event needed)
+//     2. steal half a free stack from another heap on stream S (no event needed); then, for a
+//        small class, a batch of spilled blocks whose event has completed (see deallocate)
 //     3. take back what idle heaps hold (their stream has finished all its work: no wait),
 //        then a page-heap range that needs no wait
 //     3'. grow the page heap from the upstream; the new chunk has never been used
@@ -30,6 +31,8 @@
 //   push on this thread's heap for S (stream order makes it safe for S at once); a large block
 //   beyond the heap's cache budget (heap_budget) goes back to the page heap guarded by an
 //   event on S, and past release_threshold wholly free, unguarded chunks go back upstream.
+//   A small class's free stack grown past spill_at blocks spills its older half behind an
+//   event on S, for other heaps' misses (a consumer stream never idle kept them all before).
 //
 // A destroyed stream's heap keeps its blocks (the stream's last work may still use them) for the
 // next defragment, which synchronises the device; so does one whose handle the driver gave to a
@@ -54,6 +57,8 @@
 #include <atomic>
 #include <bit>
 #include <chrono>
+#include <deque>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -159,6 +164,8 @@ struct strata_resource::impl {
   std::map<std::uintptr_t, unsigned> slabs;  // slab start -> class (length: slab_bytes(class))
   std::atomic<std::int64_t> huge_allocated{0};
   const std::size_t small_limit;
+  // Whether release_threshold can ever be passed: chunks freed into are marked only then.
+  const bool releases = options.release_threshold != std::numeric_limits<std::size_t>::max();
 
   // heaps
   mutable std::mutex heaps_mutex;
@@ -173,6 +180,27 @@ struct strata_resource::impl {
   // Bytes of large blocks one heap may cache: heap_cache_bytes, less once the heaps together
   // would pass cache_bytes.  Set when a heap is added; the fast path only loads it.
   std::atomic<std::size_t> heap_budget{options.heap_cache_bytes};
+
+  // Spilled small blocks.  A heap caches every small block freed through it, and gave them back
+  // only when its stream was idle or growth was refused: a heap that frees what another
+  // allocates (a consumer stream, never idle) kept every block ever freed on it (one 4 KiB
+  // block live at a time: 224 MiB reserved after 50 000).  A free stack of a small class grown
+  // past spill_at[c] blocks moves its older half here behind an event on its stream, and a miss
+  // takes a batch whose event has completed (no wait) before it grows.  spill_mutex is taken
+  // last: under a heap's lock or the page heap's, never the other way round.
+  struct spilled {
+    std::vector<std::uintptr_t> blocks;
+    detail::guard_ptr guard;
+  };
+  std::mutex spill_mutex;
+  std::array<std::deque<spilled>, class_count> spills;  // oldest first
+  std::size_t spilled_bytes = 0;                        // under spill_mutex
+  const std::array<std::size_t, class_count> spill_at = [this] {
+    std::array<std::size_t, class_count> a{};
+    for (unsigned c = 0; c < class_count; ++c)
+      a[c] = std::max<std::size_t>(4 * slab_bytes(c), std::size_t{1} << 20) / class_size(c);
+    return a;
+  }();
 
   bool is_small(unsigned c) const noexcept { return class_size(c) <= small_limit; }
 
@@ -261,16 +289,29 @@ struct strata_resource::impl {
     auto guard = std::make_shared<detail::event_guard>(events, released_on);
     std::lock_guard lock(page_mutex);
     pages.insert(p, n, {std::move(guard)});
-    release_over_threshold();
+    release_over_threshold(p);
   }
 
   // Page heap and the heaps `hs` locked by the caller: cached large blocks and the blocks of
   // slabs wholly free within `hs` go back to the page heap.  Unguarded when every block cached in
   // them is safe for any stream (their streams idle); with `guards` (one per heap, or null),
   // each heap's blocks carry its guard, and an empty slab those of every heap holding its blocks.
-  void flush_heaps(const std::vector<heap*>& hs, const std::vector<detail::guard_ptr>* guards = nullptr) {
+  // With spilled, the spilled blocks count too, each batch with its own guard.
+  void flush_heaps(const std::vector<heap*>& hs, const std::vector<detail::guard_ptr>* guards = nullptr,
+                   bool spilled_too = false) {
     std::map<std::uintptr_t, std::size_t> free_in_slab;
     std::map<std::uintptr_t, detail::guard_list> slab_guards;
+    std::unique_lock<std::mutex> spill_lock(spill_mutex, std::defer_lock);
+    if (spilled_too) {
+      spill_lock.lock();
+      for (unsigned c = 0; c < class_count && is_small(c); ++c)
+        for (const spilled& b : spills[c])
+          for (std::uintptr_t p : b.blocks) {
+            const std::uintptr_t start = std::prev(slabs.upper_bound(p))->first;
+            ++free_in_slab[start];
+            if (!b.guard->complete()) detail::merge_guards(slab_guards[start], {b.guard});
+          }
+    }
     for (std::size_t i = 0; i < hs.size(); ++i) {
       heap* h = hs[i];
       detail::guard_list g;
@@ -278,7 +319,10 @@ struct strata_resource::impl {
       for (unsigned c = 0; c < class_count; ++c) {
         auto& bin = h->bins[c];
         if (!is_small(c)) {
-          for (std::uintptr_t p : bin) pages.insert(p, class_size(c), g);
+          for (std::uintptr_t p : bin) {
+            pages.insert(p, class_size(c), g);
+            if (releases) chunks.mark(p);
+          }
           bin.clear();
           continue;
         }
@@ -294,14 +338,18 @@ struct strata_resource::impl {
     for (auto& [start, n] : free_in_slab)
       if (n == slab_bytes(slabs[start]) / class_size(slabs[start])) empty.insert(start);
     if (empty.empty()) return;
+    auto in_empty_slab = [&](std::uintptr_t p) { return empty.count(std::prev(slabs.upper_bound(p))->first) != 0; };
     for (heap* h : hs)
-      for (unsigned c = 0; c < class_count && is_small(c); ++c)
-        std::erase_if(h->bins[c], [&](std::uintptr_t p) {
-          return empty.count(std::prev(slabs.upper_bound(p))->first) != 0;
-        });
+      for (unsigned c = 0; c < class_count && is_small(c); ++c) std::erase_if(h->bins[c], in_empty_slab);
+    if (spilled_too)
+      for (unsigned c = 0; c < class_count && is_small(c); ++c) {
+        for (spilled& b : spills[c]) spilled_bytes -= std::erase_if(b.blocks, in_empty_slab) * class_size(c);
+        std::erase_if(spills[c], [](const spilled& b) { return b.blocks.empty(); });
+      }
     for (std::uintptr_t start : empty) {
       auto g = slab_guards.find(start);
       pages.insert(start, slab_bytes(slabs.at(start)), g == slab_guards.end() ? detail::guard_list{} : g->second);
+      if (releases) chunks.mark(start);
       slabs.erase(start);
     }
   }
@@ -349,7 +397,7 @@ struct strata_resource::impl {
     // Every heap is locked: a second synchronisation covers every free in their bins, so a heap
     // whose stream took no event needs none.
     if (unrecorded) backend.device_synchronize();
-    flush_heaps(heap_list, &guards);
+    flush_heaps(heap_list, &guards, true);
   }
 
   // After flush_all_heaps: retired heaps left with nothing cached are reached no more (their
@@ -407,11 +455,14 @@ struct strata_resource::impl {
     flush_heaps(idle);
   }
 
-  // Page heap locked: past release_threshold, wholly free chunks that no pending event guards
-  // go back upstream (cudaMemPool's release threshold).
-  void release_over_threshold() {
+  // Page heap locked, a range just freed at p: past release_threshold, wholly free chunks that no
+  // pending event guards go back upstream (cudaMemPool's release threshold).  Only the chunks
+  // frees have touched are looked at (chunk_set::release_marked), not every chunk.
+  void release_over_threshold(std::uintptr_t p) {
     if (chunks.reserved() > options.release_threshold)
-      chunks.release_free(pages, options.release_threshold, true);
+      chunks.release_marked(pages, options.release_threshold, p);
+    else if (releases)
+      chunks.mark(p);
   }
 
   // Where the page heap finds n bytes for stream s, cheapest first (see allocate_slow).
@@ -449,6 +500,10 @@ struct strata_resource::impl {
           largest = std::max(largest, class_size(c));
         }
     }
+    {
+      std::lock_guard sl(spill_mutex);
+      total += spilled_bytes;
+    }
     throw out_of_memory_error("strata", bytes, total, detail::fragmentation(largest, total));
   }
 
@@ -477,6 +532,56 @@ struct strata_resource::impl {
       if (is_small(c)) slabs.emplace(p, c);
     }
     return fill(h, c, p, n);
+  }
+
+  // With h's lock held: the older half of h's free stack of small class c goes to the spills,
+  // behind an event on h's stream (which covers every free in it).
+  [[gnu::noinline]] void spill(heap& h, unsigned c) noexcept {
+    try {
+      auto& bin = h.bins[c];
+      const auto half = static_cast<std::ptrdiff_t>(bin.size() / 2);
+      spilled b{{bin.begin(), bin.begin() + half},
+                std::make_shared<detail::event_guard>(events, h.stream, h.stream_id)};
+      {
+        std::lock_guard l(spill_mutex);
+        spills[c].push_back(std::move(b));
+        spilled_bytes += static_cast<std::size_t>(half) * class_size(c);
+      }
+      bin.erase(bin.begin(), bin.begin() + half);
+      ++h.changes;
+    } catch (...) {
+      // A destroyed stream (the event cannot be recorded) or no host memory: the blocks stay
+      // in the heap, for a steal or the next defragment.
+    }
+  }
+
+  // A spilled batch of class c for h, the first block returned and the rest put in h: one whose
+  // event needs no wait (among the oldest few), or with may_wait any, s waiting on its event.
+  std::uintptr_t take_spilled(heap& h, unsigned c, stream_view s, bool may_wait) {
+    spilled b;
+    {
+      std::lock_guard l(spill_mutex);
+      auto& q = spills[c];
+      if (q.empty()) return 0;
+      const std::uint64_t sid = backend.stream_id(s);
+      std::size_t i = 0;
+      while (i < q.size() && i < 4 && !q[i].guard->ready_for(s, sid)) ++i;
+      if (i == q.size() || i == 4) {
+        if (!may_wait) return 0;
+        i = 0;
+      }
+      b = std::move(q[i]);
+      q.erase(q.begin() + static_cast<std::ptrdiff_t>(i));
+      spilled_bytes -= b.blocks.size() * class_size(c);
+    }
+    detail::wait_for(backend, {b.guard}, s);
+    std::lock_guard lock(h.lock);
+    const std::uintptr_t p = b.blocks.back();
+    b.blocks.pop_back();
+    ++h.changes;
+    h.bins[c].insert(h.bins[c].end(), b.blocks.begin(), b.blocks.end());
+    h.allocated += static_cast<std::int64_t>(class_size(c));
+    return p;
   }
 
   // Half of another heap's free stack of class c, from heaps on stream s (no event needed) or,
@@ -556,6 +661,8 @@ struct strata_resource::impl {
   [[gnu::noinline]] std::uintptr_t allocate_slow(heap& h, unsigned c, stream_view s) {
     if (std::uintptr_t p = refill(h, c, s, source::ready)) return p;
     if (std::uintptr_t p = steal(h, c, s, false)) return p;
+    if (is_small(c))
+      if (std::uintptr_t p = take_spilled(h, c, s, false)) return p;
     if (options.wait_before_growth)
       for (source from : {source::idle, source::guarded})
         if (std::uintptr_t p = refill(h, c, s, from)) return p;
@@ -564,6 +671,8 @@ struct strata_resource::impl {
     return under_pressure(is_small(c) ? slab_bytes(c) : class_size(c), [&]() -> std::uintptr_t {
       for (source from : {source::idle, source::guarded})
         if (std::uintptr_t p = refill(h, c, s, from)) return p;
+      if (is_small(c))
+        if (std::uintptr_t p = take_spilled(h, c, s, true)) return p;
       if (std::uintptr_t p = steal(h, c, s, true)) return p;
       return refill(h, c, s, source::defragmented);
     });
@@ -669,6 +778,7 @@ void strata_resource::do_deallocate(void* p, std::size_t bytes, stream_view stre
         h.bins[c].push_back(a);
         ++h.changes;
         if (!small) h.cached_large += cs;
+        else if (h.bins[c].size() > impl_->spill_at[c]) [[unlikely]] impl_->spill(h, c);
         return;
       }
     }
@@ -699,6 +809,10 @@ resource_info strata_resource::do_info() const {
       }
     allocated += h->allocated;
     wait += h->lock.wait_ns();
+  }
+  {
+    std::lock_guard sl(impl_->spill_mutex);
+    total += impl_->spilled_bytes;
   }
   i.allocated_bytes = static_cast<std::size_t>(std::max<std::int64_t>(allocated, 0));
   i.free_bytes = total;

@@ -74,11 +74,53 @@ class chunk_set {
     }
   }
 
+  // Notes that a range was freed into the chunk holding addr: release_marked looks at it.
+  void mark(std::uintptr_t addr) {
+    const auto it = chunks_.upper_bound(addr);
+    if (it != chunks_.begin()) marked_.insert(std::prev(it)->first);
+  }
+
+  // release_free(from, keep, true) for the marked chunks only, so that a release threshold
+  // checked at every free costs what that free touched, not a walk over every chunk (which made
+  // one deallocate take time in proportion to the chunks: 1.2 us with 100, 0.36 ms with 10 000).
+  // A chunk not wholly free loses its mark (a later free marks it again); one wholly free but
+  // still guarded keeps it, and at most `pending` of those are asked about their events per call,
+  // in turn, the chunk holding `freed` first.
+  void release_marked(free_list& from, std::size_t keep, std::uintptr_t freed, std::size_t pending = 8) {
+    const auto holder = chunks_.upper_bound(freed);
+    if (holder == chunks_.begin()) return;
+    const std::uintptr_t first = std::prev(holder)->first;
+    marked_.insert(first);
+    if (reserved_ <= keep) return;
+    std::size_t asked = 0;
+    // One look at a marked chunk: released, or not wholly free, it loses its mark.
+    auto look = [&](std::set<std::uintptr_t>::iterator m) {
+      const auto c = chunks_.find(*m);
+      const auto r = c == chunks_.end() ? std::nullopt : from.find_containing(c->first);
+      if (!r || r->first != c->first || r->second != c->second) return marked_.erase(m);
+      if (!from.ready_at(c->first)) return ++asked, std::next(m);
+      from.take_at(c->first);
+      starts_.erase(c->first);
+      reserved_ -= c->second;
+      upstream_.deallocate(reinterpret_cast<void*>(c->first), c->second);
+      chunks_.erase(c);
+      return marked_.erase(m);
+    };
+    look(marked_.find(first));
+    auto it = marked_.upper_bound(cursor_);
+    for (std::size_t n = marked_.size(); n > 0 && reserved_ > keep && asked < pending; --n) {
+      if (it == marked_.end()) it = marked_.begin();
+      cursor_ = *it;
+      it = look(it);
+    }
+  }
+
   // Every chunk goes back upstream, free or not (the resource's destructor, device synchronised).
   void release_all() noexcept {
     for (auto& [p, size] : chunks_) upstream_.deallocate(reinterpret_cast<void*>(p), size);
     chunks_.clear();
     starts_.clear();
+    marked_.clear();
     reserved_ = 0;
   }
 
@@ -86,6 +128,8 @@ class chunk_set {
   device_memory_resource& upstream_;
   std::map<std::uintptr_t, std::size_t> chunks_;  // start -> size
   std::set<std::uintptr_t> starts_;
+  std::set<std::uintptr_t> marked_;  // chunk starts a range was freed into (release_marked)
+  std::uintptr_t cursor_ = 0;        // the marked chunk release_marked looked at last
   std::size_t reserved_ = 0, peak_ = 0;
 };
 

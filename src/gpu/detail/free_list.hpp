@@ -31,9 +31,9 @@ class free_list {
   std::size_t count() const noexcept { return by_addr_.size(); }
   bool empty() const noexcept { return by_addr_.empty(); }
   std::size_t largest() const noexcept { return by_size_.empty() ? 0 : by_size_.rbegin()->first; }
-  // Whether an insert has kept adjacent ranges apart since the last coalesce (a hint: the pair
-  // may have been taken since).
-  bool has_splits() const noexcept { return splits_ != 0; }
+  // Whether an insert has kept adjacent ranges apart and a coalesce has not merged them yet (a
+  // hint: the pair may have been taken since).
+  bool has_splits() const noexcept { return !splits_.empty(); }
 
   // Merging a range still guarded by a pending event into an unguarded neighbour would make
   // every later taker of the merged range wait for that event (chaining streams together), so
@@ -52,7 +52,7 @@ class free_list {
           size += prev->second.size;
           erase(prev);
         } else {
-          ++splits_;
+          splits_.insert(addr);
         }
       }
     }
@@ -62,7 +62,7 @@ class free_list {
         size += next->second.size;
         erase(next);
       } else {
-        ++splits_;
+        splits_.insert(addr + size);
       }
     }
     auto it = by_addr_.emplace(addr, entry{size, std::move(guards), {}}).first;
@@ -72,16 +72,22 @@ class free_list {
 
   // Merges the adjacent ranges that pending guards kept apart and whose guards now match
   // (usually: have all completed).  Insert merges only with the neighbours it touches, so
-  // without this two ranges split by different streams' events stay split for good.
+  // without this two ranges split by different streams' events stay split for good.  Only the
+  // places where an insert kept two ranges apart are visited, not every range: strata's page
+  // heap coalesces at each miss, and rebuilding the whole list there made one allocation cost
+  // time in proportion to the free ranges (1 000 ranges: 0.3 ms; 3 000: 0.9 ms) for as long as
+  // one pair stayed split.
   void coalesce() {
-    std::vector<free_range> all;
-    all.reserve(by_addr_.size());
-    for (auto& [a, e] : by_addr_) all.push_back({a, e.size, std::move(e.guards)});
-    by_addr_.clear();
-    by_size_.clear();
-    total_ = 0;
-    splits_ = 0;
-    for (auto& r : all) insert(r.addr, r.size, std::move(r.guards));
+    std::set<std::uintptr_t> splits;
+    splits.swap(splits_);
+    for (std::uintptr_t at : splits) {
+      auto right = by_addr_.find(at);
+      if (right == by_addr_.end() || right == by_addr_.begin()) continue;
+      auto left = std::prev(right);
+      if (left->first + left->second.size != at) continue;  // taken since
+      free_range r = take(right);
+      insert(r.addr, r.size, std::move(r.guards));  // merges, or records the split again
+    }
   }
 
   // After a device synchronisation every guard has completed: drop them all and merge every
@@ -194,8 +200,14 @@ class free_list {
     by_addr_.erase(it);
   }
 
+  // A range handed out separates no free ranges any more: its splits go (so they stay at most
+  // one per range, even in a list that is never coalesced).
   free_range take(addr_map::iterator it) {
     free_range r{it->first, it->second.size, std::move(it->second.guards)};
+    if (!splits_.empty()) {
+      splits_.erase(r.addr);
+      splits_.erase(r.addr + r.size);
+    }
     erase(it);
     return r;
   }
@@ -204,7 +216,7 @@ class free_list {
   addr_map by_addr_;
   std::multimap<std::size_t, std::uintptr_t> by_size_;
   std::size_t total_ = 0;
-  std::size_t splits_ = 0;
+  std::set<std::uintptr_t> splits_;  // where an insert kept adjacent ranges apart
 };
 
 }  // namespace strata::gpu::detail
