@@ -1053,7 +1053,8 @@ void remote_free_batched(heap* h, page* pg, block* b) noexcept {
   // A pending block keeps its page in use (pg->used counts it until the owner collects it), so
   // the page cannot be released or reused while it waits here.
   if (pg->block_size > remote_batch_block_max) return page_push_remote(pg, b, b, 1);
-  size_t slot = static_cast<size_t>((reinterpret_cast<uintptr_t>(pg) * 0x9E3779B97F4A7C15ull) >> 60) % remote_batch_slots;
+  constexpr int slot_bits = std::countr_zero(remote_batch_slots);
+  size_t slot = static_cast<size_t>((reinterpret_cast<uintptr_t>(pg) * 0x9E3779B97F4A7C15ull) >> (64 - slot_bits));
   remote_batch& r = h->remote[slot];
   if (r.pg != pg) {
     if (r.pg != nullptr) remote_flush_slot(r);

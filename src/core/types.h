@@ -324,7 +324,12 @@ struct remote_batch {
   block* tail;
   uint32_t count;  // blocks in the chain
 };
-constexpr size_t remote_batch_slots = 16;
+// 64, not 16: a consumer of blocks of 15 sizes or more frees into more pages at once than 16
+// slots hold, and each page whose slot another took was pushed as a chain of a block or two, one
+// compare-and-swap on a line the producer was writing (prodcon, 16-256 B: 1.14x [1.11-1.17];
+// prodcon-split-mixed 1.07x; the other cells level, docs/results/probes-s52-2core).
+constexpr size_t remote_batch_slots = 64;
+static_assert((remote_batch_slots & (remote_batch_slots - 1)) == 0, "slots are indexed by a hash's top bits");
 constexpr size_t remote_batch_bytes = 256 * 1024;  // pending bytes that force a flush
 // The same for a heap whose thread has freed but not allocated (heap::frees_only): it needs
 // none of what it holds, so it holds less.
