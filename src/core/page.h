@@ -181,10 +181,14 @@ inline block* chain_tail(const page* pg, block* b) noexcept {
 // frees its blocks): each collection walked the earlier chains, lines the other core had
 // written, one dependent miss a block (a producer whose consumer frees its blocks of 17 sizes:
 // 13 % of the producer's time in collect_remote_hinted, 93 % of that on the walk).  The page is
-// on its class's queue (it has free blocks), so a walk reaches it.
+// on its class's queue (it has free blocks), so a walk reaches it.  A chain that brings every
+// block back is collected still: the page is empty, and its span goes back (a thread that moved
+// on to other sizes would keep it until it allocated this one again).
 inline uint32_t page_collect(heap* h, page* pg, bool lazy = false) noexcept {
   page_fold_frees(h, pg);
-  if (lazy && pg->free != nullptr && pg->local_free != nullptr) return 0;
+  if (lazy && pg->free != nullptr && pg->local_free != nullptr &&
+      remote_count(pg->thread_free.load(std::memory_order_relaxed)) < pg->used)
+    return 0;
   // Read before the exchange: most pages a walk visits have no chain, and a plain load of the
   // line the walk reads anyway spares them the locked instruction.
   uintptr_t w = pg->thread_free.load(std::memory_order_relaxed);
