@@ -605,9 +605,12 @@ with tempfile.TemporaryDirectory() as tmp:
     daemon_dir = os.path.join(tmp, "daemon")
     os.mkdir(daemon_dir)
     env = dict(os.environ, LD_PRELOAD=LIB, STRATA_TRACE=os.path.join(daemon_dir, "t.%p"), STRATA_SHOW_STATS="1")
+    # In a session of its own, so that the daemon and its `sleep` children go down together at
+    # the end, before the directory is removed (a child that outlived the daemon's kill made its
+    # trace file while the directory was being removed: "Directory not empty").
     proc = subprocess.Popen(["/bin/sh", "-c", "(exec </dev/null >/dev/null 2>&1; while :; do sleep 0.05; "
                              "done) & echo $!"], env=env, cwd=daemon_dir, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
     daemon = proc.stdout.readline().strip()
     proc.wait(timeout=60)
     pipe = f"pipe:[{os.fstat(proc.stderr.fileno()).st_ino}]"
@@ -624,8 +627,14 @@ with tempfile.TemporaryDirectory() as tmp:
             except OSError:
                 pass
     finally:
-        os.kill(int(daemon), signal.SIGTERM)  # nothing else ends it
+        os.killpg(proc.pid, signal.SIGKILL)  # nothing else ends it; no trace is written after
         out, err = proc.communicate(timeout=60)
+        for _ in range(500):  # until every process of the group is gone (10 s at most)
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.02)
     expect(held == [], f"a daemon holds its starter's stderr at descriptors {held}")
 
 # The replayer's own check: a synthetic trace of known content.
