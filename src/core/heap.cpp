@@ -386,6 +386,13 @@ void heap_purge(heap* h, bool force) noexcept {
   for (size_t c = 0; c < size_class_count; ++c) {
     for (page* pg = h->queue[c].first; pg;) {
       page* next = pg->next;
+      // A chain the allocation paths left on thread_free (page_collect, lazy) that brings every
+      // block back now that the owner freed its own: collected, the page is empty.  No free of
+      // the owner's looks at the chain, and the hint that named the page was taken already: a
+      // page of 1024 blocks of 64 B, half of them freed by other threads while the owner held
+      // the last, stayed in use for good after the owner freed it and moved on to other sizes.
+      if (uintptr_t w = pg->thread_free.load(std::memory_order_relaxed); w != 0 && remote_count(w) >= pg->used)
+        page_collect(h, pg);
       age(pg);
       pg = next;
     }
@@ -449,13 +456,14 @@ void page_adopt(heap* h, page* pg) noexcept {
 }
 
 // h takes over seg, an exited thread's segment just taken off the abandoned list: its pages,
-// with what other threads freed into them meanwhile.
-void heap_adopt_segment(heap* h, segment* seg) noexcept {
+// with what other threads freed into them meanwhile.  False when seg came back empty and left h
+// at once (segment_release_if_empty): it may be unmapped, and is not to be read.
+bool heap_adopt_segment(heap* h, segment* seg) noexcept {
   segment_attach(h, seg);
   segment_collect_pages(h, seg, [h](page* pg) { page_adopt(h, pg); });
   // Its pages were collected just now, and none of them is loose any more.
   for (auto& w : seg->loose_remote) w.store(0, std::memory_order_relaxed);
-  segment_release_if_empty(h, seg);
+  return !segment_release_if_empty(h, seg);
 }
 
 // Abandoned segments a span search adopts at most when none has room for its class (the next
@@ -508,10 +516,12 @@ page* heap_span_alloc(heap* h, size_t cls) noexcept {
   for (size_t adopted = 0; adopted < adopt_per_search_max; ++adopted) {
     segment* seg = segment_take_abandoned();
     if (seg == nullptr) break;
-    heap_adopt_segment(h, seg);
+    // Not seg->owner after the adoption: a segment released empty may be unmapped by then (with
+    // STRATA_SEGMENT_CACHE=0 and STRATA_PURGE_DELAY=0, the read was a SIGSEGV).
+    bool kept = heap_adopt_segment(h, seg);
     // The adopted pages of cls with free blocks come before a new span: the caller walks them.
     if (h->queue[cls].first != nullptr) return &empty_page;
-    if (seg->owner.load(std::memory_order_relaxed) == h) {  // not released empty (heap_adopt_segment)
+    if (kept) {
       if (page* pg = span_alloc_in(seg, cls, true)) return pg;
       if (page* pg = span_alloc_in(seg, cls, false)) return pg;
     }

@@ -625,13 +625,18 @@ void span_free(heap* h, page* pg, bool may_release_segment) noexcept {
   if (may_release_segment) segment_release_if_empty(h, seg);
 }
 
-void segment_release_if_empty(heap* h, segment* seg) noexcept {
-  if (seg->used_slices != 0 || is_heaps_last(h, seg)) return;
+bool segment_release_if_empty(heap* h, segment* seg) noexcept {
+  if (seg->used_slices != 0 || is_heaps_last(h, seg)) return false;
   // A heap keeps one empty segment (besides its last) for its next wave of allocations: a round
   // trip through the cache for every segment that empties and fills again cost E1's big band
   // 7 %.  Any other goes to the cache at once.
-  for (segment* other = h->segments; other; other = other->next)
-    if (other != seg && other->used_slices == 0) return segment_release(h, seg);
+  for (segment* other = h->segments; other; other = other->next) {
+    if (other != seg && other->used_slices == 0) {
+      segment_release(h, seg);
+      return true;
+    }
+  }
+  return false;
 }
 
 int64_t segments_purge(heap* h, bool force) noexcept {

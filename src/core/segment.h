@@ -20,8 +20,9 @@ void page_reshape(page* pg, size_t cls) noexcept;
 // Gives a page's span back to its segment; the segment may leave h if that emptied it (and
 // may_release_segment).
 void span_free(heap* h, page* pg, bool may_release_segment = true) noexcept;
-// An empty segment of h's leaves it (into the cache or back to the OS), unless it is h's last.
-void segment_release_if_empty(heap* h, segment* seg) noexcept;
+// An empty segment of h's leaves it (into the cache or back to the OS), unless it is h's last;
+// true when it left (the caller reads it no more: it may be unmapped already).
+bool segment_release_if_empty(heap* h, segment* seg) noexcept;
 
 // Calls f(page) for every page in use in seg (f may release the page's span).
 template <class F>

@@ -1345,6 +1345,30 @@ TEST(Issue10Churn, OneMallocAdoptsABoundedNumberOfAbandonedSegmentsWithoutRoom) 
   strata_collect(true);
 }
 
+// 14c61a9 (H53's bound): after adopting a segment, the span search read its owner to tell whether
+// the adoption had released it empty; released with nothing to purge and no room in the cache
+// (STRATA_SEGMENT_CACHE=0, STRATA_PURGE_DELAY=0), it was unmapped already: SIGSEGV in malloc.
+TEST(Issue10Churn, ASpanSearchNeverReadsAnAdoptedSegmentItReleasedEmpty) {
+  scoped_option cache(strata::option::segment_cache, 0);
+  scoped_option delay(strata::option::purge_delay, 0);
+  strata_collect(true);  // no other thread's segment waits: the one below is adopted
+  std::thread([] {
+    std::vector<void*> mine, theirs;
+    for (int i = 0; i < 64; ++i) mine.push_back(strata_malloc(8192));
+    std::thread([&] {
+      for (int i = 0; i < 200; ++i) theirs.push_back(strata_malloc(8192));
+    }).join();  // its segment abandoned
+    for (void* p : theirs) strata_free(p);  // pending on its pages: the adoption empties it
+    for (void* p : mine) strata_free(p);    // this heap's segment empty and purged
+    uint64_t reclaimed = stats().reclaimed_segments;
+    void* p = strata_malloc(100 * 1024);  // a class without pages here: the search adopts
+    EXPECT_NE(p, nullptr);
+    EXPECT_GT(stats().reclaimed_segments, reclaimed);
+    strata_free(p);
+    EXPECT_TRUE(strata_heap_check());
+  }).join();
+}
+
 // Issue 10 (thread churn, 8 B to 5 MiB): a one-block page that emptied stayed in its class's
 // queue unbounded by the spare budget, and was not given back before fresh memory was touched:
 // a thread going through one-block classes of falling sizes touched each size anew (the sum of

@@ -337,6 +337,54 @@ TEST(Issue10Remote, FirstFreeOfAnExitingOwnersBlockTakesNoOwnershipOfIt) {
 namespace {
 // Threads that make blocks and exit at once (their segments abandoned), three threads freeing
 // them meanwhile (each quarter of a segment freed sweeps it), and a thread whose
+// cc186f5's lazy collection leaves a page with blocks on its free and local_free lists its remote
+// chain.  When the owner then frees its own last blocks, the chain brings every block back, but
+// no free of the owner's looks at it and the hint that named the page was taken: the page stayed
+// in use, all of its blocks free, for as long as the thread lived (it moved on to other sizes).
+TEST(Issue10Remote, APageEmptiedByItsOwnerBesideAPendingChainGoesBack) {
+  using strata::detail::page;
+  worker owner;
+  std::vector<void*> first_page, held;
+  page* pg = nullptr;
+  owner.run([&] {
+    first_page.push_back(strata_malloc(64));
+    pg = strata::detail::page_lookup(first_page[0]);
+    void* p;  // ends as the first block of the class's next page, its direct page now
+    while (strata::detail::page_lookup(p = strata_malloc(64)) == pg) first_page.push_back(p);
+    held.push_back(p);
+    strata_free(first_page[0]);  // the owner's own free: local_free
+  });
+  size_t half = first_page.size() / 2;
+  auto free_on_an_exiting_thread = [&](size_t from, size_t to) {
+    std::thread([&] {
+      make_heap();
+      for (size_t i = from; i < to; ++i) strata_free(first_page[i]);
+    }).join();
+  };
+  // A one-block class's first allocation walks, and collects what came back for the other classes.
+  auto collect_hinted = [&] { owner.run([&] { held.push_back(strata_malloc(1 << 20)); }); };
+  free_on_an_exiting_thread(1, half);
+  collect_hinted();  // the chain becomes the free list: the page holds blocks on both lists
+  free_on_an_exiting_thread(half, first_page.size() - 1);
+  collect_hinted();  // the last block is out: the lazy collection leaves this chain
+  bool pending = true;
+  owner.run([&] {
+    strata_free(first_page.back());
+    // The owner moves on to other sizes; its purge passes run.
+    for (int round = 0; round < 600 && pending; ++round) {
+      std::vector<void*> v;
+      for (int i = 0; i < 200; ++i) v.push_back(strata_malloc(1000 + (i % 7) * 300));
+      for (void* p : v) strata_free(p);
+      strata_free(strata_malloc((2 + round % 3) << 20));
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      pending = pg->thread_free.load() != 0;
+    }
+    for (void* p : held) strata_free(p);
+    EXPECT_TRUE(strata_heap_check());
+  });
+  EXPECT_FALSE(pending) << "a page whose blocks all came back kept its chain and its span";
+}
+
 // strata_collect(true) adopts the abandoned segments, releases the emptied ones and unmaps them.
 // The sweep read the segment after the freeing thread's push, when it could be gone already:
 // SIGSEGV in segment_sweep within the first rounds (10 of 10 runs of 300 rounds).
