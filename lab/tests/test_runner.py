@@ -303,8 +303,14 @@ def test_an_interrupt_that_lands_while_the_sample_is_spawned_takes_the_sample_do
 
     monkeypatch.setattr(runner.subprocess, "Popen", popen_then_interrupt)
     prefix = tmp_path / "sample"
-    with pytest.raises(KeyboardInterrupt):
-        runner._watch(["/bin/sh", "-c", "sleep 30"], dict(os.environ), None, 60, None, prefix)
+    # Python's own SIGINT handler, as in a lab started from a terminal: a test run started in
+    # the background of a non-interactive shell (a CI job) inherits SIGINT ignored.
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            runner._watch(["/bin/sh", "-c", "sleep 30"], dict(os.environ), None, 60, None, prefix)
+    finally:
+        signal.signal(signal.SIGINT, old)
     assert started
     try:
         os.kill(started[0], 0)
