@@ -335,8 +335,6 @@ TEST(Issue10Remote, FirstFreeOfAnExitingOwnersBlockTakesNoOwnershipOfIt) {
 }  // namespace
 
 namespace {
-// Threads that make blocks and exit at once (their segments abandoned), three threads freeing
-// them meanwhile (each quarter of a segment freed sweeps it), and a thread whose
 // cc186f5's lazy collection leaves a page with blocks on its free and local_free lists its remote
 // chain.  When the owner then frees its own last blocks, the chain brings every block back, but
 // no free of the owner's looks at it and the hint that named the page was taken: the page stayed
@@ -385,6 +383,8 @@ TEST(Issue10Remote, APageEmptiedByItsOwnerBesideAPendingChainGoesBack) {
   EXPECT_FALSE(pending) << "a page whose blocks all came back kept its chain and its span";
 }
 
+// Threads that make blocks and exit at once (their segments abandoned), three threads freeing
+// them meanwhile (each quarter of a segment freed sweeps it), and a thread whose
 // strata_collect(true) adopts the abandoned segments, releases the emptied ones and unmaps them.
 // The sweep read the segment after the freeing thread's push, when it could be gone already:
 // SIGSEGV in segment_sweep within the first rounds (10 of 10 runs of 300 rounds).
