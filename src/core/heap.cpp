@@ -391,8 +391,7 @@ void heap_purge(heap* h, bool force) noexcept {
       // the owner's looks at the chain, and the hint that named the page was taken already: a
       // page of 1024 blocks of 64 B, half of them freed by other threads while the owner held
       // the last, stayed in use for good after the owner freed it and moved on to other sizes.
-      if (uintptr_t w = pg->thread_free.load(std::memory_order_relaxed); w != 0 && remote_count(w) >= pg->used)
-        page_collect(h, pg);
+      if (page_chain_empties(pg)) page_collect(h, pg);
       age(pg);
       pg = next;
     }

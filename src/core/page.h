@@ -157,6 +157,13 @@ inline bool page_is_empty(const page* pg) noexcept {
   return pg->used == 0 && pg->thread_free.load(std::memory_order_relaxed) == 0;
 }
 
+// Whether pg has a remote chain waiting that brings back every block still out: collected, the
+// page is empty.
+inline bool page_chain_empties(const page* pg) noexcept {
+  uintptr_t w = pg->thread_free.load(std::memory_order_relaxed);
+  return w != 0 && remote_count(w) >= pg->used;
+}
+
 // The last block of the chain from b.  Hardened: each link checked as a pop checks it, else an
 // overwritten link (a write after free into a block on local_free) decoded to garbage and the
 // walk followed it out of the page, a fault with no report instead of page_corrupted's abort.
@@ -186,9 +193,7 @@ inline block* chain_tail(const page* pg, block* b) noexcept {
 // on to other sizes would keep it until it allocated this one again).
 inline uint32_t page_collect(heap* h, page* pg, bool lazy = false) noexcept {
   page_fold_frees(h, pg);
-  if (lazy && pg->free != nullptr && pg->local_free != nullptr &&
-      remote_count(pg->thread_free.load(std::memory_order_relaxed)) < pg->used)
-    return 0;
+  if (lazy && pg->free != nullptr && pg->local_free != nullptr && !page_chain_empties(pg)) return 0;
   // Read before the exchange: most pages a walk visits have no chain, and a plain load of the
   // line the walk reads anyway spares them the locked instruction.
   uintptr_t w = pg->thread_free.load(std::memory_order_relaxed);
