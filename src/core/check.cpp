@@ -36,7 +36,13 @@ bool page_is_valid(const page* pg) noexcept {
   if (free_n < 0) return broken("page free list holds a stray block or a cycle", pg);
   long local_n = list_length(pg, pg->local_free, true);
   if (local_n < 0) return broken("page local_free list holds a stray, unmarked or cyclic block", pg);
-  if (free_n + local_n + pg->used != pg->capacity) return broken("page block counts do not add up to its capacity", pg);
+  if (free_n + local_n + pg->used != pg->capacity) {
+    uintptr_t w = pg->thread_free.load(std::memory_order_relaxed);
+    report::message("strata: page %p: %ld free, %ld local_free, %u used, %u carved of %u, %u remote waiting, flags %#x\n",
+                    static_cast<const void*>(pg), free_n, local_n, pg->used, unsigned{pg->capacity},
+                    unsigned{pg->reserved}, remote_count(w), unsigned{flags});
+    return broken("page block counts do not add up to its capacity", pg);
+  }
   bool full_bit = pg->owner_tid.load(std::memory_order_relaxed) & owner_tid_full;
   if (full_bit != ((flags & page_flag::in_full) != 0)) return broken("page in_full flag and owner word disagree", pg);
   return true;

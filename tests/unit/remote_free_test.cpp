@@ -383,6 +383,56 @@ TEST(Issue10Remote, APageEmptiedByItsOwnerBesideAPendingChainGoesBack) {
   EXPECT_FALSE(pending) << "a page whose blocks all came back kept its chain and its span";
 }
 
+// The purge pass that heap_alloc_slow runs at every 64th call collects a queue page whose chain
+// brings every block back (60fe690).  When that page is the direct page whose free list ran out
+// while the owner's own frees wait on local_free, the chain became its free list, and
+// heap_alloc_slow's next step, made for a direct page with nothing on `free`, put local_free in
+// its place: the chain's blocks were on no list (strata_heap_check: "page block counts do not add
+// up to its capacity"; the shadow test's four threads, 1 run in 120 under load, and once in CI).
+TEST(Issue10Remote, TheSlowPathsPurgePassKeepsTheDirectPagesCollectedChain) {
+  using namespace strata::detail;
+  constexpr size_t size = 208;  // a class no other test here allocates
+  worker owner;
+  std::vector<void*> blocks;
+  page* pg = nullptr;
+  owner.run([&] {
+    make_heap();
+    blocks.push_back(strata_malloc(size));
+    pg = page_lookup(blocks[0]);
+    // Until the page is carved whole and its free list has run out: it is still the direct page.
+    while (pg->free != nullptr || pg->capacity < pg->reserved) {
+      void* p = strata_malloc(size);
+      ASSERT_EQ(page_lookup(p), pg) << "the class's direct page changed before it ran out";
+      blocks.push_back(p);
+    }
+    strata_free(blocks[0]);  // the owner's own free: local_free
+  });
+  ASSERT_GE(blocks.size(), 3u);
+  std::thread([&] {  // every other block comes back as remote chains (flushed at the thread's exit)
+    for (size_t i = 1; i < blocks.size(); ++i) strata_free(blocks[i]);
+  }).join();
+  owner.run([&] {
+    ASSERT_EQ(pg->free, nullptr);
+    ASSERT_NE(pg->local_free, nullptr);
+    ASSERT_TRUE(page_chain_empties(pg)) << "the chain does not bring every block back";
+    // The next slow call is a 64th, and it finds a purge pass due.
+    heap* h = tl_heap;
+    h->slow_calls |= 63;
+    h->purge_due_ms = 1;
+    h->clock_tsc = 0;
+    void* p = strata_malloc(size);
+    EXPECT_EQ(page_lookup(p), pg);
+    EXPECT_TRUE(strata_heap_check()) << "the collected chain's blocks are on no list of the page";
+    // Every block of the page is there to serve again, once each.
+    std::set<void*> again{p};
+    for (size_t i = 1; i < blocks.size(); ++i) again.insert(strata_malloc(size));
+    EXPECT_EQ(again.size(), blocks.size());
+    for (void* q : again) EXPECT_EQ(page_lookup(q), pg);
+    for (void* q : again) strata_free(q);
+    EXPECT_TRUE(strata_heap_check());
+  });
+}
+
 // Threads that make blocks and exit at once (their segments abandoned), three threads freeing
 // them meanwhile (each quarter of a segment freed sweeps it), and a thread whose
 // strata_collect(true) adopts the abandoned segments, releases the emptied ones and unmaps them.
