@@ -459,9 +459,11 @@ void page_adopt(heap* h, page* pg) noexcept {
 // at once (segment_release_if_empty): it may be unmapped, and is not to be read.
 bool heap_adopt_segment(heap* h, segment* seg) noexcept {
   segment_attach(h, seg);
+  // None of its pages stays loose.  Cleared before they are collected, not after: a thread that
+  // read a page as loose before page_adopt listed it marks it after its push, and that mark (which
+  // collect_remote_loose turns into its class's hint) must stay.
+  for (auto& w : seg->loose_remote) w.exchange(0, std::memory_order_acq_rel);  // after a mark: its push seen
   segment_collect_pages(h, seg, [h](page* pg) { page_adopt(h, pg); });
-  // Its pages were collected just now, and none of them is loose any more.
-  for (auto& w : seg->loose_remote) w.store(0, std::memory_order_relaxed);
   return !segment_release_if_empty(h, seg);
 }
 
@@ -599,8 +601,16 @@ void collect_remote_loose(heap* h) noexcept {
       for (uint64_t m = seg->loose_remote[w].exchange(0, std::memory_order_seq_cst); m != 0; m &= m - 1) {
         page* pg = &seg->pages[w * 64 + static_cast<size_t>(std::countr_zero(m))];
         // A bit outlives its page when the page was collected some other way (thread exit,
-        // strata_collect): only a loose page with a remote free is taken.
-        if (!(flags_of(pg) & page_flag::loose) || pg->thread_free.load(std::memory_order_relaxed) == 0) continue;
+        // strata_collect): only a loose page with a remote free is taken.  A page in use that is
+        // not loose but has a chain was listed by an adoption (page_adopt) after the freeing
+        // thread read its flag: no hint of its class named it, and it kept its span until the
+        // thread's strata_collect or exit.  Its class's hint now does (collect_remote_all's walk
+        // of the hinted classes comes after this one).
+        if (pg->thread_free.load(std::memory_order_relaxed) == 0) continue;
+        if (!(flags_of(pg) & page_flag::loose)) {
+          if (flags_of(pg) & page_flag::in_use) h->remote_hint[pg->size_class].store(1, std::memory_order_relaxed);
+          continue;
+        }
         page_collect(h, pg);
         if (pg->used != 0) continue;
         page_free_span(h, pg, false);

@@ -433,6 +433,40 @@ TEST(Issue10Remote, TheSlowPathsPurgePassKeepsTheDirectPagesCollectedChain) {
   });
 }
 
+// A one-block page whose block is out is loose (on no list), and a free of its block by another
+// thread marks it in its segment (page_push_remote, which reads the flag before its push).  A
+// thread that adopts the segment makes the page listed (page_adopt, its full list) between a
+// freeing thread's read of the flag and its push: the chain then waits on a page that is no
+// longer loose, marked only as a loose one, and collect_remote_loose passed it by ("a bit outlives
+// its page"), while no class hint named it.  The page kept its span, the block back on its chain,
+// until the thread's strata_collect or exit.  Here the freeing thread's read of the flag before
+// the adoption is played by setting the flag again around its free.
+TEST(Issue10Remote, AChainPushedAsToALoosePageThatAnAdoptionListedIsCollected) {
+  using namespace strata::detail;
+  constexpr size_t size = 384 << 10;  // a one-block page
+  void* p = nullptr;
+  std::thread([&] { p = strata_malloc(size); }).join();  // its segment abandoned at the exit
+  page* pg = page_lookup(p);
+  worker adopter;
+  adopter.run([&] {
+    make_heap();
+    strata_collect(true);  // adopts the abandoned segments: the page goes to the full list
+    ASSERT_EQ(segment_of(pg)->owner.load(), tl_heap);
+    ASSERT_TRUE(flags_of(pg) & page_flag::in_full);
+    flags_set(pg, page_flag::loose);  // as the freeing thread read it, before page_adopt cleared it
+  });
+  std::thread([&] { strata_free(p); }).join();
+  adopter.run([&] {
+    flags_clear(pg, page_flag::loose);  // page_adopt's clear, which came first
+    ASSERT_NE(pg->thread_free.load(), 0u);
+    // The next allocation that walks for a new span collects the remote frees of every class.
+    void* q = strata_malloc(size);
+    EXPECT_EQ(pg->thread_free.load(), 0u) << "the chain of a listed page marked as loose was never collected";
+    strata_free(q);
+    EXPECT_TRUE(strata_heap_check());
+  });
+}
+
 // Threads that make blocks and exit at once (their segments abandoned), three threads freeing
 // them meanwhile (each quarter of a segment freed sweeps it), and a thread whose
 // strata_collect(true) adopts the abandoned segments, releases the emptied ones and unmaps them.
