@@ -85,21 +85,15 @@ lookup find_block(segment* seg, void* p) noexcept {
   return {lookup_status::ok, seg, pg, static_cast<block*>(p)};
 }
 
-// b, a block of another heap's page pg, freed by h (a heap of its own): counted, marked free and
-// batched for its page.
-inline void free_remote_counted(heap* h, page* pg, block* b) noexcept {
-  b->canary = canary_of(b);
-  h->free_count[pg->size_class].add();
-  h->remote_frees.add();
-  remote_free_batched(h, pg, b);
-}
-
 void free_remote(page* pg, block* b, bool counted = false) noexcept {
   size_t cls = pg->size_class;
-  heap* h = tl_heap;
-  if (h != &empty_heap && !counted) return free_remote_counted(h, pg, b);
   b->canary = canary_of(b);
+  heap* h = tl_heap;
   if (h != &empty_heap) {
+    if (!counted) {
+      h->free_count[cls].add();
+      h->remote_frees.add();
+    }
     remote_free_batched(h, pg, b);
   } else {
     if (!counted) {
@@ -254,15 +248,10 @@ STRATA_NOINLINE void free_block(page* pg, block* b, bool from_foreign) noexcept 
   heap* h = tl_heap;
   // Acquire: pairs with the release that abandoned the segment, after its last owner's writes.
   heap* owner = segment_of(b)->owner.load(std::memory_order_acquire);
-  if (STRATA_LIKELY(owner != h && owner != nullptr && !from_foreign)) {
-    // A thread that only frees (a consumer): its block goes straight to its page's batch, as
-    // free_block_other would send it (free_remote), without that function's other cases.  A
-    // consumer's free took 136 instructions through five functions, 75 now through three, with
-    // remote_free_batched's leaf (callgrind, prodcon-split).
-    if (h->frees_only) return free_remote_counted(h, pg, b);
-    if (!secure && h != &empty_heap && pg->block_size <= foreign_block_max && !heap_idle_beside(owner, h))
-      return foreign_put(h, pg, b);
-  }
+  if (!secure && STRATA_LIKELY(owner != h && owner != nullptr && !from_foreign && h != &empty_heap &&
+                               pg->block_size <= foreign_block_max && !h->frees_only &&
+                               !heap_idle_beside(owner, h)))
+    return foreign_put(h, pg, b);
   free_block_other(pg, b, from_foreign, h, owner);
 }
 

@@ -1073,43 +1073,25 @@ void remote_flush_slot(remote_batch& r) noexcept {
 }
 }  // namespace
 
-namespace {
-// b is pending for pg: a flush when the heap holds enough.
-inline void remote_pending_add(heap* h, page* pg) noexcept {
-  h->remote_pending += pg->block_size;
-  if (STRATA_UNLIKELY(h->remote_pending >= (h->frees_only ? remote_frees_only_bytes : remote_batch_bytes)))
-    remote_flush(h);
-}
-
-// remote_free_batched's slot holds another page's chain, or none: that one goes, b starts pg's.
-// Out of line with the push it may make, so that a block joining its page's chain (nearly every
-// one: a batch frees blocks of few pages) takes a leaf without a frame; inline, the push's
-// registers were saved and restored at every call (a consumer that only frees: 41 instructions
-// a block here, 25 now; callgrind, prodcon-split).
-STRATA_NOINLINE void remote_batch_start(heap* h, remote_batch& r, page* pg, block* b) noexcept {
-  if (r.pg != nullptr) remote_flush_slot(r);
-  r.pg = pg;
-  r.tail = r.head = b;
-  r.count = 1;
-  link_set(pg, b, nullptr);
-  remote_pending_add(h, pg);
-}
-
-STRATA_NOINLINE void remote_push_one(page* pg, block* b) noexcept { page_push_remote(pg, b, b, 1); }
-}  // namespace
-
 void remote_free_batched(heap* h, page* pg, block* b) noexcept {
   // A pending block keeps its page in use (pg->used counts it until the owner collects it), so
   // the page cannot be released or reused while it waits here.
-  if (STRATA_UNLIKELY(pg->block_size > remote_batch_block_max)) return remote_push_one(pg, b);
+  if (pg->block_size > remote_batch_block_max) return page_push_remote(pg, b, b, 1);
   constexpr int slot_bits = std::countr_zero(remote_batch_slots);
   size_t slot = static_cast<size_t>((reinterpret_cast<uintptr_t>(pg) * 0x9E3779B97F4A7C15ull) >> (64 - slot_bits));
   remote_batch& r = h->remote[slot];
-  if (STRATA_UNLIKELY(r.pg != pg)) return remote_batch_start(h, r, pg, b);
-  link_set(pg, b, r.head);
+  if (r.pg != pg) {
+    if (r.pg != nullptr) remote_flush_slot(r);
+    r.pg = pg;
+    r.tail = b;
+    link_set(pg, b, nullptr);
+  } else {
+    link_set(pg, b, r.head);
+  }
   r.head = b;
   r.count++;
-  remote_pending_add(h, pg);
+  h->remote_pending += pg->block_size;
+  if (h->remote_pending >= (h->frees_only ? remote_frees_only_bytes : remote_batch_bytes)) remote_flush(h);
 }
 
 void remote_flush(heap* h) noexcept {
