@@ -62,6 +62,10 @@
 //                        they were, so an allocator whose pages they fill has one free block, the
 //                        one just freed, at each malloc (a server's steady state; larson's at its
 //                        smallest). --ops: replacements (total, split over threads).
+//   pool                 the same with 2000 buffers of 4000 B per thread (a buffer pool, a page
+//                        cache), their first and last byte written: a table several times the
+//                        cache, pages kept nearly full, the buffer freed last the warmest one.
+//                        --ops: replacements (total, split over threads).
 //   rebuild              each thread builds a table (std::map of string keys and values, 16-120 B)
 //                        by random inserts, one erase to three inserts, then tears it down whole,
 //                        4 rounds: what a round frees, the next takes back over its whole length
@@ -842,10 +846,10 @@ result randsize(const options& o) {
 }
 
 // ---------------------------------------------------------------------------------------------
-result fill(const options& o) {
+// fill and pool: each thread replaces random entries of a table of `slots` blocks of `size`.
+result fill(const options& o, size_t slots, size_t size, uint64_t full_work) {
   const int n = o.threads;
-  const size_t slots = 4096, size = 64;
-  const uint64_t planned = work_amount(o, 20000000, 20000);  // replacements, over all threads
+  const uint64_t planned = work_amount(o, full_work, 20000);  // replacements, over all threads
   const uint64_t per_thread = std::max<uint64_t>(1, planned / n);
   const auto deadline = clock_type::now() + std::chrono::duration<double>(o.seconds);
   std::atomic<uint64_t> done{0};
@@ -860,6 +864,7 @@ result fill(const options& o) {
       std::free(ws[i]);
       auto* p = static_cast<char*>(must_malloc(size));
       p[0] = char(k);
+      if (size > 64) p[size - 1] = char(k);  // fill's 64 B blocks are one line each
       ws[i] = p;
     }
     for (void* p : ws) std::free(p);
@@ -899,7 +904,7 @@ result rebuild(const options& o) {
 constexpr const char* kUsage =
     "usage: strata-bench-patterns --pattern "
     "larson|prodcon|cache-thrash|cache-scratch|mstress|pareto|realloc|"
-    "prodcon-batch|prodcon-batch-mixed|prodcon-split|prodcon-split-mixed|churn|generations|bigbuf|bigcalloc|randsize|fill|rebuild "
+    "prodcon-batch|prodcon-batch-mixed|prodcon-split|prodcon-split-mixed|churn|generations|bigbuf|bigcalloc|randsize|fill|pool|rebuild "
     "[--threads N] [--seconds S] [--ops N] [--seed N] [--smoke]";
 
 }  // namespace
@@ -924,7 +929,7 @@ int main(int argc, char** argv) {
                           o.pattern == "prodcon-split" || o.pattern == "prodcon-split-mixed" ||
                           o.pattern == "churn" || o.pattern == "generations" || o.pattern == "bigbuf" ||
                           o.pattern == "bigcalloc" || o.pattern == "randsize" || o.pattern == "fill" ||
-                          o.pattern == "rebuild";
+                          o.pattern == "pool" || o.pattern == "rebuild";
   if (o.smoke && !fixed_work) o.seconds = std::min(o.seconds, 0.05);
 
   const auto t0 = clock_type::now();
@@ -945,7 +950,8 @@ int main(int argc, char** argv) {
   else if (o.pattern == "bigbuf") r = bigbuf(o);
   else if (o.pattern == "bigcalloc") r = bigcalloc(o);
   else if (o.pattern == "randsize") r = randsize(o);
-  else if (o.pattern == "fill") r = fill(o);
+  else if (o.pattern == "fill") r = fill(o, 4096, 64, 20000000);
+  else if (o.pattern == "pool") r = fill(o, 2000, 4000, 10000000);
   else if (o.pattern == "rebuild") r = rebuild(o);
   else args.fail("unknown pattern '" + o.pattern + "'");
   const double secs = std::chrono::duration<double>(clock_type::now() - t0).count();

@@ -17,7 +17,7 @@ from .conftest import program
 
 SHAPES = ("prodcon-batch", "prodcon-batch-mixed", "prodcon-split", "prodcon-split-mixed", "churn", "bigbuf",
           "bigcalloc", "randsize", "rebuild")
-ALL_SHAPES = SHAPES + ("fill", "generations")  # the shapes suite's; make bench runs SHAPES
+ALL_SHAPES = SHAPES + ("fill", "pool", "generations")  # the shapes suite's; make bench runs SHAPES
 
 
 def run_pattern(*args: str, timeout: float = 60) -> dict:
@@ -75,7 +75,8 @@ def test_suite_cells(built):
     assert got == {("prodcon-batch", 2), ("prodcon-batch-mixed", 2), ("prodcon-split", 2),
                    ("prodcon-split-mixed", 2), ("churn", 1), ("churn", 2),
                    ("bigbuf", 1), ("bigcalloc", 1), ("bigcalloc", 2), ("randsize", 1), ("randsize", 2),
-                   ("randsize", 4), ("fill", 1), ("fill", 2), ("generations", 2), ("generations", 4),
+                   ("randsize", 4), ("fill", 1), ("fill", 2), ("pool", 1), ("pool", 2), ("generations", 2),
+                   ("generations", 4),
                    ("rebuild", 1), ("rebuild", 2)}
     for c in cells:
         argv = [str(a) for a in c.argv]
@@ -105,7 +106,7 @@ def test_default_suite_runs_the_shapes_with_every_allocator(built):
     assert {"snmalloc", "rpmalloc", "strata", "mimalloc"} <= set(suite.allocators) == set(BUILTINS)
 
 
-@pytest.mark.parametrize("pattern", ["fill", "rebuild", "randsize"])
+@pytest.mark.parametrize("pattern", ["fill", "pool", "rebuild", "randsize"])
 def test_smoke_keeps_the_seconds_bound_of_fixed_work(pattern):
     """--smoke shrinks a fixed-work pattern's work and keeps --seconds as its bound; fill and
     rebuild were missing from the list of fixed-work patterns, so --smoke cut them at 0.05 s, as

@@ -2,8 +2,8 @@
 bench/host/patterns.cpp: batched producer/consumer (64 B and 8 B-2 KiB; a ring of threads that
 each free and allocate, and producers that only allocate beside consumers that only free),
 thread churn with blocks outliving their thread, big zero-filled buffers, random sizes with some
-remote frees, a working set of one small size replaced one block at a time (fill), and threads
-started in generations that calloc blocks of 8 B-5 MiB and leave some to the next (generations).
+remote frees, a working set of one small size replaced one block at a time (fill), the same with
+buffers of 4000 B over a table several times the cache (pool), and threads started in generations that calloc blocks of 8 B-5 MiB and leave some to the next (generations).
 
 Each sample does a fixed amount of work (`--ops`, recorded in the cell's params) and the metric is
 operations per second, so a ratio of medians is the inverse ratio of times (randsize: operations
@@ -16,7 +16,7 @@ from strata_lab.allocators import BUILTINS
 from strata_lab.suite import Cell
 
 DESCRIPTION = ("allocation shapes of programs strata lost on (issue 10): prodcon-batch(-mixed), prodcon-split(-mixed), "
-               "churn, generations, bigbuf, bigcalloc, randsize, fill, rebuild; fixed work, all allocators vs mimalloc")
+               "churn, generations, bigbuf, bigcalloc, randsize, fill, pool, rebuild; fixed work, all allocators vs mimalloc")
 ALLOCATORS = list(BUILTINS)  # every allocator the lab knows
 BASELINE = "mimalloc"
 ROUNDS = 5
@@ -35,6 +35,7 @@ SHAPES = {
     "bigcalloc": (3200, (1, 2), "ops_per_sec"),          # 2-6 MiB buffers from calloc, 16 a round
     "randsize": (3000000, (1, 2, 4), "ops_per_cpu_sec"),  # 8 B-16 KiB replacements, 10 % remote frees
     "fill": (20000000, (1, 2), "ops_per_sec"),  # 64 B replacements in a working set of 4096 per thread
+    "pool": (10000000, (1, 2), "ops_per_sec"),  # 4000 B replacements in a working set of 2000 per thread
     "rebuild": (600000, (1, 2), "ops_per_sec"),  # map inserts; the map torn down and rebuilt, 4 rounds
 }
 
