@@ -49,7 +49,7 @@ BIGBUF_BOUND = 3.0
 # which its other cells do not show, and which needs rounds longer than a few purge delays (at a
 # quarter of the work, 45 ms a round, strata before and after its fix faulted alike).
 # pool (a buffer pool: blocks of one size replaced at random over a table several times the cache)
-# stays in the shapes suite too: strata loses it to tcmalloc (2.6x, docs/results/probes-s54-2core),
+# stays in the shapes suite too: strata loses it to tcmalloc (4x, docs/results/probes-s54-2core),
 # and it is no pattern issue 10 measured.
 DEFAULT_SHAPES = tuple(s for s in shapes.SHAPES if s not in ("fill", "generations", "pool"))
 
