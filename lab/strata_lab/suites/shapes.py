@@ -3,7 +3,8 @@ bench/host/patterns.cpp: batched producer/consumer (64 B and 8 B-2 KiB; a ring o
 each free and allocate, and producers that only allocate beside consumers that only free),
 thread churn with blocks outliving their thread, big zero-filled buffers, random sizes with some
 remote frees, a working set of one small size replaced one block at a time (fill), the same with
-buffers of 4000 B over a table several times the cache (pool), and threads started in generations that calloc blocks of 8 B-5 MiB and leave some to the next (generations).
+buffers of 4000 B over a table several times the cache (pool), and threads started in
+generations that calloc blocks of 8 B-5 MiB and leave some to the next (generations).
 
 Each sample does a fixed amount of work (`--ops`, recorded in the cell's params) and the metric is
 operations per second, so a ratio of medians is the inverse ratio of times (randsize: operations
